@@ -1,0 +1,3 @@
+"""miner: mine fusion opportunities from torch.compile's post-grad graphs."""
+
+__version__ = "0.1.0"

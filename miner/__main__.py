@@ -1,0 +1,5 @@
+import sys
+
+from miner.cli import main
+
+sys.exit(main())
