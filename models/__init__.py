@@ -3,92 +3,96 @@
 ``resolve(name)`` -> ``ModelSpec``; ``spec.build(preset, mode, device)`` -> ``Built``
 (a model in train/eval mode on ``device`` and the keyword inputs for one step; in train
 mode the inputs include labels so that ``built.loss(model(**inputs))`` is a scalar).
+``expand(names)`` expands the groups (``hf-suite``, ``all``) and validates every name.
 An unknown name raises ``UsageError`` listing the valid ones.
+
+Name forms ``resolve`` accepts, first match wins:
+
+1. a hand-written spec (``models.specs``): bert, gpt2, t5, llama, roberta, distilbert, bart, opt;
+2. an entry of PyTorch's HF dynamo benchmark list (``models.suite``), e.g. ``AlbertForMaskedLM``;
+3. any transformers ``model_type`` (``models.generic``), e.g. ``qwen2``, ``mistral``, ``electra``;
+4. a local checkpoint directory holding ``config.json`` (``models.local``);
+5. ``package.module:factory``, a user's callable (``models.local`` documents its contract).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable
-
-import torch
+import difflib
+import re
 
 from miner.errors import UsageError
+from models.base import PRESETS, Built, ModelSpec  # noqa: F401  (public API)
+from models.local import FACTORY_RE, checkpoint_spec, factory_spec, is_checkpoint_dir
+from models.specs import hand_registry
 
-PRESETS = ("tiny", "base")
-
-
-@dataclass
-class Built:
-    model: torch.nn.Module
-    inputs: dict[str, Any]
-    loss: Callable[[Any], torch.Tensor] = lambda out: out.loss
+REGISTRY: dict[str, ModelSpec] = hand_registry()
+GROUPS = ("hf-suite", "all")
 
 
-@dataclass(frozen=True)
-class ModelSpec:
-    name: str
-    build_fn: Callable[[str, str, str], Built]
-    presets: tuple[str, ...] = PRESETS
-    note: str = ""
-
-    def build(self, preset: str = "tiny", mode: str = "train", device: str = "cpu") -> Built:
-        if preset not in self.presets:
-            raise UsageError(f"model {self.name!r} has no preset {preset!r}; presets: {', '.join(self.presets)}")
-        return self.build_fn(preset, mode, device)
+def _suite() -> dict[str, ModelSpec]:
+    from models.suite import suite_registry
+    return suite_registry()
 
 
-_SIZES = {"tiny": dict(layers=2, hidden=128, heads=4, inter=512, vocab=1000, batch=2, seq=64),
-          "base": dict(layers=12, hidden=768, heads=12, inter=3072, vocab=None, batch=16, seq=512)}
-
-
-def _finish(model: torch.nn.Module, cfg, preset: str, mode: str, device: str, extra: dict | None = None) -> Built:
-    s = _SIZES[preset]
-    vocab = cfg.vocab_size
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, vocab, (s["batch"], s["seq"]), generator=g)
-    inputs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    inputs.update(extra or {})
-    if mode == "train":
-        inputs["labels"] = ids.clone()
-        model.train()
-    else:
-        model.eval()
-    model.to(device)
-    return Built(model, {k: v.to(device) if torch.is_tensor(v) else v for k, v in inputs.items()})
-
-
-def _bert(preset: str, mode: str, device: str) -> Built:
-    from transformers import BertConfig, BertForMaskedLM
-    s = _SIZES[preset]
-    cfg = BertConfig() if preset == "base" else BertConfig(
-        num_hidden_layers=s["layers"], hidden_size=s["hidden"], num_attention_heads=s["heads"],
-        intermediate_size=s["inter"], vocab_size=s["vocab"], max_position_embeddings=512)
-    return _finish(BertForMaskedLM(cfg), cfg, preset, mode, device)
-
-
-def _gpt2(preset: str, mode: str, device: str) -> Built:
-    from transformers import GPT2Config, GPT2LMHeadModel
-    s = _SIZES[preset]
-    cfg = GPT2Config() if preset == "base" else GPT2Config(
-        n_layer=s["layers"], n_embd=s["hidden"], n_head=s["heads"], vocab_size=s["vocab"], n_positions=512)
-    model = GPT2LMHeadModel(cfg)
-    model.loss_type = "ForCausalLM"  # None triggers a logger.warning_once graph break
-    return _finish(model, cfg, preset, mode, device)
-
-
-REGISTRY: dict[str, ModelSpec] = {
-    "bert": ModelSpec("bert", _bert),
-    "gpt2": ModelSpec("gpt2", _gpt2),
-}
+def _generic() -> dict[str, ModelSpec]:
+    from models.generic import generic_registry
+    return generic_registry()
 
 
 def available() -> list[str]:
+    """Every name ``resolve`` knows without a path or factory: hand-written, suite, model types."""
+    return sorted(set(REGISTRY) | set(_suite()) | set(_generic()))
+
+
+def hand_written() -> list[str]:
     return sorted(REGISTRY)
 
 
+def group(name: str) -> list[str]:
+    """The members of a group name: ``hf-suite`` (the benchmark list), ``all`` (every generic model_type)."""
+    if name == "hf-suite":
+        return list(_suite())
+    if name == "all":
+        return sorted(_generic())
+    raise UsageError(f"unknown group {name!r}; groups: {', '.join(GROUPS)}")
+
+
 def resolve(name: str) -> ModelSpec:
-    try:
-        return REGISTRY[name]
-    except KeyError:
-        raise UsageError(f"unknown model {name!r}; valid names: {', '.join(available())}") from None
+    """The spec of one model name (see the module docstring for the accepted forms)."""
+    for registry in (lambda: REGISTRY, _suite, _generic):
+        spec = registry().get(name)
+        if spec is not None:
+            return spec
+    if name in GROUPS:
+        raise UsageError(f"{name!r} is a group of models; expand it with models.expand([{name!r}])")
+    if is_checkpoint_dir(name):
+        return checkpoint_spec(name)
+    if FACTORY_RE.match(name):
+        return factory_spec(name)
+    raise UsageError(unknown_message(name))
+
+
+def expand(names: list[str]) -> list[str]:
+    """Expand group names and validate every name (UsageError for an unknown one); keeps order, no repeats."""
+    out: list[str] = []
+    for name in names:
+        for n in group(name) if name in GROUPS else [name]:
+            if n not in out:
+                resolve(n)
+                out.append(n)
+    return out
+
+
+def unknown_message(name: str) -> str:
+    known = available()
+    close = difflib.get_close_matches(name, known + list(GROUPS), n=5, cutoff=0.6)
+    hint = f"; did you mean: {', '.join(close)}" if close else ""
+    return (f"unknown model {name!r}{hint}. Valid names: hand-written {', '.join(hand_written())}; "
+            f"groups {', '.join(GROUPS)}; the {len(_suite())} hf-suite entries and {len(_generic())} "
+            f"transformers model_types listed by `miner models`; a directory with config.json; "
+            f"or package.module:factory")
+
+
+def slug(name: str) -> str:
+    """A file-system-safe form of a model name (checkpoint paths, factories, hub-style suite names)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "model"
