@@ -1,0 +1,69 @@
+"""``miner scan``: compile zoo models with Inductor and capture every post-grad graph."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from miner.errors import UsageError
+from miner.workspace import Workspace
+
+HELP = "build models from their configs, compile them with Inductor, capture every post-grad graph"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--models", required=True,
+                   help="comma-separated zoo names (see `miner models`), model_types, groups (hf-suite, all), "
+                        "local checkpoint dirs or package.module:factory")
+    p.add_argument("--preset", default=None, help="tiny (CPU default) or base (published size; CUDA default)")
+    p.add_argument("--mode", default="train", help="train, infer, or both: train,infer (default: train)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
+                   help="autocast dtype; auto = float32 on CPU, bfloat16 on CUDA")
+    p.add_argument("--force", action="store_true", help="recompile even if saved graphs exist")
+    p.add_argument("--jobs", type=int, default=1, help="models scanned at once, each in its own process")
+    p.add_argument("--timeout", type=float, default=None, help="seconds per model before it is killed (default 1800)")
+
+
+def expand_models(spec: str) -> list[str]:
+    import models
+    names = [m.strip() for m in spec.split(",") if m.strip()]
+    if not names:
+        raise UsageError("--models is empty")
+    expand = getattr(models, "expand", None)
+    if expand is not None:
+        return expand(names)
+    for n in names:
+        models.resolve(n)  # raises UsageError listing the valid names
+    return names
+
+
+def run(args) -> int:
+    from miner.scan import DEFAULT_TIMEOUT_S, format_table, scan
+
+    names = expand_models(args.models)
+    modes = tuple(m.strip() for m in args.mode.split(",") if m.strip())
+    bad = [m for m in modes if m not in ("train", "infer")]
+    if bad or not modes:
+        raise UsageError(f"unknown mode {','.join(bad) or '(none)'}; modes: train, infer")
+    if args.device.startswith("cuda"):
+        import torch
+        if not torch.cuda.is_available():
+            raise UsageError("--device cuda, but torch sees no CUDA device")
+    preset = args.preset or ("base" if args.device.startswith("cuda") else "tiny")
+    t0 = time.perf_counter()
+    print(f"miner scan: {len(names)} model(s), preset {preset}, mode {','.join(modes)}, device {args.device}, "
+          f"workspace {args.workspace}", flush=True)
+    results = scan(names, preset=preset, modes=modes, device=args.device, dtype=args.dtype,
+                   workspace=Workspace(args.workspace), force=args.force, jobs=args.jobs,
+                   timeout=args.timeout or DEFAULT_TIMEOUT_S, echo=lambda s: print(s, flush=True))
+    print()
+    print(format_table(results))
+    failed = [r for r in results if not r.ok]
+    print(f"\n{len(results) - len(failed)}/{len(results)} scans ok in {time.perf_counter() - t0:.1f}s; "
+          f"graphs under {Workspace(args.workspace).captures}")
+    if failed:
+        print(f"miner scan: {len(failed)} scan(s) failed: "
+              + ", ".join(f"{r.model}/{r.mode}" for r in failed), file=sys.stderr)
+        return 1
+    return 0
