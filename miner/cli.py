@@ -1,40 +1,67 @@
 """``miner`` command line: parses arguments and hands them to one stage.
 
-Each verb lives in ``miner/commands/<verb>.py`` and defines ``HELP``, ``add_arguments(parser)``
-and ``run(args) -> int`` (the exit code). Verbs are discovered from that package; a verb
-module that fails to import fails ``miner`` loudly rather than vanishing from ``--help``.
+``VERBS`` maps each verb to the module that implements it (``miner/commands/<verb>.py``,
+defining ``add_arguments(parser)`` and ``run(args) -> int``). Only the chosen verb's module
+is imported, so ``miner --help`` is instant and one stage's heavy imports never slow another.
+A verb whose module is missing fails loudly (``tests/test_cli.py`` imports every one).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import pkgutil
 import sys
 
-import miner.commands
 from miner import __version__
 from miner.errors import MinerError
 
+VERBS: dict[str, tuple[str, str]] = {
+    "scan": ("miner.commands.scan", "build models from configs, compile with Inductor, capture post-grad graphs"),
+    "models": ("miner.commands.models", "list the model zoo: hand-written specs, model types, groups"),
+    "mine": ("miner.commands.mine", "mine frequent pointwise/reduction subgraphs across captured graphs"),
+    "patterns": ("miner.commands.patterns", "list mined patterns, or show one (`patterns show <id>`)"),
+    "generate": ("miner.commands.generate", "write fusion candidates (pattern, replacement, Triton kernel)"),
+    "validate": ("miner.commands.validate", "check candidates' numerics and that the rewrite fires in torch.compile"),
+    "promote": ("miner.commands.promote", "promote a validated candidate into fusions/"),
+    "bench": ("miner.commands.bench", "benchmark candidates on GPU against eager and Inductor"),
+    "verify": ("miner.commands.verify", "model step time with and without the promoted fusions (GPU)"),
+    "candidates": ("miner.commands.candidates", "ranked candidate list, or one candidate (`candidates show <id>`)"),
+    "report": ("miner.commands.report", "write the HTML report under reports/ and print its path"),
+}
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="miner", description=__doc__.splitlines()[0])
+
+def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only ``verb``'s module is imported to define its arguments."""
+    parser = argparse.ArgumentParser(prog="miner", description="Mine fusion opportunities from torch.compile's "
+                                     "post-grad graphs, generate Triton kernels for them, prove and promote them.")
     parser.add_argument("--version", action="version", version=f"miner {__version__}")
     parser.add_argument("--workspace", default=".", metavar="DIR",
                         help="where captures/, mined/, candidates/, reports/ and fusions/ live (default: .)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for info in sorted(pkgutil.iter_modules(miner.commands.__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"miner.commands.{info.name}")
-        p = sub.add_parser(info.name.replace("_", "-"), help=module.HELP, description=module.HELP)
-        module.add_arguments(p)
-        p.set_defaults(run=module.run)
+    for name, (module_name, help_text) in VERBS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == verb:
+            module = importlib.import_module(module_name)
+            module.add_arguments(p)
+            p.set_defaults(run=module.run)
     return parser
 
 
+def _verb(argv: list[str]) -> str | None:
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--workspace":
+            skip = True
+        elif not a.startswith("-"):
+            return a if a in VERBS else None
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(_verb(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):
         parser.print_help()

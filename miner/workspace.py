@@ -34,6 +34,7 @@ def write_text(path: Path, text: str) -> Path:
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600 files
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

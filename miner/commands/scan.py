@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -21,7 +22,8 @@ def add_arguments(p) -> None:
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
                    help="autocast dtype; auto = float32 on CPU, bfloat16 on CUDA")
     p.add_argument("--force", action="store_true", help="recompile even if saved graphs exist")
-    p.add_argument("--jobs", type=int, default=1, help="models scanned at once, each in its own process")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="models scanned at once, each in its own process (default: CPU count, at most 4)")
     p.add_argument("--timeout", type=float, default=None, help="seconds per model before it is killed (default 1800)")
 
 
@@ -55,7 +57,7 @@ def run(args) -> int:
     print(f"miner scan: {len(names)} model(s), preset {preset}, mode {','.join(modes)}, device {args.device}, "
           f"workspace {args.workspace}", flush=True)
     results = scan(names, preset=preset, modes=modes, device=args.device, dtype=args.dtype,
-                   workspace=Workspace(args.workspace), force=args.force, jobs=args.jobs,
+                   workspace=Workspace(args.workspace), force=args.force, jobs=args.jobs or min(4, os.cpu_count() or 1),
                    timeout=args.timeout or DEFAULT_TIMEOUT_S, echo=lambda s: print(s, flush=True))
     print()
     print(format_table(results))
