@@ -34,6 +34,11 @@ def _suite() -> dict[str, ModelSpec]:
     return suite_registry()
 
 
+def _canonical(name: str) -> str:
+    from models.suite import zoo_name
+    return zoo_name(name) if zoo_name(name) in _suite() else name
+
+
 def _generic() -> dict[str, ModelSpec]:
     from models.generic import generic_registry
     return generic_registry()
@@ -59,6 +64,7 @@ def group(name: str) -> list[str]:
 
 def resolve(name: str) -> ModelSpec:
     """The spec of one model name (see the module docstring for the accepted forms)."""
+    name = _canonical(name)
     for registry in (lambda: REGISTRY, _suite, _generic):
         spec = registry().get(name)
         if spec is not None:
@@ -73,12 +79,16 @@ def resolve(name: str) -> ModelSpec:
 
 
 def expand(names: list[str]) -> list[str]:
-    """Expand group names and validate every name (UsageError for an unknown one); keeps order, no repeats."""
+    """Expand group names and validate every name (UsageError for an unknown one).
+
+    Returns zoo names (``resolve(n).name``: ``org/model`` suite names become ``org--model``), in
+    order, without repeats.
+    """
     out: list[str] = []
     for name in names:
         for n in group(name) if name in GROUPS else [name]:
+            n = resolve(n).name
             if n not in out:
-                resolve(n)
                 out.append(n)
     return out
 

@@ -150,7 +150,7 @@ def make_inputs(cfg: Any, task: str, mode: str, batch: int, seq: int) -> dict[st
     gen = torch.Generator().manual_seed(0)
     train = mode == "train"
     if task == "image-cls":
-        size = getattr(cfg, "image_size", 224)
+        size = getattr(cfg, "image_size", 64)  # conv nets without image_size take any size
         size = size[0] if isinstance(size, (list, tuple)) else size
         channels = getattr(cfg, "num_channels", 3)
         inputs: dict[str, Any] = {"pixel_values": torch.randn(batch, channels, size, size, generator=gen)}
@@ -185,10 +185,15 @@ def finish(model: torch.nn.Module, cfg: Any, task: str, preset: str, mode: str, 
     batch, default_seq = SHAPES[preset]
     inputs = make_inputs(cfg, task, mode, batch, seq or default_seq)
     inputs.update(extra_inputs or {})
+    return ready(model, inputs, mode, device, _loss_mean if task == "base" else _loss_attr)
+
+
+def ready(model: torch.nn.Module, inputs: dict[str, Any], mode: str, device: str,
+          loss: Callable[[Any], torch.Tensor] = _loss_attr) -> Built:
+    """``model`` in train/eval mode per ``mode``, model and tensor inputs on ``device``."""
     model.train(mode == "train")
     model.to(device)
-    inputs = {k: v.to(device) if torch.is_tensor(v) else v for k, v in inputs.items()}
-    return Built(model, inputs, _loss_mean if task == "base" else _loss_attr)
+    return Built(model, {k: v.to(device) if torch.is_tensor(v) else v for k, v in inputs.items()}, loss)
 
 
 def instantiate(model_cls: type, cfg: Any, device: str) -> torch.nn.Module:

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from miner.errors import UsageError
-from models.base import Built, ModelSpec, finish
+from models.base import Built, ModelSpec, finish, ready
 
 FACTORY_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 WEIGHT_GLOBS = ("*.safetensors", "pytorch_model*.bin")
@@ -83,10 +83,7 @@ def build_factory(ref: str, preset: str, mode: str, device: str) -> Built:
     if isinstance(out, Built):
         return out
     if isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], torch.nn.Module) and isinstance(out[1], dict):
-        model, inputs = out
-        model.train(mode == "train")
-        model.to(device)
-        return Built(model, {k: v.to(device) if torch.is_tensor(v) else v for k, v in inputs.items()})
+        return ready(out[0], out[1], mode, device)
     raise UsageError(f"{ref} returned {type(out).__name__}; expected a models.Built or (nn.Module, inputs dict)")
 
 

@@ -1,0 +1,76 @@
+"""``miner models``: list the zoo (hand-written specs, the hf-suite list, every model_type), or
+write the zoo table from a workspace's scan results."""
+
+from __future__ import annotations
+
+import sys
+
+HELP = "list the model zoo (hand-written, hf-suite, generic model_types) or write the zoo table"
+
+SOURCES = ("hand", "suite", "generic")
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--source", choices=SOURCES, action="append",
+                   help="only this source (repeatable): hand-written specs, hf-suite entries, generic model_types")
+    p.add_argument("--unsupported", action="store_true",
+                   help="also list the hf-suite names and model_types that cannot be built, with the reason")
+    p.add_argument("--table", metavar="FILE",
+                   help="write the zoo table (markdown) from the scan results under --workspace to FILE")
+    p.add_argument("--preset", default="tiny", help="table: which preset's scans (default tiny)")
+    p.add_argument("--mode", default="train", help="table: which mode's scans (default train)")
+    p.add_argument("--eager", action="store_true",
+                   help="table: also build every model and run one eager step (minutes)")
+
+
+def _listing(sources: tuple[str, ...]) -> list[tuple[str, str, str, str]]:
+    import models
+    from models.generic import generic_registry
+    from models.suite import suite_registry
+    rows = []
+    if "hand" in sources:
+        rows += [(n, "hand", ",".join(s.presets), s.note) for n, s in models.REGISTRY.items()]
+    if "suite" in sources:
+        rows += [(n, "suite", ",".join(s.presets), s.note) for n, s in suite_registry().items()]
+    if "generic" in sources:
+        rows += [(n, "generic" if n not in models.REGISTRY else "generic (hand-written overrides)",
+                  ",".join(s.presets), s.note) for n, s in generic_registry().items()]
+    return rows
+
+
+def _write_table(args) -> int:
+    from miner.workspace import Workspace, write_text
+    from models.table import eager_check, render
+    import models
+
+    scans = Workspace(args.workspace).scans()
+    checks = {}
+    if args.eager:
+        names = models.expand(["hf-suite", "all"])
+        for i, n in enumerate(names, 1):
+            checks[n] = eager_check(n, args.preset, args.mode)
+            print(f"[{i}/{len(names)}] {n}: {'ok' if checks[n].ran else checks[n].error}", flush=True)
+    command = f"miner --workspace {args.workspace} models --table {args.table}" + (" --eager" if args.eager else "")
+    write_text(args.table, render(scans, args.preset, args.mode, checks, command))
+    print(f"wrote {args.table} from {len(scans)} scan result(s) under {args.workspace}")
+    return 0
+
+
+def run(args) -> int:
+    import transformers
+    transformers.logging.set_verbosity_error()
+    if args.table:
+        return _write_table(args)
+    sources = tuple(args.source or SOURCES)
+    rows = _listing(sources)
+    width = max(len(r[0]) for r in rows)
+    for name, source, presets, note in rows:
+        print(f"{name:<{width}}  {source:<8}  {presets:<9}  {note}")
+    if args.unsupported:
+        from models.generic import UNSUPPORTED
+        from models.suite import unsupported
+        for name, why in {**unsupported(), **UNSUPPORTED}.items():
+            print(f"{name:<{width}}  unsupported  {why}")
+    counts = ", ".join(f"{sum(r[1].startswith(s) for r in rows)} {s}" for s in sources)
+    print(f"\n{len(rows)} entries ({counts}); groups: hf-suite, all", file=sys.stderr)
+    return 0

@@ -1,0 +1,242 @@
+"""The generic path: any transformers ``model_type``, built offline with a derived tiny preset.
+
+``build_generic(model_type, preset, mode, device)``:
+
+1. config: ``AutoConfig.for_model(model_type)`` (the class defaults, no hub);
+2. ``tiny`` preset: ``shrink(config)`` rewrites every size attribute it recognises by name
+   (layers, hidden size, heads, kv heads, head dims, intermediate sizes, vocab, positions,
+   experts, per-layer lists, nested sub-configs) to the tiny size, consistently
+   (hidden = heads * head_dim; kv heads keep MHA / GQA / MQA), and the config is rebuilt from
+   those keywords so that its ``__init__`` recomputes derived fields (``layer_types`` ...);
+   ``base`` preset: the config class's defaults, which for most types is the published size;
+3. head: the first task whose auto mapping has this ``model_type`` (``HEAD_ORDER``: seq2seq LM,
+   masked LM, causal LM, sequence classification, question answering, image classification);
+4. inputs: ``models.base.make_inputs`` for that task.
+
+A model_type with no such head is not supported; ``UNSUPPORTED`` names the model types that have
+one but fail anyway (measured with ``probe``), with the reason. Hand-written specs override all.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache, partial
+from typing import Any
+
+from models.base import TINY, Built, ModelSpec, finish, fix_special_tokens, instantiate
+
+# (task, auto mapping name in transformers.models.auto.modeling_auto, Auto class name), in preference order.
+HEAD_ORDER: tuple[tuple[str, str, str], ...] = (
+    ("seq2seq-lm", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "AutoModelForSeq2SeqLM"),
+    ("masked-lm", "MODEL_FOR_MASKED_LM_MAPPING_NAMES", "AutoModelForMaskedLM"),
+    ("causal-lm", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "AutoModelForCausalLM"),
+    ("seq-cls", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", "AutoModelForSequenceClassification"),
+    ("qa", "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES", "AutoModelForQuestionAnswering"),
+    ("image-cls", "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", "AutoModelForImageClassification"),
+)
+
+LAYERS, HIDDEN, HEADS, HEAD_DIM, INTER, VOCAB = (TINY["layers"], TINY["hidden"], TINY["heads"],
+                                                 TINY["hidden"] // TINY["heads"], TINY["inter"], TINY["vocab"])
+MAX_POSITIONS = 512
+IMAGE_SIZE = 64
+
+# Config attribute names by role; a name not listed keeps the class default.
+LAYER_KEYS = {"num_hidden_layers", "n_layer", "n_layers", "num_layers", "encoder_layers", "decoder_layers",
+              "num_decoder_layers", "num_encoder_layers", "num_text_layers", "num_vision_layers"}
+HIDDEN_KEYS = {"hidden_size", "d_model", "n_embd", "n_embed", "dim", "embed_dim", "model_dim",
+               "word_embed_proj_dim", "d_embed"}
+HEAD_KEYS = {"num_attention_heads", "n_head", "n_heads", "encoder_attention_heads", "decoder_attention_heads",
+             "num_heads"}
+KV_KEYS = {"num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num", "n_head_kv"}
+INTER_KEYS = {"intermediate_size", "d_ff", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "n_inner", "d_inner",
+              "hidden_dim", "ffn_hidden_size", "moe_intermediate_size", "shared_expert_intermediate_size",
+              "expert_intermediate_size", "dense_intermediate_size", "mlp_dim"}
+VOCAB_KEYS = {"vocab_size"}
+POSITION_KEYS = {"max_position_embeddings", "n_positions", "n_ctx", "max_target_positions", "max_source_positions"}
+EXPERT_KEYS = {"num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"}
+TOPK_KEYS = {"num_experts_per_tok", "moe_topk", "num_selected_experts", "top_k", "moe_k"}
+GROUP_KEYS = {"n_group", "topk_group"}
+EXPERTS, TOPK = 4, 2
+
+# Per-model_type keywords the name rules cannot derive: (tiny overrides, reason).
+TINY_FIXES: dict[str, dict[str, Any]] = {
+    "gpt_neo": {"attention_types": [[["global", "local"], 1]]},  # 1 pair = 2 layers
+}
+
+# Model types that have a head with a loss but do not build or run on the generic path.
+UNSUPPORTED: dict[str, str] = {}
+
+
+@lru_cache(maxsize=None)
+def _mapping(name: str) -> dict[str, str]:
+    from transformers.models.auto import modeling_auto
+    return dict(getattr(modeling_auto, name, {}))
+
+
+def head_class_name(model_type: str) -> tuple[str, str] | None:
+    """(task, model class name) of the first head in ``HEAD_ORDER`` that ``model_type`` has."""
+    for task, mapping, _ in HEAD_ORDER:
+        cls = _mapping(mapping).get(model_type)
+        if isinstance(cls, (list, tuple)):
+            cls = cls[0]
+        if cls:
+            return task, cls
+    return None
+
+
+def pick_head(model_type: str) -> tuple[str, Any] | None:
+    """(task, Auto class) for ``model_type`` (used by checkpoint directories), or None."""
+    import transformers
+    for task, mapping, auto in HEAD_ORDER:
+        if model_type in _mapping(mapping):
+            return task, getattr(transformers, auto)
+    return None
+
+
+# --------------------------------------------------------------------------- shrinking
+
+def _kv_heads(kv: int, heads: int) -> int:
+    """Keep the attention kind: MHA stays MHA, MQA stays MQA, GQA becomes 2 groups of 2."""
+    if kv >= heads:
+        return HEADS
+    return 1 if kv == 1 else HEADS // 2
+
+
+def shrink_dict(d: dict[str, Any]) -> dict[str, Any]:
+    """The tiny-preset keywords of one config dict (only the keys that change; sub-configs in full)."""
+    out: dict[str, Any] = {}
+    layers = next((d[k] for k in LAYER_KEYS if isinstance(d.get(k), int)), None)
+    heads = next((d[k] for k in HEAD_KEYS if isinstance(d.get(k), int)), None)
+    for key, v in d.items():
+        if isinstance(v, dict) and "model_type" in v:
+            out[key] = {**v, **shrink_dict(v)}
+        elif isinstance(v, bool) or not isinstance(v, (int, list)):
+            continue
+        elif isinstance(v, list):
+            if layers and len(v) == layers > LAYERS and key not in ("hidden_sizes", "depths"):
+                out[key] = v[:LAYERS]  # per-layer lists (layer_types, attention_window, ...)
+        elif key in LAYER_KEYS and v > LAYERS:
+            out[key] = LAYERS
+        elif key in HIDDEN_KEYS and v > HIDDEN:
+            out[key] = HIDDEN
+        elif key in HEAD_KEYS and v > HEADS:
+            out[key] = HEADS
+        elif key in KV_KEYS and heads:
+            out[key] = _kv_heads(v, heads)
+        elif (key.endswith("head_dim") or key in {"d_kv", "d_head", "attention_head_size", "kv_channels"}) \
+                and v > HEAD_DIM:
+            out[key] = HEAD_DIM
+        elif key == "rotary_dim" and v > HEAD_DIM // 2:
+            out[key] = HEAD_DIM // 2
+        elif key.endswith("lora_rank") and v > 64:
+            out[key] = 64
+        elif key in INTER_KEYS and v > INTER:
+            out[key] = INTER
+        elif key in VOCAB_KEYS and v > VOCAB:
+            out[key] = VOCAB
+        elif key in POSITION_KEYS and v > MAX_POSITIONS:
+            out[key] = MAX_POSITIONS
+        elif key in EXPERT_KEYS and v > EXPERTS:
+            out[key] = EXPERTS
+        elif key in TOPK_KEYS and v > TOPK:
+            out[key] = TOPK
+        elif key in GROUP_KEYS and v > 1:
+            out[key] = 1
+        elif key == "image_size" and v > IMAGE_SIZE:
+            out[key] = IMAGE_SIZE
+    for key in ("depths", "hidden_sizes"):  # CNN / hierarchical vision stages
+        v = d.get(key)
+        if isinstance(v, list) and v and all(isinstance(i, int) for i in v):
+            out[key] = [1] * len(v) if key == "depths" else [min(i, 32 * 2 ** n) for n, i in enumerate(v)]
+    return out
+
+
+def tiny_config(model_type: str) -> Any:
+    from transformers import AutoConfig
+    default = AutoConfig.for_model(model_type)
+    overrides = {**shrink_dict(default.to_dict()), **TINY_FIXES.get(model_type, {})}
+    cfg = AutoConfig.for_model(model_type, **overrides)
+    for sub in [cfg, *(v for v in vars(cfg).values() if hasattr(v, "to_dict") and hasattr(v, "model_type"))]:
+        if isinstance(getattr(sub, "vocab_size", None), int):
+            fix_special_tokens(sub, sub.vocab_size)
+    return cfg
+
+
+def build_generic(model_type: str, preset: str, mode: str, device: str) -> Built:
+    import transformers
+    from transformers import AutoConfig
+    head = head_class_name(model_type)
+    if head is None:
+        raise ValueError(f"{model_type}: no task head with a loss")
+    task, cls_name = head
+    cfg = tiny_config(model_type) if preset == "tiny" else AutoConfig.for_model(model_type)
+    if task == "seq-cls" and getattr(cfg, "pad_token_id", None) is None:
+        cfg.pad_token_id = 0  # sequence classification of decoder models finds the last non-pad token
+    model = instantiate(getattr(transformers, cls_name), cfg, device)
+    return finish(model, cfg, task, preset, mode, device)
+
+
+def supported_model_types() -> list[str]:
+    """Every model_type with a head in ``HEAD_ORDER`` whose class exists, minus ``UNSUPPORTED``."""
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    out = []
+    for mt in CONFIG_MAPPING_NAMES:
+        head = head_class_name(mt)
+        if head and mt not in UNSUPPORTED and hasattr(transformers, head[1]):
+            out.append(mt)
+    return sorted(out)
+
+
+@lru_cache(maxsize=1)
+def generic_registry() -> dict[str, ModelSpec]:
+    specs = {}
+    for mt in supported_model_types():
+        task, cls = head_class_name(mt)
+        specs[mt] = ModelSpec(mt, partial(build_generic, mt), note=f"{cls} ({task})", source="generic")
+    return specs
+
+
+def probe(model_type: str, mode: str = "train") -> str | None:
+    """Build ``model_type`` tiny and run one eager step; None if it works, else the error in one line."""
+    try:
+        built = build_generic(model_type, "tiny", mode, "cpu")
+        out = built.model(**built.inputs)
+        if mode == "train":
+            built.loss(out).backward()
+    except Exception as e:  # noqa: BLE001 - the point is to record any failure
+        return re.sub(r"\s+", " ", f"{type(e).__name__}: {e}")[:300]
+    return None
+
+
+def probe_all(model_types: list[str], mode: str = "train", seconds: int = 60) -> dict[str, str]:
+    """``probe`` every model type (each under an alarm of ``seconds``); the failures with their errors."""
+    import signal
+
+    def _timeout(*_):
+        raise TimeoutError(f"no eager step within {seconds} s")
+
+    failures: dict[str, str] = {}
+    old = signal.signal(signal.SIGALRM, _timeout)
+    try:
+        for mt in model_types:
+            signal.alarm(seconds)
+            try:
+                error = probe(mt, mode)
+            finally:
+                signal.alarm(0)
+            if error:
+                failures[mt] = error
+            print(f"{mt}: {error or 'ok'}", flush=True)
+    finally:
+        signal.signal(signal.SIGALRM, old)
+    return failures
+
+
+if __name__ == "__main__":  # python -m models.generic [model_type ...]: re-measure UNSUPPORTED
+    import sys
+    import transformers
+    transformers.logging.set_verbosity_error()
+    UNSUPPORTED.clear()
+    types = sys.argv[1:] or supported_model_types()
+    print("UNSUPPORTED =", probe_all(types))
