@@ -1,0 +1,71 @@
+"""miner bench: time candidates against eager and Inductor on a CUDA GPU."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from miner.errors import UsageError
+
+HELP = ("time each candidate on its observed and base-model shapes: eager, Inductor, Inductor "
+        "max-autotune and the generated kernel (CUDA graphs, medians, % of the measured memory roofline)")
+
+
+def add_arguments(p) -> None:
+    sel = p.add_mutually_exclusive_group()
+    sel.add_argument("--candidates", metavar="ID,...", help="candidate ids (or unique prefixes) to time")
+    sel.add_argument("--all", action="store_true", help="every candidate under candidates/ (the default)")
+    p.add_argument("--models", metavar="M,...", help="only the shapes these models produce")
+    p.add_argument("--shapes", choices=("captured", "base", "all"), default="all",
+                   help="captured: as the scan observed them; base: scaled to the published model sizes "
+                        "(or base-preset captures); all: both (default)")
+    p.add_argument("--variants", default="eager,inductor,max-autotune,candidate",
+                   help="comma list of eager, inductor, max-autotune, candidate (default: all four)")
+    p.add_argument("--replays", type=int, default=25, help="timed CUDA-graph replays per variant (default 25)")
+    p.add_argument("--out", metavar="DIR", help="run table folder (default reports/gpu/<date>-<gpu>/)")
+    p.add_argument("--no-save", action="store_true", help="print the table, write nothing")
+    p.add_argument("--allow-cpu", action="store_true",
+                   help="smoke-run the harness on the CPU (Triton interpreter); its times mean nothing")
+
+
+def _prepare_cpu_smoke() -> None:
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        if "triton" in sys.modules:
+            raise UsageError("--allow-cpu runs Triton kernels in the interpreter, which must be switched on before "
+                             "triton is imported: run it as `TRITON_INTERPRET=1 miner bench --allow-cpu ...`")
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
+def run(args) -> int:
+    from miner import bench
+    from miner.workspace import Workspace
+
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in bench.VARIANTS]
+    if unknown:
+        raise UsageError(f"unknown variant(s) {', '.join(unknown)}; variants: {', '.join(bench.VARIANTS)}")
+    if args.allow_cpu:
+        import torch
+        if not torch.cuda.is_available():
+            _prepare_cpu_smoke()
+    device = bench.require_cuda("miner bench", allow_cpu=args.allow_cpu)
+    ws = Workspace(args.workspace)
+    ids = [c.strip() for c in args.candidates.split(",")] if args.candidates else None
+    dirs = bench.find_candidates(ws.candidates, ids)
+    if not dirs:
+        raise UsageError(f"no candidates in {ws.candidates} (run `miner generate` first)")
+    cands = [bench.load_candidate(d) for d in dirs]
+    models = [m.strip() for m in args.models.split(",")] if args.models else None
+    env, rows = bench.run_bench(cands, device=device, variants=variants, shapes=args.shapes, models=models,
+                                replays=args.replays)
+    print()
+    print(bench.env_header(env))
+    print(bench.markdown_table(rows))
+    if not args.no_save:
+        out = Path(args.out) if args.out else bench.today_dir(env, ws.reports)
+        written = bench.save_results(rows, env, candidate_dirs={c.id: c.path for c in cands}, report_dir=out)
+        for p in written:
+            print(f"wrote {p}")
+    failed = [r for r in rows for v in r.variants if v.name == "candidate" and v.numerics_ok is False]
+    return 1 if failed else 0
