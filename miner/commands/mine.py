@@ -1,0 +1,58 @@
+"""``miner mine``: mine frequent pointwise/reduction subgraphs of the captured graphs into
+``mined/patterns.json`` and print a short summary."""
+
+from __future__ import annotations
+
+HELP = "mine frequent pointwise/reduction subgraphs across captured graphs"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--min-support", type=int, default=2, metavar="N",
+                   help="keep patterns found in at least N graphs (default 2)")
+    p.add_argument("--min-models", type=int, default=1, metavar="N",
+                   help="... and in at least N distinct models (default 1)")
+    p.add_argument("--max-nodes", type=int, default=8, metavar="N",
+                   help="at most N pointwise/reduction nodes per pattern (default 8)")
+    p.add_argument("--max-views", type=int, default=4, metavar="N",
+                   help="at most N view/getitem nodes between them (default 4)")
+    p.add_argument("--models", metavar="A,B", help="only the captures of these models (default: all)")
+    p.add_argument("--all", action="store_true", help="keep non-closed patterns too (default: closed only)")
+    p.add_argument("--max-extra-outputs", type=int, default=2, metavar="N",
+                   help="interior values used outside an occurrence it may also return (default 2)")
+    p.add_argument("--max-stored", type=int, default=4, metavar="N",
+                   help="occurrences stored per pattern in patterns.json; counts cover all (default 4)")
+    p.add_argument("--top", type=int, default=10, metavar="N", help="patterns to print (default 10)")
+
+
+def run(args) -> int:
+    from miner.errors import UsageError
+    from miner.mine import mine
+    from miner.pattern import save_patterns
+    from miner.workspace import Workspace
+
+    ws = Workspace(args.workspace)
+    models = [m for m in args.models.split(",") if m] if args.models else None
+    if args.max_nodes < 2:
+        raise UsageError("--max-nodes must be at least 2")
+    if args.min_support < 1 or args.min_models < 1:
+        raise UsageError("--min-support and --min-models must be at least 1")
+    graphs = ws.load_graphs(models)
+    if not graphs:
+        known = sorted({p.parts[-3] for p in ws.graph_files()})
+        raise UsageError(f"no captured graphs under {ws.captures}"
+                         + (f" for {','.join(models)}; captured models: {', '.join(known) or 'none'}" if models
+                            else "; run `miner scan` first"))
+    result = mine(graphs, min_support=args.min_support, min_models=args.min_models, max_nodes=args.max_nodes,
+                  max_views=args.max_views, closed_only=not args.all, max_extra_outputs=args.max_extra_outputs,
+                  max_stored=args.max_stored)
+    path = save_patterns(ws, result.patterns, result.params, result.stats)
+    s = result.stats
+    print(f"mined {s['graphs']} graphs ({s['nodes']} nodes, {s['fusable_nodes']} fusable) of "
+          f"{len(result.params['models'])} models in {s['seconds']['total']:.1f} s: "
+          f"{s['reported_patterns']} {'closed ' if not args.all else ''}patterns "
+          f"({s['frequent_patterns']} frequent subgraphs), "
+          f"{sum(p.inductor.missed_fusion for p in result.patterns)} with missed fusions")
+    from miner.commands.patterns import table
+    print(table(result.patterns[:args.top]))
+    print(f"wrote {path}")
+    return 0

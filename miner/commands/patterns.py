@@ -1,0 +1,109 @@
+"""``miner patterns``: the ranked table of mined patterns; ``miner patterns show <id>``: one
+pattern's subgraph, where it occurs, Inductor's kernels and why occurrences were rejected."""
+
+from __future__ import annotations
+
+import difflib
+from collections import defaultdict
+
+HELP = "list mined patterns, or show one (`patterns show <id>`)"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("what", nargs="*", metavar="show ID", help="`show <pattern-id>` for one pattern")
+    p.add_argument("--top", type=int, default=20, metavar="N", help="rows to print (default 20; 0 = all)")
+    p.add_argument("--model", help="only patterns found in this model")
+    p.add_argument("--missed", action="store_true", help="only patterns Inductor splits into several kernels")
+
+
+def table(patterns) -> str:
+    """A fixed-width table: id, ops, support, occurrences, safe share, kernels, missed fusion."""
+    rows = [("id", "ops", "models", "graphs", "occ", "safe", "kernels", "missed")]
+    for p in patterns:
+        ops = p.ops if len(p.ops) <= 60 else p.ops[:57] + "..."
+        k = p.inductor.typical_kernels
+        rows.append((p.id, ops, str(p.support.n_models), str(p.support.n_graphs), str(p.counts.non_overlapping),
+                     f"{100 * p.counts.safe_share:.0f}%", "-" if k is None else str(k),
+                     "yes" if p.inductor.missed_fusion else ""))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def find(patterns, pid: str):
+    """The pattern with id (or unique id prefix) ``pid``; ``UsageError`` listing close ids otherwise."""
+    from miner.errors import UsageError
+
+    by_id = {p.id: p for p in patterns}
+    if pid in by_id:
+        return by_id[pid]
+    prefixed = [i for i in by_id if i.startswith(pid)]
+    if len(prefixed) == 1:
+        return by_id[prefixed[0]]
+    close = prefixed[:8] or difflib.get_close_matches(pid, list(by_id), n=5, cutoff=0.5)
+    raise UsageError(f"unknown pattern id {pid!r}" + (f"; close: {', '.join(close)}" if close else
+                                                       f"; {len(by_id)} patterns, see `miner patterns`"))
+
+
+def show(p) -> str:
+    """The text of ``miner patterns show <id>``."""
+    lines = [f"pattern {p.id}: {p.ops}",
+             f"  {p.n_compute} compute nodes, {len(p.nodes)} nodes, {p.n_inputs} inputs, {p.n_consts} scalar slots; "
+             f"outputs {', '.join(f'n{j}' for j in p.outputs)}"
+             + (f"; extra outputs {', '.join(f'n{j}' for j in p.extra_outputs)}" if p.extra_outputs else "")
+             + ("" if p.closed else " (not closed)"),
+             "", "subgraph:"]
+    lines += ["  " + line for line in p.to_source().rstrip().splitlines()]
+    lines += ["", f"support: {p.support.n_models} models ({', '.join(p.support.models)}), "
+                  f"{p.support.n_graphs} graphs"]
+    lines += [f"  {g}" for g in p.support.graphs]
+    c = p.counts
+    lines += [f"occurrences: {c.total} embeddings, {c.non_overlapping} non-overlapping (greedy), {c.safe} safe; "
+              + ", ".join(f"{k} {v}" for k, v in c.by_phase.items())]
+    ind = p.inductor
+    if ind.kernels_hist:
+        lines += ["inductor: kernels per occurrence " + ", ".join(f"{k}: {v}x" for k, v in ind.kernels_hist.items())
+                  + (f"; {ind.one_kernel} already one kernel" if ind.one_kernel else "")
+                  + (f"; {ind.recomputed} with recomputed nodes" if ind.recomputed else "")]
+        if ind.missed_fusion:
+            lines += ["  missed fusion, split at: " + ", ".join(f"{k} ({v}x)" for k, v in ind.splits.items())]
+    else:
+        lines += ["inductor: no kernel map for these graphs"]
+    if p.rejections:
+        lines += ["", "rejected occurrences, by reason:"]
+        groups: dict[str, list[tuple[str, int]]] = defaultdict(list)
+        for reason, n in p.rejections.items():
+            groups[reason.split(":", 1)[0]].append((reason, n))
+        for rule, items in groups.items():
+            lines += [f"  {rule} ({sum(n for _, n in items)}):"]
+            lines += [f"    {n:4d}x {reason.split(':', 1)[1].strip()}" for reason, n in items]
+    lines += ["", f"stored occurrences ({len(p.occurrences)} of {c.non_overlapping}):"]
+    for o in p.occurrences:
+        shapes = ", ".join(f"{list(m.shape)}:{m.dtype}" for m in o.input_meta if m is not None)
+        lines += [f"  {o.graph}  [{'safe' if o.verdict.ok else 'REJECTED'}]  nodes {', '.join(o.nodes)}",
+                  f"    inputs {', '.join(o.inputs)} ({shapes})"
+                  + (f"; scalars {list(o.scalars)}" if o.scalars else "")
+                  + f"; {o.n_kernels} kernel(s)" + (f" {', '.join(k.name for k in o.kernels)}" if o.kernels else "")]
+        lines += [f"    - {r}" for r in o.verdict.reasons]
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    from miner.errors import UsageError
+    from miner.pattern import load_patterns
+    from miner.workspace import Workspace
+
+    patterns = load_patterns(Workspace(args.workspace))
+    if args.what:
+        if args.what[0] != "show" or len(args.what) != 2:
+            raise UsageError("usage: miner patterns [--top N] | miner patterns show <pattern-id>")
+        print(show(find(patterns, args.what[1])))
+        return 0
+    if args.model:
+        patterns = [p for p in patterns if args.model in p.support.models]
+    if args.missed:
+        patterns = [p for p in patterns if p.inductor.missed_fusion]
+    shown = patterns if args.top == 0 else patterns[:args.top]
+    print(table(shown))
+    if len(shown) < len(patterns):
+        print(f"({len(patterns) - len(shown)} more; --top 0 for all)")
+    return 0
