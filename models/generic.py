@@ -180,10 +180,11 @@ def supported_model_types() -> list[str]:
     """Every model_type with a head in ``HEAD_ORDER`` whose class exists, minus ``UNSUPPORTED``."""
     import transformers
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    exported = set(dir(transformers))  # the lazy module's names: no modeling module gets imported
     out = []
     for mt in CONFIG_MAPPING_NAMES:
         head = head_class_name(mt)
-        if head and mt not in UNSUPPORTED and hasattr(transformers, head[1]):
+        if head and mt not in UNSUPPORTED and head[1] in exported:
             out.append(mt)
     return sorted(out)
 
