@@ -1,0 +1,32 @@
+"""``miner report``: the ranked review as one self-contained HTML page."""
+
+from __future__ import annotations
+
+import argparse
+
+from miner import rank
+from miner.report import default_run_name, write_report
+from miner.workspace import Workspace
+
+HELP = "write reports/<run>/index.html (ranking, cost model, per-candidate drawings and benchmarks) and print its path"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--run", dest="run_name", default=default_run_name(), metavar="NAME",
+                        help="report folder under reports/ (default: %(default)s)")
+    parser.add_argument("--model", metavar="NAME", help="only occurrences in this zoo model")
+    parser.add_argument("--scale", choices=rank.SCALES, default="published",
+                        help="score at each model's published size (default) or at the captured shapes")
+    parser.add_argument("--detail-top", type=int, default=25, metavar="N",
+                        help="detail sections for every candidate plus the N best patterns without one (default 25)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from miner.errors import UsageError
+
+    if "/" in args.run_name or args.run_name in ("", ".", "..", "gpu"):
+        raise UsageError(f"--run {args.run_name!r}: give a plain folder name (not 'gpu', which holds bench runs)")
+    ws = Workspace(args.workspace)
+    review = rank.review(ws, only_model=args.model, scale=args.scale)
+    print(write_report(review, ws, args.run_name, detail_top=args.detail_top))
+    return 0

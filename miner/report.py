@@ -1,0 +1,578 @@
+"""Show a ``Review``: a terminal table, one candidate in full, and a self-contained HTML page.
+
+Renderers only format what ``miner.rank`` computed; they never compute a number themselves.
+Predicted numbers (cost model or analytical) carry a leading ``~`` (in HTML also a violet italic
+style and a "pred" tag); measured ones carry none. ``write_html`` writes
+``reports/<run>/index.html`` with inline CSS and base64 PNG images (matplotlib, Agg backend), so
+the page opens from a file or a mail attachment alike.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import html
+import io
+import math
+from collections import Counter
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from miner import __version__
+from miner.costmodel import FEATURE_NAMES, Accuracy
+from miner.rank import PREDICTED_MARK, CallEstimate, Estimate, Ranked, Review, short_dtype
+from miner.workspace import Workspace, write_text
+
+LEGEND = (f"{PREDICTED_MARK} = predicted (not measured): by the cost model, or by the analytical roofline "
+          "model when there is no benchmark data; numbers without it were measured on a GPU.")
+VARIANTS = ("eager", "inductor", "max-autotune", "candidate")
+COLORS = {"eager": "#9aa5b8", "inductor": "#2a62c9", "max-autotune": "#6b8fd6", "candidate": "#1f8a4c",
+          "roofline": "#c0392b"}
+CATEGORY_COLORS = {"pointwise": "#dbe8ff", "reduction": "#ffe2b8", "view": "#eeeeee", "input": "#ffffff",
+                   "output": "#d9f2e3"}
+
+
+# --------------------------------------------------------------------------- text
+
+def _us(e: Estimate | None) -> str:
+    return "-" if e is None else e.fmt(".1f") if abs(e.value) < 1e5 else e.fmt(".3g")
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.0f}%"
+
+
+def _cut(s: str, n: int) -> str:
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def _columns(rows: Sequence[Sequence[str]], header: Sequence[str], right: set[int]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    fmt = lambda r: "  ".join(str(x).rjust(w) if i in right else str(x).ljust(w)
+                              for i, (x, w) in enumerate(zip(r, widths))).rstrip()
+    return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
+
+
+def ops_chain(r: Ranked) -> str:
+    return r.pattern.ops.replace(" -> ", ">")
+
+
+def render_table(review: Review, top: int | None = 20, members: bool = False) -> str:
+    """The ranked review list: one row per family (its best member), or every member."""
+    out = [_basis_lines(review)]
+    if not review.rows:
+        out.append("\nNothing to rank: no mined patterns or candidates in this workspace "
+                   "(run `miner scan`, `miner mine`, `miner generate`).")
+        return "\n".join(out)
+    by_id = {r.id: r for r in review.rows}
+    fams = review.families[:top] if top else review.families
+    header = ["#", "id", "family", "ops", "models", "graphs", "occ", "safe", "missed", "kern", "speedup",
+              "saved us/step", "status"]
+    rows = []
+    for i, fam in enumerate(fams, 1):
+        for j, mid in enumerate(fam.members if members else fam.members[:1]):
+            r = by_id[mid]
+            fam_col = (f"+{len(fam.members) - 1} similar" if len(fam.members) > 1 else "") if j == 0 else f"of {fam.id}"
+            rows.append([str(i) if j == 0 else "", r.id, fam_col, _cut(ops_chain(r), 38), str(r.support[0]),
+                         str(r.support[1]), str(r.occurrences), _pct(r.safe_share), _pct(r.missed_share),
+                         "-" if r.inductor_kernels is None else str(r.inductor_kernels),
+                         "-" if r.speedup is None else r.speedup.fmt(".2f", "x"), _us(_scaled(r.saved_ms)),
+                         r.status + (f" ({r.label})" if r.label else "")])
+    out.append(_columns(rows, header, {0, 4, 5, 6, 7, 8, 9, 10, 11}))
+    shown = len(fams)
+    if shown < len(review.families):
+        out.append(f"... {len(review.families) - shown} more families (--top 0 shows all)")
+    out.append("")
+    out.append(LEGEND)
+    out.append("occ: non-overlapping occurrences; safe: share the safety checks accept; missed: share Inductor "
+               "splits into >1 kernel; kern: Inductor kernels per occurrence; (+n): family members, --members "
+               "lists them.")
+    out.append(_accuracy_line(review.model.accuracy))
+    out += [f"warning: {p}" for p in review.problems]
+    return "\n".join(out)
+
+
+def _scaled(e: Estimate) -> Estimate:
+    return Estimate(e.value * 1e3, e.source)  # ms -> us
+
+
+def _basis_lines(review: Review) -> str:
+    scope = f" (model: {review.only_model})" if review.only_model else ""
+    return f"Candidates ranked by expected time saved per training/inference step{scope}.\n{review.basis}\n"
+
+
+def _accuracy_line(acc: Accuracy | None) -> str:
+    if acc is None:
+        return "Cost model: not trained."
+    if not acc.ok:
+        return f"Cost model: {acc.reason or 'accuracy undefined on these points'}."
+    return (f"Cost model accuracy ({acc.scheme}, {acc.n_points} measured points, {acc.n_candidates} candidates): "
+            f"Spearman {acc.spearman:.2f}, MAE {acc.mae:.2f}x speedup (analytical baseline: Spearman "
+            f"{_num(acc.baseline_spearman)}, MAE {_num(acc.baseline_mae)}x).")
+
+
+def _num(x: float | None, spec: str = ".2f") -> str:
+    return "-" if x is None else f"{x:{spec}}"
+
+
+def render_show(review: Review, r: Ranked) -> str:
+    """Everything known about one candidate (or pattern), as text."""
+    p, c = r.pattern, r.candidate
+    lines = [f"{r.id}  {r.label or ''}".rstrip(), f"  ops:      {p.ops}",
+             f"  status:   {r.status}" + (f" (fusion {c.fusion})" if c and c.fusion else ""),
+             f"  family:   {r.family.id} '{r.family.name}' ({len(r.family.members)} members: "
+             f"{', '.join(r.family.members[:6])}{' ...' if len(r.family.members) > 6 else ''})",
+             f"  support:  {p.support.n_models} models ({', '.join(p.support.models)}), {p.support.n_graphs} graphs",
+             f"  occurrences: {r.occurrences} non-overlapping, {r.safe} safe ({_pct(r.safe_share)}); "
+             f"by phase {dict(p.counts.by_phase)}",
+             f"  Inductor: typical {r.inductor_kernels} kernel(s) per occurrence; kernels histogram "
+             f"{dict(p.inductor.kernels_hist)}; missed fusion {_pct(r.missed_share)}",
+             f"  score:    saved {_us(_scaled(r.saved_ms))} us per step; speedup over Inductor "
+             f"{'-' if r.speedup is None else r.speedup.fmt('.2f', 'x')}", "", "pattern:"]
+    lines += ["  " + line for line in p.to_source("pattern").splitlines()]
+    if p.inductor.splits:
+        lines += ["", "where Inductor splits it:"] + [f"  {k}: {v}" for k, v in p.inductor.splits.items()]
+    if p.rejections:
+        lines += ["", "why occurrences were rejected:"] + [f"  {v:5d}  {k}" for k, v in
+                                                         sorted(p.rejections.items(), key=lambda kv: -kv[1])]
+    if r.calls:
+        lines += ["", "per call (safe occurrences with the same inputs):"]
+        lines.append(_columns([_call_cells(e) for e in r.calls],
+                              ["model", "phase", "inputs", "count", "kern", "Inductor ms", "speedup", "saved us/call"],
+                              {3, 4, 5, 6, 7}))
+    if c is not None:
+        lines += ["", f"candidate files: {c.path}"]
+        lines += ["", "validation:"] + (_validation_lines(c.validation) or ["  not validated"])
+        if c.bench:
+            lines += ["", "benchmarks (ms, median [p20-p80]):"]
+            rows = [[b.label, ",".join(b.models), b.source] + [_timing(b.times.get(v)) for v in VARIANTS]
+                    + [_num(b.speedup, ".2f") + "x" if b.speedup else "-", _num(b.roofline_pct(), ".0f") + "%"]
+                    for b in c.bench]
+            lines.append(_columns(rows, ["inputs", "models", "source", *VARIANTS, "vs Inductor", "roofline"],
+                                  {3, 4, 5, 6, 7, 8}))
+    lines += ["", "where it occurs (sample):"]
+    for o in p.occurrences[:12]:
+        shapes = " ".join(str(m.shape) for m in o.input_meta if m is not None)
+        verdict = "ok" if o.verdict.ok else "rejected: " + "; ".join(o.verdict.reasons)
+        lines.append(f"  {o.graph}  {shapes}  kernels={o.n_kernels}  {verdict}")
+    if len(p.occurrences) > 12:
+        lines.append(f"  ... {len(p.occurrences) - 12} more in the sample")
+    lines += ["", LEGEND]
+    return "\n".join(lines)
+
+
+def _call_cells(e: CallEstimate) -> list[str]:
+    c = e.call
+    return [c.model, c.phase, _cut(c.label, 60) + (" (derived)" if c.source == "derived" else ""), str(c.count),
+            "-" if c.inductor_kernels is None else str(c.inductor_kernels), e.inductor_ms.fmt(".4f"),
+            e.speedup.fmt(".2f", "x"), _us(_scaled(e.saved_ms))]
+
+
+def _timing(t: tuple[float, float, float] | None) -> str:
+    return "-" if t is None else f"{t[0]:.4f} [{t[1]:.4f}-{t[2]:.4f}]"
+
+
+def _validation_lines(v: dict | None) -> list[str]:
+    if not isinstance(v, dict):
+        return []
+    lines = [f"  overall: {'ok' if v.get('ok') else 'FAILED'}" + (f" ({v['failure']})" if v.get("failure") else "")]
+    for row in validation_rows(v):
+        lines.append(f"  {'ok  ' if row[1] else 'FAIL' if row[1] is False else '?   '} {row[0]}  {row[2]}")
+    return lines
+
+
+def validation_rows(v: dict) -> list[tuple[str, bool | None, str]]:
+    """(what, ok, detail) for each check in a validation.json, whatever its exact layout."""
+    out = []
+    for key, val in v.items():
+        if isinstance(val, list):
+            for item in val:
+                if isinstance(item, dict):
+                    what = " ".join(str(item[k]) for k in ("check", "kind", "name", "model", "shape", "dtype",
+                                                           "inputs", "case", "variant") if k in item
+                                    and not isinstance(item[k], (dict, list)))
+                    if not what and isinstance(item.get("inputs"), list):
+                        what = " ".join(f"{i.get('dtype', '')}{list(i.get('shape', []))}" for i in item["inputs"]
+                                        if isinstance(i, dict))
+                    ok = item.get("ok", item.get("passed"))
+                    detail = ", ".join(f"{k}={_short(item[k])}" for k in ("max_abs_err", "max_rel_err", "tol", "atol",
+                                                                          "rtol", "fired", "count", "error", "reason")
+                                       if k in item and item[k] is not None)
+                    out.append((f"{key}: {what}".strip(), ok if isinstance(ok, bool) else None, detail))
+        elif isinstance(val, dict) and ("ok" in val or "passed" in val):
+            detail = ", ".join(f"{k}={_short(x)}" for k, x in val.items() if k not in ("ok", "passed")
+                               and not isinstance(x, (dict, list)))
+            out.append((key, val.get("ok", val.get("passed")), detail))
+    return out
+
+
+def _short(x) -> str:
+    return f"{x:.3g}" if isinstance(x, float) else str(x)[:80]
+
+
+# --------------------------------------------------------------------------- images
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def node_label(n) -> str:
+    """``sum[-1]``, ``convert bf16``, ``exp``: the op and its structural constants (dims, dtype)."""
+    from miner.families import short_op
+    extra = []
+    for a in n.args:
+        if isinstance(a, (list, tuple)) and a and all(isinstance(x, int) for x in a):
+            extra.append("[" + ",".join(map(str, a)) + "]")
+        elif isinstance(a, dict) and "dtype" in a:
+            extra.append(short_dtype(a["dtype"]))
+    return " ".join([short_op(n.target)] + extra)
+
+
+def pattern_graph(p):
+    """The pattern as an ``nx.DiGraph``: inputs ``in<k>``, ops ``n<j>`` (label, category), outputs marked."""
+    import networkx as nx
+    g = nx.DiGraph()
+    for k in range(p.n_inputs):
+        g.add_node(f"in{k}", label=f"in{k}", category="input")
+    outs = set(p.all_outputs)
+    for j, n in enumerate(p.nodes):
+        g.add_node(f"n{j}", label=node_label(n), category="output" if j in outs else n.category, base=n.category)
+        for kind, idx in n.refs():
+            if kind in ("input", "node"):
+                g.add_edge(f"in{idx}" if kind == "input" else f"n{idx}", f"n{j}")
+    return g
+
+
+def draw_pattern(p) -> str:
+    """The pattern top to bottom (networkx layered layout, drawn with matplotlib), as a PNG data URI.
+
+    Nodes are labelled boxes: inputs white, pointwise blue, reductions orange, views grey, outputs
+    green-edged; an edge goes from an operand to its user.
+    """
+    import networkx as nx
+    plt = _pyplot()
+    g = pattern_graph(p)
+    layer_of = {n: i for i, layer in enumerate(nx.topological_generations(g)) for n in layer}
+    nx.set_node_attributes(g, layer_of, "layer")
+    pos = nx.multipartite_layout(g, subset_key="layer", align="horizontal")
+    pos = {n: (x, -y) for n, (x, y) in pos.items()}  # first layer on top
+    layers = 1 + max(layer_of.values(), default=0)
+    width = max(Counter(layer_of.values()).values(), default=1)
+    fig, ax = plt.subplots(figsize=(max(2.6, 1.5 * width + 0.6), 0.62 * layers + 0.4))
+    for u, v in g.edges:
+        skip = layer_of[v] - layer_of[u] > 1 and abs(pos[u][0] - pos[v][0]) < 1e-6  # would hide behind a node
+        ax.annotate("", xy=pos[v], xytext=pos[u], arrowprops=dict(
+            arrowstyle="-|>", color="#7b8496", lw=1.1, shrinkA=11, shrinkB=11,
+            connectionstyle=f"arc3,rad={-0.5 if skip else 0.0}"))
+    outs = {f"n{j}" for j in p.all_outputs}
+    for n, d in g.nodes(data=True):
+        cat = d.get("base", d["category"]) if d["category"] == "output" else d["category"]
+        ax.text(*pos[n], d["label"], ha="center", va="center", fontsize=9, family="DejaVu Sans Mono",
+                bbox=dict(boxstyle="round,pad=0.35" if cat != "input" else "square,pad=0.35",
+                          fc=CATEGORY_COLORS.get(cat, "#ffffff"), ec="#1f8a4c" if n in outs else "#44506a",
+                          lw=2.0 if n in outs else 0.9))
+    xs = [x for x, _ in pos.values()] or [0]
+    ys = [y for _, y in pos.values()] or [0]
+    ax.set_xlim(min(xs) - 0.35 - 0.1 * (max(xs) == min(xs)), max(xs) + 0.35 + 0.1 * (max(xs) == min(xs)))
+    ax.set_ylim(min(ys) - 0.1, max(ys) + 0.1)
+    ax.set_axis_off()
+    return _png(fig)
+
+
+def bench_chart(r: Ranked) -> str | None:
+    """Grouped bars per benchmarked input set: eager / Inductor / max-autotune / candidate / roofline (measured)."""
+    points = [b for b in (r.candidate.bench if r.candidate else ()) if b.times]
+    if not points:
+        return None
+    plt = _pyplot()
+    import numpy as np
+    points = sorted(points, key=lambda b: (b.source != "derived", -b.bytes_moved))[:10]
+    series = [v for v in VARIANTS if any(v in b.times for b in points)] + ["roofline"]
+    x = np.arange(len(points))
+    w = 0.8 / len(series)
+    fig, ax = plt.subplots(figsize=(max(5.5, 1.3 * len(points) + 2.5), 3.4))
+    for i, s in enumerate(series):
+        if s == "roofline":
+            vals = [b.roofline_ms * 1e3 for b in points]
+            err = None
+        else:
+            vals = [b.times[s][0] * 1e3 if s in b.times else np.nan for b in points]
+            err = np.array([[b.times[s][0] - b.times[s][1], b.times[s][2] - b.times[s][0]] if s in b.times
+                            else [0, 0] for b in points]).T * 1e3
+        ax.bar(x + (i - (len(series) - 1) / 2) * w, vals, w, yerr=err, label=s, color=COLORS[s],
+               hatch="//" if s == "roofline" else None, edgecolor="white" if s != "roofline" else COLORS[s],
+               fill=s != "roofline", capsize=2, error_kw={"elinewidth": 0.8})
+    ax.set_xticks(x, [_tick(b) for b in points], fontsize=7.5)
+    ax.set_ylabel("µs per call (median, p20-p80)")
+    ax.set_yscale("log")
+    ax.legend(fontsize=8, ncol=len(series), loc="upper center", bbox_to_anchor=(0.5, 1.16), frameon=False)
+    ax.grid(axis="y", alpha=0.3)
+    ax.spines[["top", "right"]].set_visible(False)
+    return _png(fig)
+
+
+def _tick(b) -> str:
+    shape = max(b.key, key=lambda kd: math.prod(kd[0]) if kd[0] else 1)
+    return f"{'x'.join(map(str, shape[0]))}\n{short_dtype(shape[1])} {','.join(b.models)[:18]}\n({b.source})"
+
+
+# --------------------------------------------------------------------------- HTML
+
+def _e(x) -> str:
+    return html.escape(str(x))
+
+
+def _est(e: Estimate | None, spec: str = ".2f", suffix: str = "", scale: float = 1.0) -> str:
+    if e is None or not math.isfinite(e.value):
+        return "-"
+    text = f"{e.value * scale:{spec}}{suffix}"
+    if e.measured:
+        return f'<span class="meas" title="measured">{_e(text)}</span>'
+    return f'<span class="pred" title="predicted ({_e(e.source)})">{PREDICTED_MARK}{_e(text)}</span>'
+
+
+def _badge(status: str) -> str:
+    cls = "failed" if status.startswith("fail") else status
+    return f'<span class="badge {_e(cls)}">{_e(status)}</span>'
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[str]], num: set[int] = frozenset(), cls: str = "") -> str:
+    head = "".join(f'<th class="num">{_e(h)}</th>' if i in num else f"<th>{_e(h)}</th>" for i, h in enumerate(header))
+    body = "".join("<tr>" + "".join(f'<td class="num">{c}</td>' if i in num else f"<td>{c}</td>"
+                                    for i, c in enumerate(row)) + "</tr>" for row in rows)
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+RANK_HEADER = ("#", "candidate", "ops", "models", "graphs", "occ", "safe", "missed fusion", "Inductor kernels",
+               "speedup vs Inductor", "saved µs / step", "status")
+RANK_NUM = {0, 3, 4, 5, 6, 7, 8, 9, 10}
+
+
+def _rank_cells(i: str, r: Ranked, detailed: set[str]) -> list[str]:
+    ident = f'<a href="#c-{_e(r.id)}">{_e(r.id)}</a>' if r.id in detailed else _e(r.id)
+    label = f'<br><span class="small">{_e(r.label)}</span>' if r.label else ""
+    return [i, f"<code>{ident}</code>{label}", f'<span class="ops">{_e(r.pattern.ops)}</span>', str(r.support[0]),
+            str(r.support[1]), str(r.occurrences), _pct(r.safe_share), _pct(r.missed_share),
+            "-" if r.inductor_kernels is None else str(r.inductor_kernels),
+            _est(r.speedup, ".2f", "×"), _est(r.saved_ms, ".1f", scale=1e3), _badge(r.status)]
+
+
+def ranked_table(review: Review, detailed: set[str], top: int | None = None) -> str:
+    by_id = {r.id: r for r in review.rows}
+    head = "".join(f'<th class="num">{_e(h)}</th>' if i in RANK_NUM else f"<th>{_e(h)}</th>"
+                   for i, h in enumerate(RANK_HEADER))
+    body = []
+    for i, fam in enumerate(review.families[:top] if top else review.families, 1):
+        lead = by_id[fam.id]
+        cells = _rank_cells(str(i), lead, detailed)
+        body.append('<tr class="family" data-id="{}">'.format(_e(lead.id)) + "".join(
+            f'<td class="num">{c}</td>' if j in RANK_NUM else (f'<td class="ops">{c}</td>' if j == 2 else f"<td>{c}</td>")
+            for j, c in enumerate(cells)) + "</tr>")
+        if len(fam.members) > 1:
+            members = [by_id[m] for m in fam.members[1:]]
+            inner = _table(RANK_HEADER, [_rank_cells("", m, detailed) for m in members], RANK_NUM)
+            body.append(f'<tr class="members"><td></td><td colspan="{len(RANK_HEADER) - 1}"><details class="members">'
+                        f"<summary>{len(members)} more in family “{_e(fam.name)}”</summary>{inner}</details></td></tr>")
+    return (f'<table id="ranked"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>')
+
+
+def model_summary(ws: Workspace) -> str:
+    try:
+        scans = ws.scans()
+    except Exception as e:  # a corrupt scan file must not sink the whole report
+        return f'<p class="banner">Could not read the scan results: {_e(e)}</p>'
+    if not scans:
+        return '<p class="banner">No scan results (captures/*/*/*.scan.json) in this workspace: run <code>miner scan</code>.</p>'
+    rows = []
+    for s in scans:
+        nodes = sum(s.nodes_by_category.values())
+        pr = f"{s.nodes_by_category.get('pointwise', 0)} / {s.nodes_by_category.get('reduction', 0)}"
+        rows.append([_e(s.model), _e(s.preset), _e(s.mode), _e(s.device),
+                     '<span class="good">ok</span>' if s.ok else f'<span class="bad">failed</span> {_e(s.error or "")}',
+                     str(len(s.graphs)), str(nodes), pr, str(s.kernels), str(s.graph_breaks), f"{s.seconds:.0f}"])
+    return _table(("model", "preset", "mode", "device", "scan", "graphs", "nodes", "pointwise / reduction",
+                   "kernels", "graph breaks", "seconds"), rows, {5, 6, 7, 8, 9, 10})
+
+
+def accuracy_html(review: Review) -> str:
+    acc, model = review.model.accuracy, review.model
+    if acc is None or not acc.ok:
+        reason = acc.reason if acc and acc.reason else "accuracy is undefined on these points (a constant vector)"
+        return (f'<p class="banner">No accuracy number: {_e(reason)}. Predictions below come from the '
+                f'{"cost model" if model.source == "model" else "analytical roofline model"} and are marked '
+                f'{PREDICTED_MARK}.</p>')
+    rows = [["random forest (cost model)", f"{acc.spearman:.2f}", f"{acc.mae:.3f}×"],
+            ["analytical roofline (baseline)", _num(acc.baseline_spearman), _num(acc.baseline_mae, ".3f") + "×"]]
+    return (f"<p>Cross-validation: <b>{_e(acc.scheme)}</b> over {acc.n_points} measured (candidate, input) points "
+            f"from {acc.n_candidates} candidates: every point of a candidate is predicted by a forest trained "
+            f"without that candidate. Spearman = rank correlation of predicted vs measured speedup over Inductor; "
+            f"MAE = mean |predicted − measured| speedup.</p>"
+            + _table(("predictor", "Spearman ρ", "MAE"), rows, {1, 2})
+            + f'<p class="small">Features: {_e(", ".join(FEATURE_NAMES))}.</p>')
+
+
+def provenance_html(review: Review) -> str:
+    if not review.runs:
+        return '<p class="banner">No GPU benchmark run in this workspace: nothing on this page is measured.</p>'
+    rows = [[_e(r.gpu), _e(", ".join(f"{k} {v}" for k, v in r.versions.items())), _e(r.date),
+             _num(r.copy_gbps, ".0f"), str(len(set(r.sources)))] for r in review.runs]
+    return _table(("GPU", "versions", "date (UTC)", "copy bandwidth GB/s", "bench files"), rows, {3, 4})
+
+
+def candidate_html(r: Ranked) -> str:
+    p, c = r.pattern, r.candidate
+    facts = [("ops", f"<code>{_e(p.ops)}</code>"), ("status", _badge(r.status) + (f" fusion <code>{_e(c.fusion)}</code>"
+                                                                                  if c and c.fusion else "")),
+             ("family", f"{_e(r.family.name)} ({len(r.family.members)} member(s))"),
+             ("support", f"{p.support.n_models} models ({_e(', '.join(p.support.models))}), {p.support.n_graphs} graphs"),
+             ("occurrences", f"{r.occurrences} non-overlapping, {r.safe} safe ({_pct(r.safe_share)}); by phase "
+                             f"{_e(', '.join(f'{k} {v}' for k, v in p.counts.by_phase.items()))}"),
+             ("Inductor", f"typical {r.inductor_kernels if r.inductor_kernels is not None else '?'} kernel(s) / occurrence; "
+                          f"missed fusion in {_pct(r.missed_share)}"),
+             ("speedup vs Inductor", _est(r.speedup, ".2f", "×")),
+             ("saved per step", _est(r.saved_ms, ".1f", " µs", 1e3))]
+    if c is not None:
+        facts.append(("files", f"<code>{_e(c.path.name)}/</code>"))
+    parts = [f'<section id="c-{_e(r.id)}"><h2>{_e(r.id)} {("· " + _e(r.label)) if r.label else ""}</h2>',
+             '<div class="cand"><div>', f'<img alt="pattern {_e(r.id)}" src="{draw_pattern(p)}">',
+             '<p class="small">inputs: square boxes; blue: pointwise; orange: reduction; grey: view; '
+             'green border: outputs.</p></div><div>',
+             '<table class="facts"><tbody>' + "".join(f"<tr><td>{_e(k)}</td><td>{v}</td></tr>" for k, v in facts)
+             + "</tbody></table>", "</div></div>"]
+    if p.inductor.splits:
+        parts.append("<h4>Where Inductor splits it</h4>" + _table(
+            ("edge", "occurrences"), [[f"<code>{_e(k)}</code>", str(v)] for k, v in p.inductor.splits.items()], {1}))
+    if r.calls:
+        parts.append("<h4>Where it would save time (safe occurrences, grouped by inputs)</h4>")
+        rows = [[_e(e.call.model), _e(e.call.phase), f'<span class="mono">{_e(_cut(e.call.label, 90))}</span>'
+                 + (' <span class="small">(derived)</span>' if e.call.source == "derived" else ""), str(e.call.count),
+                 "-" if e.call.inductor_kernels is None else str(e.call.inductor_kernels),
+                 _est(e.inductor_ms, ".1f", scale=1e3), _est(e.speedup, ".2f", "×"), _est(e.saved_ms, ".1f", scale=1e3)]
+                for e in r.calls[:15]]
+        parts.append(_table(("model", "phase", "inputs", "count", "kernels", "Inductor µs", "speedup",
+                             "saved µs / call"), rows, {3, 4, 5, 6, 7}))
+        if len(r.calls) > 15:
+            parts.append(f'<p class="small">… {len(r.calls) - 15} more input sets.</p>')
+    if p.rejections:
+        parts.append("<h4>Why occurrences were rejected</h4>" + _table(
+            ("reason", "occurrences"), [[_e(k), str(v)] for k, v in sorted(p.rejections.items(), key=lambda kv: -kv[1])],
+            {1}))
+    if p.occurrences:
+        rows = []
+        for o in p.occurrences[:40]:
+            shapes = " ".join(f"{short_dtype(m.dtype)}{list(m.shape)}" for m in o.input_meta if m is not None)
+            verdict = ('<span class="good">ok</span>' if o.verdict.ok
+                       else '<span class="bad">rejected</span>: ' + _e("; ".join(o.verdict.reasons)))
+            rows.append([_e(o.graph), _e(o.phase), f'<span class="mono">{_e(shapes)}</span>', str(o.n_kernels),
+                         _e(", ".join(k.name for k in o.kernels)[:120]), verdict])
+        parts.append(f"<details><summary>Where it occurs: {len(p.occurrences)} sampled occurrences</summary>"
+                     f'<div class="scroll">' + _table(("graph", "phase", "inputs", "kernels", "Inductor kernels",
+                                                     "verdict"), rows, {3}) + "</div></details>")
+    if c is not None:
+        vrows = validation_rows(c.validation) if isinstance(c.validation, dict) else []
+        if c.validation is None:
+            parts.append('<h4>Validation</h4><p class="small">Not validated yet (<code>miner validate</code>).</p>')
+        else:
+            ok = c.validation.get("ok")
+            head = '<span class="good">passed</span>' if ok else '<span class="bad">failed</span>'
+            parts.append(f"<h4>Validation: {head}</h4>")
+            if c.validation.get("failure"):
+                parts.append(f'<p class="bad">{_e(c.validation["failure"])}</p>')
+            if vrows:
+                parts.append('<div class="scroll">' + _table(("check", "result", "detail"), [
+                    [_e(w), '<span class="good">ok</span>' if k else '<span class="bad">fail</span>' if k is False else "?",
+                     f'<span class="small">{_e(d)}</span>'] for w, k, d in vrows]) + "</div>")
+        chart = bench_chart(r)
+        if chart:
+            parts.append("<h4>Benchmark (measured)</h4>"
+                         f'<div class="chart"><img alt="benchmark {_e(r.id)}" src="{chart}"></div>')
+            rows = [[f'<span class="mono">{_e(_cut(b.label, 70))}</span>', _e(", ".join(b.models)), _e(b.source)]
+                    + [_num(b.times[v][0] * 1e3, ".1f") if v in b.times else
+                       f'<span class="bad" title="{_e(b.errors.get(v, ""))}">n/a</span>' for v in VARIANTS]
+                    + [_num(b.roofline_ms * 1e3, ".1f"), _num(b.speedup, ".2f") + "×" if b.speedup else "-",
+                       _num(b.roofline_pct(), ".0f") + "%"] for b in c.bench]
+            parts.append(_table(("inputs", "models", "shape source", "eager µs", "Inductor µs", "max-autotune µs",
+                                 "candidate µs", "roofline µs", "vs Inductor", "% roofline"), rows,
+                                {3, 4, 5, 6, 7, 8, 9}))
+        else:
+            parts.append('<h4>Benchmark</h4><p class="small">Not benchmarked on a GPU: the speedups above are '
+                         f'predicted ({PREDICTED_MARK}).</p>')
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def render_html(review: Review, ws: Workspace, *, title: str = "miner review", detail_top: int = 25) -> str:
+    from miner.templates import CSS
+
+    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    detailed_rows = _detailed(review, detail_top)
+    detailed = {r.id for r in detailed_rows}
+    banner_cls = "banner info" if review.runs else "banner"
+    n_cand = sum(r.candidate is not None for r in review.rows)
+    mining = review.mining.get("params", {})
+    counts = Counter(r.status for r in review.rows)
+    body = [f"<header><h1>{_e(title)}</h1><div class=\"sub\">miner {__version__} · generated {now} · "
+            f"{len(review.rows)} patterns, {n_cand} candidates, {len(review.families)} families · "
+            f"{_e(', '.join(f'{v} {k}' for k, v in counts.items()))}</div></header><main>",
+            '<nav class="toc"><a href="#summary">Models</a><a href="#ranking">Ranking</a><a href="#costmodel">'
+            'Cost model</a><a href="#provenance">Provenance</a><a href="#details">Candidates</a></nav>',
+            f'<div class="{banner_cls}">{_e(review.basis)}</div>',
+            f'<p class="legend">{_e(LEGEND)}</p>']
+    body += [f"<div class=\"banner\">{_e(p)}</div>" for p in review.problems]
+    body.append(f'<section id="summary"><h2>Models scanned</h2>{model_summary(ws)}'
+                + (f'<p class="small">Mining parameters: {_e(mining)}</p>' if mining else "") + "</section>")
+    body.append('<section id="ranking"><h2>Ranked candidates</h2>'
+                "<p>One row per family of near-identical patterns (same ops up to casts/views or one op); "
+                "unfold a family to see its other members. Score: expected µs saved per step, summed over every "
+                "safe occurrence in the zoo; ties broken by support.</p>"
+                + (ranked_table(review, detailed) if review.rows else
+                   '<p class="banner">Nothing to rank yet: no mined patterns or candidates.</p>')
+                + f'<p class="legend">{_e(LEGEND)} occ = non-overlapping occurrences; safe = share accepted by the '
+                  "safety checks; missed fusion = share Inductor splits into more than one kernel.</p></section>")
+    body.append(f'<section id="costmodel"><h2>Cost model</h2>{accuracy_html(review)}</section>')
+    body.append(f'<section id="provenance"><h2>Provenance of the measurements</h2>{provenance_html(review)}</section>')
+    body.append('<div id="details">')
+    body += [candidate_html(r) for r in detailed_rows]
+    body.append("</div>")
+    if len(detailed_rows) < len(review.rows):
+        body.append(f'<p class="small">Details are shown for every candidate and the top {detail_top} mined patterns; '
+                    f"<code>miner candidates show &lt;id&gt;</code> prints any other.</p>")
+    body.append(f"<footer>Generated by <code>miner report</code> from the workspace {_e(ws.root.resolve().name)}/."
+                "</footer></main>")
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" '
+            f'content="width=device-width, initial-scale=1"><title>{_e(title)}</title><style>{CSS}</style></head>'
+            f'<body>{"".join(body)}</body></html>\n')
+
+
+def _detailed(review: Review, top: int) -> list[Ranked]:
+    """Every candidate, plus the best ``top`` patterns without one (in ranking order)."""
+    out, mined = [], 0
+    for r in review.rows:
+        if r.candidate is not None:
+            out.append(r)
+        elif mined < top:
+            out.append(r)
+            mined += 1
+    return out
+
+
+def default_run_name() -> str:
+    return "latest"
+
+
+def write_report(review: Review, ws: Workspace, run: str | None = None, **kw) -> Path:
+    """Write ``reports/<run>/index.html``; returns its path."""
+    path = ws.reports / (run or default_run_name()) / "index.html"
+    write_text(path, render_html(review, ws, **kw))
+    return path

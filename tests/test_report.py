@@ -1,0 +1,119 @@
+"""`miner report`: a self-contained page that renders in headless Chromium, predictions marked as such."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from miner import rank
+from miner.cli import main
+from miner.report import render_html, write_report
+from test_rank import build_workspace, patterns_zoo
+
+CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
+
+# Injected into a copy of the page: after load, write what rendered into a <pre> that --dump-dom prints.
+PROBE = """<script>
+window.addEventListener('load', () => {
+  const imgs = [...document.images];
+  const rows = [...document.querySelectorAll('#ranked > tbody > tr.family')].map(r => r.dataset.id);
+  const out = {images: imgs.length,
+               broken: imgs.filter(i => !i.complete || i.naturalWidth === 0).map(i => i.alt),
+               rows: rows,
+               detailSections: document.querySelectorAll('#details > section').length,
+               width: document.body.scrollWidth};
+  const pre = document.createElement('pre'); pre.id = 'probe'; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+def chromium_probe(page: Path, tmp: Path) -> dict:
+    probed = tmp / "probed.html"
+    probed.write_text(page.read_text().replace("</body>", PROBE + "</body>"))
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+           "--disable-component-update", "--no-first-run", f"--user-data-dir={tmp / 'profile'}",
+           "--virtual-time-budget=10000", "--dump-dom", probed.as_uri()]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    m = re.search(r'<pre id="probe">(.*?)</pre>', out.stdout, re.S)
+    assert m, f"chromium printed no probe (rc {out.returncode}): {out.stderr[-2000:]}"
+    return json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory):
+    return build_workspace(tmp_path_factory.mktemp("ws"))
+
+
+@pytest.fixture(scope="module")
+def page(ws) -> Path:
+    return write_report(rank.review(ws), ws, "test-run")
+
+
+def test_page_is_self_contained(page):
+    text = page.read_text()
+    assert page == page.parent.parent / "test-run" / "index.html"
+    assert not re.search(r'(src|href)="(https?:|//|file:)', text), "external resource in the page"
+    assert text.count('src="data:image/png;base64,') >= 5
+    assert "<style>" in text and "<details" in text
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (CI installs it: apt-get install -y chromium)")
+def test_page_renders_in_headless_chromium(page, ws, tmp_path):
+    rv = rank.review(ws)
+    probe = chromium_probe(page, tmp_path)
+    assert probe["broken"] == [], f"broken images: {probe['broken']}"
+    # a drawing per detailed pattern, a chart per benchmarked candidate
+    n_bench = sum(1 for r in rv.rows if r.candidate and r.candidate.bench)
+    assert probe["images"] == probe["detailSections"] + n_bench
+    assert probe["rows"] == [f.id for f in rv.families]
+    assert set(probe["rows"]) >= {patterns_zoo()["softmax"].id, patterns_zoo()["rmsnorm"].id}
+    assert probe["width"] <= 1400, "the page overflows horizontally"
+
+
+def _cells(text: str, row_id: str) -> str:
+    m = re.search(rf'<tr class="family" data-id="{row_id}">(.*?)</tr>', text, re.S)
+    assert m, row_id
+    return m.group(1)
+
+
+def test_predicted_numbers_are_never_shown_as_measured(tmp_path):
+    ws = build_workspace(tmp_path, bench=False)
+    text = render_html(rank.review(ws), ws)
+    assert "No GPU benchmark results" in text and "nothing on this page is measured" in text
+    assert 'class="meas"' not in text  # no benchmark: not one number styled as measured
+    for p in patterns_zoo().values():
+        if f'data-id="{p.id}"' in text:
+            row = _cells(text, p.id)
+            assert row.count('class="pred"') == 2  # speedup and saving
+    assert "Benchmark (measured)" not in text
+    assert "too little benchmark data" in text
+
+
+def test_measured_rows_are_marked_measured(ws, page):
+    text = page.read_text()
+    row = _cells(text, patterns_zoo()["softmax"].id)
+    assert 'class="meas"' in row and 'class="pred"' not in row
+    gelu = _cells(text, patterns_zoo()["gelu"].id)
+    assert 'class="pred"' in gelu and 'class="meas"' not in gelu
+    assert "NVIDIA H200" in text and "torch 2.11.0" in text and "2026-12-02T11:00:00Z" in text
+    assert "Why occurrences were rejected" in text and "users: n1 is used outside" in text
+    assert "bfloat16 max_abs_err 0.2" in text  # the failed candidate's validation
+
+
+def test_cli_report_prints_the_path(ws, capsys):
+    assert main(["--workspace", str(ws.root), "report", "--run", "cli"]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out.endswith("reports/cli/index.html") and Path(out).exists()
+    assert main(["--workspace", str(ws.root), "report", "--run", "../x"]) == 2
+
+
+def test_report_of_an_empty_workspace(tmp_path, capsys):
+    assert main(["--workspace", str(tmp_path), "report"]) == 0
+    text = (tmp_path / "reports" / "latest" / "index.html").read_text()
+    assert "Nothing to rank yet" in text and "No scan results" in text
