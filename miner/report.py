@@ -54,7 +54,8 @@ def _columns(rows: Sequence[Sequence[str]], header: Sequence[str], right: set[in
 
 
 def ops_chain(r: Ranked) -> str:
-    return r.pattern.ops.replace(" -> ", ">")
+    from miner.families import short_op
+    return ">".join(short_op(n.target) for n in r.pattern.nodes if n.category != "view")
 
 
 def render_table(review: Review, top: int | None = 20, members: bool = False) -> str:
@@ -236,6 +237,8 @@ def node_label(n) -> str:
             extra.append("[" + ",".join(map(str, a)) + "]")
         elif isinstance(a, dict) and "dtype" in a:
             extra.append(short_dtype(a["dtype"]))
+        elif n.target == "operator.getitem" and isinstance(a, int):
+            extra.append(str(a))
     return " ".join([short_op(n.target)] + extra)
 
 
@@ -254,6 +257,28 @@ def pattern_graph(p):
     return g
 
 
+def layered_positions(g, layer_of: dict) -> dict:
+    """(x, y) per node: one row per layer (first on top), ordered within a row by the mean x of the
+    node's operands (barycenter heuristic, fewer crossings); a source is then moved over its users."""
+    rows: dict[int, list] = {}
+    for n in g.nodes:
+        rows.setdefault(layer_of[n], []).append(n)
+    x: dict = {}
+
+    def place(row: list, key) -> None:
+        row.sort(key=key)
+        for i, n in enumerate(row):
+            x[n] = i - (len(row) - 1) / 2
+
+    for layer in sorted(rows):
+        preds = lambda n: [x[p] for p in g.predecessors(n) if p in x]
+        place(rows[layer], lambda n: (sum(preds(n)) / len(preds(n))) if preds(n) else 0.0)
+    for layer in sorted(rows):  # sources (inputs) follow their users
+        if all(g.in_degree(n) == 0 for n in rows[layer]):
+            place(rows[layer], lambda n: sum(x[v] for v in g.successors(n)) / max(1, g.out_degree(n)))
+    return {n: (x[n] * 1.1, -layer_of[n] * 1.0) for n in g.nodes}
+
+
 def draw_pattern(p) -> str:
     """The pattern top to bottom (networkx layered layout, drawn with matplotlib), as a PNG data URI.
 
@@ -263,13 +288,18 @@ def draw_pattern(p) -> str:
     import networkx as nx
     plt = _pyplot()
     g = pattern_graph(p)
-    layer_of = {n: i for i, layer in enumerate(nx.topological_generations(g)) for n in layer}
+    ops = g.subgraph(n for n, d in g.nodes(data=True) if d["category"] != "input")
+    layer_of = {n: i + 1 for i, layer in enumerate(nx.topological_generations(ops)) for n in layer}
+    for n, d in g.nodes(data=True):  # an input sits just above its first user
+        if d["category"] == "input":
+            layer_of[n] = min((layer_of[v] for v in g.successors(n)), default=1) - 1
+    shift = min(layer_of.values(), default=0)
+    layer_of = {n: v - shift for n, v in layer_of.items()}
     nx.set_node_attributes(g, layer_of, "layer")
-    pos = nx.multipartite_layout(g, subset_key="layer", align="horizontal")
-    pos = {n: (x, -y) for n, (x, y) in pos.items()}  # first layer on top
+    pos = layered_positions(g, layer_of)
     layers = 1 + max(layer_of.values(), default=0)
     width = max(Counter(layer_of.values()).values(), default=1)
-    fig, ax = plt.subplots(figsize=(max(2.6, 1.5 * width + 0.6), 0.62 * layers + 0.4))
+    fig, ax = plt.subplots(figsize=(max(2.4, 1.45 * width + 0.8), 0.6 * layers + 0.3))
     for u, v in g.edges:
         skip = layer_of[v] - layer_of[u] > 1 and abs(pos[u][0] - pos[v][0]) < 1e-6  # would hide behind a node
         ax.annotate("", xy=pos[v], xytext=pos[u], arrowprops=dict(
@@ -284,8 +314,8 @@ def draw_pattern(p) -> str:
                           lw=2.0 if n in outs else 0.9))
     xs = [x for x, _ in pos.values()] or [0]
     ys = [y for _, y in pos.values()] or [0]
-    ax.set_xlim(min(xs) - 0.35 - 0.1 * (max(xs) == min(xs)), max(xs) + 0.35 + 0.1 * (max(xs) == min(xs)))
-    ax.set_ylim(min(ys) - 0.1, max(ys) + 0.1)
+    ax.set_xlim(min(xs) - 0.7, max(xs) + 0.7)
+    ax.set_ylim(min(ys) - 0.4, max(ys) + 0.4)
     ax.set_axis_off()
     return _png(fig)
 
