@@ -176,34 +176,23 @@ def _timing(t: tuple[float, float, float] | None) -> str:
 def _validation_lines(v: dict | None) -> list[str]:
     if not isinstance(v, dict):
         return []
-    lines = [f"  overall: {'ok' if v.get('ok') else 'FAILED'}" + (f" ({v['failure']})" if v.get("failure") else "")]
+    where = ", ".join(f"{k} {v[k]}" for k in ("device", "torch", "triton", "date") if v.get(k))
+    lines = [f"  overall: {'ok' if v.get('ok') else 'FAILED'}" + (f" ({v['failure']})" if v.get("failure") else "")
+             + (f"  [{where}]" if where else "")]
     for row in validation_rows(v):
         lines.append(f"  {'ok  ' if row[1] else 'FAIL' if row[1] is False else '?   '} {row[0]}  {row[2]}")
     return lines
 
 
 def validation_rows(v: dict) -> list[tuple[str, bool | None, str]]:
-    """(what, ok, detail) for each check in a validation.json, whatever its exact layout."""
+    """(what, ok, detail) for each check of a validation.json (``miner.validate.Validation.to_json``)."""
     out = []
-    for key, val in v.items():
-        if isinstance(val, list):
-            for item in val:
-                if isinstance(item, dict):
-                    what = " ".join(str(item[k]) for k in ("check", "kind", "name", "model", "shape", "dtype",
-                                                           "inputs", "case", "variant") if k in item
-                                    and not isinstance(item[k], (dict, list)))
-                    if not what and isinstance(item.get("inputs"), list):
-                        what = " ".join(f"{i.get('dtype', '')}{list(i.get('shape', []))}" for i in item["inputs"]
-                                        if isinstance(i, dict))
-                    ok = item.get("ok", item.get("passed"))
-                    detail = ", ".join(f"{k}={_short(item[k])}" for k in ("max_abs_err", "max_rel_err", "tol", "atol",
-                                                                          "rtol", "fired", "count", "error", "reason")
-                                       if k in item and item[k] is not None)
-                    out.append((f"{key}: {what}".strip(), ok if isinstance(ok, bool) else None, detail))
-        elif isinstance(val, dict) and ("ok" in val or "passed" in val):
-            detail = ", ".join(f"{k}={_short(x)}" for k, x in val.items() if k not in ("ok", "passed")
-                               and not isinstance(x, (dict, list)))
-            out.append((key, val.get("ok", val.get("passed")), detail))
+    for c in v.get("checks", ()) or ():
+        if not isinstance(c, dict):
+            continue
+        detail = [str(c.get("detail") or "")]
+        detail += [f"{k}={_short(c[k])}" for k in ("max_abs", "max_rel", "matches") if c.get(k) is not None]
+        out.append((f"{c.get('kind', '?')}: {c.get('case', '')}".strip(), c.get("ok"), ", ".join(d for d in detail if d)))
     return out
 
 
@@ -516,7 +505,8 @@ def candidate_html(r: Ranked) -> str:
         else:
             ok = c.validation.get("ok")
             head = '<span class="good">passed</span>' if ok else '<span class="bad">failed</span>'
-            parts.append(f"<h4>Validation: {head}</h4>")
+            where = ", ".join(f"{k} {c.validation[k]}" for k in ("device", "torch", "triton", "date") if c.validation.get(k))
+            parts.append(f"<h4>Validation: {head}</h4>" + (f'<p class="small">{_e(where)}</p>' if where else ""))
             if c.validation.get("failure"):
                 parts.append(f'<p class="bad">{_e(c.validation["failure"])}</p>')
             if vrows:

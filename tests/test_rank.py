@@ -188,13 +188,15 @@ def build_workspace(root: Path, bench: bool = True, candidates: bool = True, sca
                                     nodes_by_category={"pointwise": 120, "reduction": 14, "view": 60, "matmul": 24},
                                     kernels=40, seconds=20.0))
     if candidates:
-        ok = {"ok": True, "cases": [{"inputs": [{"shape": [2, 4, 64, 64], "dtype": "float32"}], "ok": True,
-                                     "max_abs_err": 1e-7}], "rewrite": {"ok": True, "count": 2}}
+        ok = {"ok": True, "failure": None, "device": "cpu", "checks": [
+            {"kind": "numerics", "case": "observed float32[2,4,64,64]", "ok": True, "detail": "", "max_abs": 1e-7},
+            {"kind": "rewrite", "case": "gpt2 train", "ok": True, "detail": "outputs and grads match", "matches": 2}]}
         write_candidate(ws, pats["softmax"], "softmax_like", "validated", ok)
         write_candidate(ws, pats["rmsnorm"], "rms_norm", "validated", ok)
         write_candidate(ws, pats["silu_mul"], "silu_mul", "validated", ok)
         write_candidate(ws, pats["softmax_cast"], "softmax_like", "failed",
-                        {"ok": False, "failure": "bfloat16 max_abs_err 0.2 > 0.016", "cases": []})
+                        {"ok": False, "failure": "bfloat16 max_abs_err 0.2 > 0.016", "checks": [
+                            {"kind": "numerics", "case": "odd bf16", "ok": False, "detail": "max_abs 0.2 > 0.016"}]})
         fusion = ws.fusions / "softmax_like"
         fusion.mkdir(parents=True)
         (fusion / "pattern.py").write_text(f'"""softmax_like: promoted from candidate {pats["softmax"].id}."""\n')
@@ -331,7 +333,7 @@ def test_cli_candidates_table_and_show(ws, capsys):
     assert rank.PREDICTED_MARK in out and "predicted" in out
     assert main(["--workspace", str(ws.root), "candidates", "show", sm]) == 0
     out = capsys.readouterr().out
-    assert "def pattern(in0)" in out and "benchmarks" in out and "validation" in out
+    assert "def pattern(in0)" in out and "benchmarks" in out and "rewrite: gpt2 train" in out and "matches=2" in out
     assert main(["--workspace", str(ws.root), "candidates", "--model", "llama", "--top", "0"]) == 0
     out = capsys.readouterr().out
     assert patterns_zoo()["rmsnorm"].id in out and patterns_zoo()["gelu"].id not in out
