@@ -406,22 +406,45 @@ def ranked_table(review: Review, detailed: set[str], top: int | None = None) -> 
     return (f'<table id="ranked"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>')
 
 
-def model_summary(ws: Workspace) -> str:
+def per_model(review: Review) -> dict[str, tuple[int, int, Estimate]]:
+    """model -> (patterns occurring there, candidates among them, µs saved per step there)."""
+    out: dict[str, list] = {}
+    for r in review.rows:
+        for m in r.pattern.support.models:
+            entry = out.setdefault(m, [0, 0, 0.0, set()])
+            entry[0] += 1
+            entry[1] += r.candidate is not None
+        for e in r.calls:
+            entry = out.setdefault(e.call.model, [0, 0, 0.0, set()])
+            entry[2] += e.total_saved_ms
+            entry[3].add(e.saved_ms.source)
+    from miner.rank import _combine
+    return {m: (a, b, Estimate(ms, _combine(src) if src else review.model.source)) for m, (a, b, ms, src) in out.items()}
+
+
+def model_summary(ws: Workspace, review: Review) -> str:
     try:
         scans = ws.scans()
     except Exception as e:  # a corrupt scan file must not sink the whole report
         return f'<p class="banner">Could not read the scan results: {_e(e)}</p>'
     if not scans:
         return '<p class="banner">No scan results (captures/*/*/*.scan.json) in this workspace: run <code>miner scan</code>.</p>'
-    rows = []
+    mined = per_model(review)
+    rows, seen = [], set()
     for s in scans:
         nodes = sum(s.nodes_by_category.values())
         pr = f"{s.nodes_by_category.get('pointwise', 0)} / {s.nodes_by_category.get('reduction', 0)}"
+        first = s.model not in seen
+        seen.add(s.model)
+        pats, cands, saved = mined.get(s.model, (0, 0, None))
         rows.append([_e(s.model), _e(s.preset), _e(s.mode), _e(s.device),
                      '<span class="good">ok</span>' if s.ok else f'<span class="bad">failed</span> {_e(s.error or "")}',
-                     str(len(s.graphs)), str(nodes), pr, str(s.kernels), str(s.graph_breaks), f"{s.seconds:.0f}"])
+                     str(len(s.graphs)), str(nodes), pr, str(s.kernels), str(s.graph_breaks), f"{s.seconds:.0f}",
+                     str(pats) if first else "″", str(cands) if first else "″",
+                     (_est(saved, ".1f", scale=1e3) if saved is not None else "-") if first else "″"])
     return _table(("model", "preset", "mode", "device", "scan", "graphs", "nodes", "pointwise / reduction",
-                   "kernels", "graph breaks", "seconds"), rows, {5, 6, 7, 8, 9, 10})
+                   "kernels", "graph breaks", "scan s", "patterns", "candidates", "saved µs / step"), rows,
+                  {5, 6, 7, 8, 9, 10, 11, 12, 13})
 
 
 def accuracy_html(review: Review) -> str:
@@ -550,7 +573,7 @@ def render_html(review: Review, ws: Workspace, *, title: str = "miner review", d
             f'<div class="{banner_cls}">{_e(review.basis)}</div>',
             f'<p class="legend">{_e(LEGEND)}</p>']
     body += [f"<div class=\"banner\">{_e(p)}</div>" for p in review.problems]
-    body.append(f'<section id="summary"><h2>Models scanned</h2>{model_summary(ws)}'
+    body.append(f'<section id="summary"><h2>Models scanned</h2>{model_summary(ws, review)}'
                 + (f'<p class="small">Mining parameters: {_e(mining)}</p>' if mining else "") + "</section>")
     body.append('<section id="ranking"><h2>Ranked candidates</h2>'
                 "<p>One row per family of near-identical patterns (same ops up to casts/views or one op); "
