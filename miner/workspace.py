@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,11 @@ def read_json(path: Path) -> Any:
         raise WorkspaceError(f"{path}: corrupt JSON ({e}); delete it or re-run with --force") from None
 
 
+def safe_name(name: str) -> str:
+    """A model name as a folder name: ``pkg.mod:factory`` -> ``pkg.mod_factory``, ``org/model`` -> ``org_model``."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "model"
+
+
 class Workspace:
     def __init__(self, root: str | Path = "."):
         self.root = Path(root)
@@ -82,10 +88,10 @@ class Workspace:
         return self.root / "reports"
 
     def graph_path(self, key: GraphKey) -> Path:
-        return self.captures / key.model / key.preset / f"{key.slug}.json"
+        return self.captures / safe_name(key.model) / key.preset / f"{key.slug}.json"
 
     def scan_path(self, model: str, preset: str, mode: str) -> Path:
-        return self.captures / model / preset / f"{mode}.scan.json"
+        return self.captures / safe_name(model) / preset / f"{mode}.scan.json"
 
     # ---- graphs
     def save_graph(self, graph: CapturedGraph) -> Path:
@@ -108,7 +114,8 @@ class Workspace:
     def graph_files(self, models: list[str] | None = None) -> list[Path]:
         files = sorted(p for p in self.captures.glob("*/*/*.json") if not p.name.endswith(".scan.json"))
         if models is not None:
-            files = [p for p in files if p.parts[-3] in models]
+            wanted = {safe_name(m) for m in models}
+            files = [p for p in files if p.parts[-3] in wanted]
         return files
 
     def load_graphs(self, models: list[str] | None = None) -> list[CapturedGraph]:
@@ -121,8 +128,9 @@ class Workspace:
 
     def load_scan(self, model: str, preset: str, mode: str) -> ScanResult | None:
         path = self.scan_path(model, preset, mode)
-        if not path.exists():
-            return None
+        return self._read_scan(path) if path.exists() else None
+
+    def _read_scan(self, path: Path) -> ScanResult:
         data = read_json(path)
         if not isinstance(data, dict) or data.get("kind") != "ScanResult" or data.get("schema") != SCHEMA_VERSION:
             raise WorkspaceError(f"{path}: not a scan result of schema {SCHEMA_VERSION}; re-run with --force")
@@ -132,10 +140,4 @@ class Workspace:
             raise WorkspaceError(f"{path}: malformed scan result ({e})") from None
 
     def scans(self) -> list[ScanResult]:
-        out = []
-        for p in sorted(self.captures.glob("*/*/*.scan.json")):
-            model, preset, mode = p.parts[-3], p.parts[-2], p.name.split(".")[0]
-            r = self.load_scan(model, preset, mode)
-            if r is not None:
-                out.append(r)
-        return out
+        return [self._read_scan(p) for p in sorted(self.captures.glob("*/*/*.scan.json"))]

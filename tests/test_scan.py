@@ -1,0 +1,62 @@
+"""`miner scan` end to end through the CLI: isolation of bad models, reuse, clear errors."""
+
+import json
+
+import pytest
+
+from miner.cli import main
+from miner.errors import WorkspaceError
+from miner.workspace import Workspace
+
+GOOD = "tests.zoo_fixtures:good"
+
+
+def test_unknown_model_fails_at_once_with_valid_names(tmp_path, capsys):
+    assert main(["--workspace", str(tmp_path), "scan", "--models", "bert,nosuchmodel"]) == 2
+    err = capsys.readouterr().err
+    assert "nosuchmodel" in err and "bert" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "captures").exists()
+
+
+def test_bad_models_are_recorded_and_the_rest_go_on(tmp_path, capsys):
+    models = f"tests.zoo_fixtures:raises,tests.zoo_fixtures:crashes,{GOOD}"
+    code = main(["--workspace", str(tmp_path), "scan", "--models", models, "--mode", "train", "--jobs", "2"])
+    assert code == 1
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "1/3 scans ok" in out
+    assert main(["--workspace", str(tmp_path), "scan", "--models", "tests.zoo_fixtures:hangs", "--timeout", "5"]) == 1
+    ws = Workspace(tmp_path)
+    by_model = {r.model: r for r in ws.scans()}
+    assert by_model[GOOD].ok and [k.phase for k in by_model[GOOD].graphs] == ["forward", "backward"]
+    assert "broken on purpose" in by_model["tests.zoo_fixtures:raises"].error
+    assert "exited with code 3" in by_model["tests.zoo_fixtures:crashes"].error
+    assert "timed out after 5s" in by_model["tests.zoo_fixtures:hangs"].error
+
+    # the good model's graphs are reused by a second scan, which recompiles nothing
+    assert main(["--workspace", str(tmp_path), "scan", "--models", GOOD]) == 0
+    assert "reused" in capsys.readouterr().out
+    graphs = ws.load_graphs([GOOD])
+    assert {g.key.phase for g in graphs} == {"forward", "backward"}
+    assert any(n.target == "aten.exp.default" for g in graphs for n in g.nodes)
+
+
+def test_corrupt_graph_file_names_the_file(tmp_path):
+    ws = Workspace(tmp_path)
+    bad = ws.captures / "bert" / "tiny" / "train-forward-0.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text('{"schema": 1, "kind": "CapturedGraph", "graph": {"key"')
+    with pytest.raises(WorkspaceError, match="train-forward-0.json: corrupt JSON"):
+        ws.load_graphs()
+    bad.write_text(json.dumps({"schema": 999, "kind": "CapturedGraph", "graph": {}}))
+    with pytest.raises(WorkspaceError, match="schema 999"):
+        ws.load_graphs()
+
+
+def test_corrupt_scan_file_is_a_one_line_error(tmp_path, capsys):
+    ws = Workspace(tmp_path)
+    path = ws.scan_path(GOOD, "tiny", "train")
+    path.parent.mkdir(parents=True)
+    path.write_text("not json")
+    assert main(["--workspace", str(tmp_path), "scan", "--models", GOOD]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "train.scan.json: corrupt JSON" in err and len(err.splitlines()) == 1
