@@ -167,6 +167,11 @@ class BenchRow:
     variants: tuple[VariantResult, ...]
     env: Env
 
+    @property
+    def l2_resident(self) -> bool:
+        """True when even the rotation's whole working set fits in twice the L2 (tiny shapes)."""
+        return self.rotation * self.bytes_moved < 2 * self.env.l2_bytes
+
     def variant(self, name: str) -> VariantResult | None:
         return next((v for v in self.variants if v.name == name), None)
 
@@ -711,7 +716,7 @@ def environment(device: str, copy_gbps: float | None = None) -> Env:
 
 
 def bench_case(cand: Candidate, case: BenchCase, env: Env, *, variants: Sequence[str] = VARIANTS,
-               replays: int = 25, max_sets: int = 64, log: Callable[[str], None] = lambda s: None) -> BenchRow:
+               replays: int = 25, max_sets: int = 1024, log: Callable[[str], None] = lambda s: None) -> BenchRow:
     """Check every variant's numerics on one case, then time those that pass."""
     import torch
 
@@ -802,6 +807,8 @@ def markdown_table(rows: Sequence[BenchRow]) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         notes = "; ".join(f"{v.name}: {v.error}" for v in r.variants if v.error)
+        if r.l2_resident and r.env.device.startswith("cuda"):
+            notes = f"working set {r.rotation} x {r.bytes_moved / 1e3:.0f} kB stays in L2" + (f"; {notes}" if notes else "")
         if r.case.source == "derived":
             notes = (f"derived from {' '.join(map(str, r.case.derived_from))} as {' '.join(r.case.roles)}"
                      + (f"; {notes}" if notes else ""))
@@ -835,7 +842,7 @@ def plot(rows: Sequence[BenchRow], path: Path) -> Path | None:
     colors = {"eager": "#999999", "inductor": "#1f77b4", "max-autotune": "#17becf", "candidate": "#d62728",
               "roofline": "#2ca02c"}
     fig_h = max(3.0, 0.45 * len(rows) + 1.5)
-    fig, ax = plt.subplots(figsize=(11, fig_h))
+    fig, ax = plt.subplots(figsize=(12, fig_h))
     width = 0.8 / len(names)
     labels = []
     for i, r in enumerate(rows):
@@ -852,7 +859,7 @@ def plot(rows: Sequence[BenchRow], path: Path) -> Path | None:
     ax.set_xlabel("median time per call, us (log)")
     env = rows[0].env
     ax.set_title(f"miner bench: {env.gpu}, torch {env.torch}, triton {env.triton}, {env.date[:10]}", fontsize=9)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

@@ -34,7 +34,7 @@ class StepStats:
     p20_ms: float
     p80_ms: float
     steps: int
-    peak_mem_bytes: int
+    peak_mem_bytes: int  # the step's peak beyond what was allocated before it (weights excluded)
     first_step_s: float  # the compiling step, wall clock
 
 
@@ -232,46 +232,50 @@ def make_step(model, inputs: dict[str, Any], loss_fn: Callable, mode: str, devic
     return step
 
 
-def time_steps(step: Callable, device: str, steps: int) -> tuple[list[float], int]:
-    """Per-step milliseconds (CUDA events on GPU, wall clock on CPU) and peak memory of those steps."""
+def _zero_grads(model) -> None:
+    for p in model.parameters():
+        p.grad = None
+
+
+def time_step(step: Callable, device: str) -> tuple[float, int]:
+    """One step: milliseconds (CUDA events; wall clock on CPU) and its peak memory beyond what was
+    allocated before it (weights, optimizer-free state: what the step itself needs)."""
     import torch
 
-    cuda = device.startswith("cuda")
-    if cuda:
+    if device.startswith("cuda"):
         torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
-    times = []
-    for _ in range(steps):
-        if cuda:
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            step()
-            b.record()
-            torch.cuda.synchronize()
-            times.append(a.elapsed_time(b))
-        else:
-            t0 = time.perf_counter()
-            step()
-            times.append((time.perf_counter() - t0) * 1e3)
-    peak = torch.cuda.max_memory_allocated() if cuda else 0
-    return times, int(peak)
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        step()
+        b.record()
+        torch.cuda.synchronize()
+        return a.elapsed_time(b), int(torch.cuda.max_memory_allocated() - base)
+    t0 = time.perf_counter()
+    step()
+    return (time.perf_counter() - t0) * 1e3, 0
 
 
 @dataclass
-class _Run:
-    stats: StepStats
-    loss: float | None
-    logits: Any
-    grads: dict[str, Any]
+class _Variant:
+    name: str
+    built: Any
+    step: Callable
+    first_step_s: float
     matches: dict[str, int]
+    loss: float | None = None
+    logits: Any = None
+    grads: dict[str, Any] = field(default_factory=dict)
+    times: list[float] = field(default_factory=list)
+    peak: int = 0
 
 
-def run_variant(built, *, mode: str, device: str, options: dict | None, compile_fn: Callable | None,
-                warmup: int, steps: int, seed: int, fusions_mod=None) -> _Run:
-    """Compile ``built.model`` (with ``options``), warm up, take the parity step, time ``steps`` steps."""
+def prepare_variant(name: str, built, *, mode: str, device: str, options: dict | None,
+                    compile_fn: Callable | None, warmup: int, fusions_mod=None) -> _Variant:
+    """Compile ``built.model`` (with ``options``) and run the warm-up steps (the first compiles)."""
     import torch
 
-    torch._dynamo.reset()
     before = match_counts(fusions_mod)
     if compile_fn is None:
         compiled = torch.compile(built.model, options=options) if options else torch.compile(built.model)
@@ -285,50 +289,76 @@ def run_variant(built, *, mode: str, device: str, options: dict | None, compile_
     first_s = time.perf_counter() - t0
     for _ in range(max(0, warmup - 1)):
         step()
-    matches = _delta(match_counts(fusions_mod), before)
+    return _Variant(name, built, step, first_s, _delta(match_counts(fusions_mod), before))
+
+
+def parity_step(v: _Variant, *, mode: str, device: str, seed: int) -> None:
+    """One step from a fixed RNG state (dropout draws the same masks); outputs kept on the CPU."""
+    import torch
+
     torch.manual_seed(seed)
     if device.startswith("cuda"):
         torch.cuda.manual_seed_all(seed)
-    out, loss = step()
+    out, loss = v.step()
     logits = _first_tensor(out)
-    logits = None if logits is None else logits.detach().float().clone()
-    grads = ({n: (None if p.grad is None else p.grad.detach().float().clone())
-              for n, p in built.model.named_parameters() if p.requires_grad} if mode == "train" else {})
-    loss_v = None if loss is None else float(loss.detach().float())
+    v.logits = None if logits is None else logits.detach().float().cpu()
+    if mode == "train":
+        v.grads = {n: (None if p.grad is None else p.grad.detach().float().cpu())
+                   for n, p in v.built.model.named_parameters() if p.requires_grad}
+    v.loss = None if loss is None else float(loss.detach().float())
     del out, loss
-    times, peak = time_steps(step, device, steps)
-    m, lo, hi = rl.summarize(times)
-    return _Run(StepStats(m, lo, hi, len(times), peak, first_s), loss_v, logits, grads, matches)
+    _zero_grads(v.built.model)
 
 
 def verify_model(build: Callable[[], Any], *, model: str, mode: str, preset: str, device: str,
                  fused_options: dict, batch: int | None = None, seq: int | None = None, warmup: int = 3,
-                 steps: int = 20, seed: int = 1234, fusions_mod=None, compile_fn: Callable | None = None,
-                 env: dict | None = None, log: Callable[[str], None] = print) -> VerifyResult:
+                 steps: int = 20, rounds: int = 4, seed: int = 1234, fusions_mod=None,
+                 compile_fn: Callable | None = None, env: dict | None = None,
+                 log: Callable[[str], None] = print) -> VerifyResult:
     """Default compile vs compile with ``fused_options`` on one model and mode.
 
-    ``build()`` returns a fresh ``models.Built`` (seeded weights: two builds are identical).
+    ``build()`` returns a fresh ``models.Built`` (seeded weights: two builds are identical). Both
+    compiled models stay resident; the timed steps alternate between them in ``rounds`` blocks so
+    that clock or thermal drift during the run falls on both alike.
     """
     import torch
 
-    runs = {}
+    variants = []
     for name, opts in (("default", None), ("fused", fused_options)):
         built = build()
         built.inputs = resize_inputs(built.inputs, batch, seq)
-        log(f"  {model} {mode} {name}: compiling and running")
-        runs[name] = run_variant(built, mode=mode, device=device, options=opts, compile_fn=compile_fn,
-                                 warmup=warmup, steps=steps, seed=seed, fusions_mod=fusions_mod)
-        r = runs[name]
-        log(f"  {model} {mode} {name}: median {r.stats.median_ms:.2f} ms, peak {r.stats.peak_mem_bytes / 2**30:.2f} GiB, "
-            f"first step {r.stats.first_step_s:.1f} s")
-        del built
-        if device.startswith("cuda"):
-            torch.cuda.empty_cache()
-    d, f = runs["default"], runs["fused"]
+        log(f"  {model} {mode} {name}: compiling")
+        torch._dynamo.reset()  # no compiled code shared between the two
+        v = prepare_variant(name, built, mode=mode, device=device, options=opts, compile_fn=compile_fn,
+                            warmup=warmup, fusions_mod=fusions_mod)
+        log(f"  {model} {mode} {name}: first step {v.first_step_s:.1f} s; matches "
+            f"{ {k: n for k, n in v.matches.items() if n} }")
+        variants.append(v)
+    for v in variants:
+        parity_step(v, mode=mode, device=device, seed=seed)
+    rounds = max(1, min(rounds, steps))
+    for r in range(rounds):
+        for v in (variants if r % 2 == 0 else variants[::-1]):
+            for _ in range(steps // rounds + (r < steps % rounds)):
+                _zero_grads(v.built.model)
+                ms, peak = time_step(v.step, device)
+                v.times.append(ms)
+                v.peak = max(v.peak, peak)
+    stats = {}
+    for v in variants:
+        m, lo, hi = rl.summarize(v.times)
+        stats[v.name] = StepStats(m, lo, hi, len(v.times), v.peak, v.first_step_s)
+        log(f"  {model} {mode} {v.name}: median {m:.2f} ms ({lo:.2f}-{hi:.2f}), step peak {v.peak / 2**30:.2f} GiB")
+    d, f = variants
     parity = make_parity(d.loss, f.loss, d.logits, f.logits, d.grads, f.grads)
-    return VerifyResult(model=model, mode=mode, preset=preset, batch=batch, seq=seq, default=d.stats, fused=f.stats,
-                        parity=parity, matches={k: v for k, v in f.matches.items() if v},
-                        env=env or {})
+    result = VerifyResult(model=model, mode=mode, preset=preset, batch=batch, seq=seq, default=stats["default"],
+                          fused=stats["fused"], parity=parity, matches={k: n for k, n in f.matches.items() if n},
+                          env=env or {})
+    del variants, d, f
+    torch._dynamo.reset()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    return result
 
 
 def run_env(device: str) -> dict:
@@ -376,7 +406,7 @@ def run_verify(models: Sequence[str], *, modes: Sequence[str], preset: str, devi
 # --------------------------------------------------------------------------- output
 
 def markdown_table(results: Sequence[VerifyResult]) -> str:
-    lines = ["| model | mode | preset | default ms (p20-p80) | fused ms (p20-p80) | speedup | peak GiB default/fused | "
+    lines = ["| model | mode | preset | default ms (p20-p80) | fused ms (p20-p80) | speedup | step peak GiB default/fused | "
              "loss rel | logits rel | grads rel (worst param) | parity | fusion matches |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
