@@ -21,6 +21,7 @@ may be missing: no bench data ranks on predictions, no patterns gives an empty r
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import math
 import re
@@ -84,7 +85,7 @@ class Call:
     phase: str
     inputs: tuple[Tensor, ...]
     outputs: tuple[Tensor, ...]
-    count: int
+    count: float  # occurrences (an expected value for patterns known from a sample)
     inductor_kernels: int | None = None
     bytes: dict[str, float] = field(default_factory=dict)  # fused / unfused / inductor, from candidate.json
     source: str = "captured"  # or "derived" (scaled to the model's published size)
@@ -342,30 +343,61 @@ def calls_of_candidate(meta: dict) -> list[Call]:
 
 
 def calls_of_pattern(p: Pattern, only_model: str | None = None) -> list[Call]:
-    """Calls from the pattern's occurrence sample, scaled so their counts add up to ``counts.safe``."""
+    """Expected calls of a pattern that has no candidate yet, from its stored occurrence sample.
+
+    ``patterns.json`` stores a few occurrences per pattern but counts all of them. Each sampled
+    (model, phase, inputs) group stands for its share of the ``counts.safe`` occurrences, split
+    over Inductor's kernel counts in proportion to ``inductor.kernels_hist`` (which covers every
+    occurrence), so a sample that happens to hold the one split occurrence does not make every
+    occurrence look split. Counts are therefore expected values, not integers.
+    """
     groups: dict[tuple, list] = {}
+    safe_sampled = 0
     for o in p.occurrences:
-        if not o.verdict.ok or (only_model and o.graph.model != only_model):
+        if not o.verdict.ok:
             continue
+        safe_sampled += 1
         ins, outs = _tensors(o.input_meta), _tensors(o.output_meta)
-        if not ins:
-            continue
-        groups.setdefault((o.graph.model, o.phase, ins, outs or ()), []).append(o)
-    sampled = sum(len(v) for v in groups.values())
-    scale = (p.counts.safe / sampled) if sampled and p.counts.safe > sampled and not only_model else 1.0
-    return [Call(model, phase, ins, outs, max(1, round(len(occ) * scale)),
-                 statistics.median_low([o.n_kernels for o in occ]) or None)
-            for (model, phase, ins, outs), occ in groups.items()]
+        if ins and (only_model is None or o.graph.model == only_model):
+            groups.setdefault((o.graph.model, o.phase, ins, outs or ()), []).append(o)
+    if not safe_sampled:
+        return []
+    per_sampled = p.counts.safe / safe_sampled if p.counts.safe else 1.0
+    hist = {int(k): v for k, v in p.inductor.kernels_hist.items() if int(k) > 0}
+    mapped = sum(hist.values())
+    calls = []
+    for (model, phase, ins, outs), occ in groups.items():
+        expected = len(occ) * per_sampled
+        if mapped:
+            calls += [Call(model, phase, ins, outs, expected * n / mapped, k) for k, n in sorted(hist.items())]
+        else:
+            calls.append(Call(model, phase, ins, outs, expected, statistics.median_low([o.n_kernels for o in occ]) or None))
+    return calls
+
+
+@functools.lru_cache(maxsize=None)
+def _derived(shape: tuple[int, ...], model: str) -> tuple[int, ...] | None:
+    try:
+        from miner.bench import derive_shape
+        return derive_shape(shape, model, _tiny_dims_cached())
+    except (ImportError, ValueError, KeyError):
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def _tiny_dims_cached():
+    from miner.bench import _tiny_dims
+    return _tiny_dims()
 
 
 def at_published_size(call: Call) -> Call:
     """The call scaled to its model's published size (unchanged when that cannot be derived)."""
-    try:
-        from miner.bench import derive_shape
-        ins = tuple(Tensor(derive_shape(t.shape, call.model)[0], t.dtype) for t in call.inputs)
-        outs = tuple(Tensor(derive_shape(t.shape, call.model)[0], t.dtype) for t in call.outputs)
-    except (ImportError, ValueError, KeyError):
+    shapes = [_derived(t.shape, call.model) for t in call.inputs + call.outputs]
+    if any(s is None for s in shapes):
         return call
+    shapes = [s[0] for s in shapes]
+    ins = tuple(Tensor(s, t.dtype) for s, t in zip(shapes, call.inputs))
+    outs = tuple(Tensor(s, t.dtype) for s, t in zip(shapes[len(call.inputs):], call.outputs))
     if ins == call.inputs:
         return call
     ratio = sum(t.nbytes for t in ins + outs) / max(1, sum(t.nbytes for t in call.inputs + call.outputs))
@@ -449,9 +481,10 @@ def rank_one(p: Pattern, c: CandidateInfo | None, model: CostModel, *, scale: st
     saved = Estimate(sum(e.total_saved_ms for e in ests), _combine(e.saved_ms.source for e in ests) if ests
                      else model.source)
     occs, safe = p.counts.non_overlapping, p.counts.safe
-    if only_model:
+    if only_model and p.occurrences:  # estimated from the stored sample
         sample = [o for o in p.occurrences if o.graph.model == only_model]
-        occs, safe = len(sample), sum(o.verdict.ok for o in sample)
+        scale = p.counts.non_overlapping / len(p.occurrences)
+        occs, safe = round(len(sample) * scale), round(sum(o.verdict.ok for o in sample) * scale)
     hist = {int(k): v for k, v in p.inductor.kernels_hist.items()}
     mapped = sum(hist.values())
     missed = sum(v for k, v in hist.items() if k > 1) / mapped if mapped else None
