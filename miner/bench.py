@@ -40,7 +40,9 @@ from miner import roofline as rl
 from miner.errors import MinerError, UsageError
 
 VARIANTS = ("eager", "inductor", "max-autotune", "candidate")
+EXTRA_VARIANTS = ("candidate-looped",)  # the candidate's looped kernel forced (launch(..., variant="looped"))
 BASELINE = "inductor"
+COPY = "copy"  # a plain copy of the same number of bytes, same harness: the size-matched ceiling
 
 # Relative error ||out - ref|| / ||ref|| allowed against the float64 evaluation, by output dtype.
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4, "float16": 4e-3, "bfloat16": 2e-2}
@@ -691,7 +693,27 @@ def build_variant(name: str, cand: Candidate) -> Callable:
         return compile_variant(cand.reference, "max-autotune-no-cudagraphs")
     if name == "candidate":
         return cand.kernel
-    raise UsageError(f"unknown variant {name!r}; variants: {', '.join(VARIANTS)}")
+    if name == "candidate-looped":
+        kernel = cand.kernel
+        return lambda *args: kernel(*args, variant="looped")
+    raise UsageError(f"unknown variant {name!r}; variants: {', '.join(VARIANTS + EXTRA_VARIANTS)}")
+
+
+def time_copy(nbytes: int, env: Env, *, replays: int = 25, max_sets: int = 1024) -> Timing:
+    """A device-to-device copy of ``nbytes`` in total (half read, half written), timed like the variants.
+
+    Small kernels cannot reach the bandwidth of a 1 GiB copy (launch and tail effects): this is
+    what a perfect kernel of the same size could do, and it tells a kernel's overhead from the size's.
+    """
+    import torch
+
+    n = max(1, nbytes // 2 // 4)
+    k = rl.rotation_count(8 * n, env.l2_bytes, max_sets=max_sets)
+    sets = [(torch.empty(n, device=env.device, dtype=torch.float32).normal_(), torch.empty(n, device=env.device))
+            for _ in range(k)]
+    timing = time_cuda_graph(lambda src, dst: dst.copy_(src), sets, replays=replays)
+    del sets
+    return timing
 
 
 def environment(device: str, copy_gbps: float | None = None) -> Env:
@@ -763,6 +785,10 @@ def bench_case(cand: Candidate, case: BenchCase, env: Env, *, variants: Sequence
                 torch._dynamo.reset()
     del arg_sets, first, ref
     if device.startswith("cuda"):
+        try:
+            results.append(VariantResult(COPY, time_copy(nbytes, env, replays=replays)))
+        except Exception as e:
+            results.append(VariantResult(COPY, error=f"{type(e).__name__}: {e}"[:300]))
         torch.cuda.empty_cache()
     return BenchRow(candidate=cand.id, name=cand.name, case=case, outputs=outputs, bytes_moved=nbytes,
                     roofline_ms=rl.roofline_ms(nbytes, env.copy_gbps), rotation=k, variants=tuple(results), env=env)
@@ -803,8 +829,8 @@ def _fmt_pct(p: float | None) -> str:
 
 def markdown_table(rows: Sequence[BenchRow]) -> str:
     lines = ["| candidate | models | shape (inputs) | source | eager us | inductor us | max-autotune us | candidate us | "
-             "roofline us | cand. % roofline | ind. % roofline | vs inductor | vs max-autotune | notes |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "roofline us | same-size copy us | cand. % roofline | ind. % roofline | vs inductor | vs max-autotune | notes |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         notes = "; ".join(f"{v.name}: {v.error}" for v in r.variants if v.error)
         if r.l2_resident and r.env.device.startswith("cuda"):
@@ -816,9 +842,50 @@ def markdown_table(rows: Sequence[BenchRow]) -> str:
         lines.append(
             f"| {r.name} | {','.join(r.case.models)} | {r.case.label} | {r.case.source} | {_fmt_us(r.ms('eager'))} | "
             f"{_fmt_us(r.ms('inductor'))} | {_fmt_us(r.ms('max-autotune'))} | {_fmt_us(r.ms('candidate'))} | "
-            f"{_fmt_us(r.roofline_ms)} | {_fmt_pct(r.roofline_pct('candidate'))} | {_fmt_pct(r.roofline_pct('inductor'))} | "
+            f"{_fmt_us(r.roofline_ms)} | {_fmt_us(r.ms(COPY))} | {_fmt_pct(r.roofline_pct('candidate'))} | {_fmt_pct(r.roofline_pct('inductor'))} | "
             f"{'-' if sp is None else f'{sp:.2f}x'} | {'-' if spm is None else f'{spm:.2f}x'} | {notes} |")
     return "\n".join(lines) + "\n"
+
+
+ROOFLINE_TARGET = 0.90  # share of the memory roofline, for rows up to ROOFLINE_ROWS elements
+ROOFLINE_ROWS = 8192
+
+
+def targets(rows: Sequence[BenchRow]) -> list[str]:
+    """The issue's targets checked on measured rows, one line per miss (and a summary line).
+
+    * the candidate at least as fast as Inductor on every shape (median);
+    * at least 90% of the memory roofline for rows up to 8192 elements (rows whose working set
+      stays in L2 are left out). A miss names the size-matched copy's share too: when a plain copy
+      of the same bytes also falls short, the size, not the kernel, sets the limit.
+    """
+    lines, n_speed, n_roof, n_roof_ok, n_speed_ok = [], 0, 0, 0, 0
+    for r in rows:
+        s = r.speedup()
+        where = f"{r.name} [{','.join(r.case.models)}] {r.case.label} ({r.case.source})"
+        if s is not None:
+            n_speed += 1
+            if s >= 1.0:
+                n_speed_ok += 1
+            else:
+                lines.append(f"- slower than Inductor: {where}: {s:.2f}x ({_fmt_us(r.ms('candidate'))} us vs "
+                             f"{_fmt_us(r.ms('inductor'))} us, {100 * (1 / s - 1):.0f}% more time)")
+        pct = r.roofline_pct("candidate")
+        if pct is None or r.case.row_length is None or r.case.row_length > ROOFLINE_ROWS or r.l2_resident:
+            continue
+        n_roof += 1
+        if pct >= 100 * ROOFLINE_TARGET:
+            n_roof_ok += 1
+            continue
+        copy_ms = r.ms(COPY)
+        copy_pct = None if copy_ms is None else 100 * r.roofline_ms / copy_ms
+        lines.append(f"- under {100 * ROOFLINE_TARGET:.0f}% of the roofline: {where}: {pct:.0f}% "
+                     f"({100 * ROOFLINE_TARGET - pct:.0f} points short); a copy of the same bytes reaches "
+                     f"{_fmt_pct(copy_pct)}, Inductor {_fmt_pct(r.roofline_pct('inductor'))}")
+    head = [f"- at least 1.0x Inductor: {n_speed_ok} of {n_speed} timed shapes",
+            f"- at least {100 * ROOFLINE_TARGET:.0f}% of the memory roofline (rows <= {ROOFLINE_ROWS}, working set "
+            f"beyond L2): {n_roof_ok} of {n_roof}"]
+    return head + lines
 
 
 def env_header(env: Env) -> str:
@@ -905,7 +972,7 @@ def save_results(rows: Sequence[BenchRow], env: Env, *, candidate_dirs: dict[str
               "Times are medians per call from CUDA-graph replays over rotating input sets (20/80% quantiles "
               "in bench.json). `derived` shapes were scaled from a tiny-preset capture to the published "
               "model size (the roles are named); `captured` shapes were observed by a scan.\n\n"
-              + markdown_table(rows))
+              + markdown_table(rows) + "\n## Targets\n\n" + "\n".join(targets(rows)) + "\n")
         written.append(write_text(report_dir / "bench.md", md))
         png = plot(rows, report_dir / "bench.png")
         if png:

@@ -216,7 +216,8 @@ def _row(**kw) -> BenchRow:
     variants = (VariantResult("eager", Timing(0.05, 0.049, 0.051, 25, 100), 1e-3, 1e-3, True, None, 0.1),
                 VariantResult("inductor", Timing(0.012, 0.0119, 0.0121, 25, 400), 1e-3, 1e-3, True, None, 3.0),
                 VariantResult("max-autotune", None, None, None, None, "RuntimeError: boom", 5.0),
-                VariantResult("candidate", Timing(0.010, 0.0099, 0.0101, 25, 400), 1e-3, 1e-3, True, None, 0.5))
+                VariantResult("candidate", Timing(0.010, 0.0099, 0.0101, 25, 400), 1e-3, 1e-3, True, None, 0.5),
+                VariantResult("copy", Timing(0.008, 0.008, 0.008, 25, 400)))
     row = BenchRow(candidate="softmaxlike0", name="softmax_like", case=case,
                    outputs=(TensorSpec((8192, 768), "bfloat16"),), bytes_moved=nbytes,
                    roofline_ms=rl.roofline_ms(nbytes, 4000.0), rotation=9, variants=variants, env=env)
@@ -246,6 +247,11 @@ def test_tables_wins_and_files(tmp_path):
     assert table["max_winning_row"] == 768 and table["min_losing_row"] == 512
     md = bench.markdown_table([win, lose])
     assert "derived from bfloat16[128,128] as [B*S,hidden]" in md and "1.20x" in md and "0.60x" in md
+    t = bench.targets([win, lose])
+    assert t[0] == "- at least 1.0x Inductor: 1 of 2 timed shapes"
+    assert any("slower than Inductor" in line and "0.60x" in line for line in t)
+    # 768-wide row: candidate 10 us against a 6.3 us roofline = 63%: a miss, with the copy's share
+    assert any("under 90% of the roofline" in line and "768" in line for line in t)
     cdir = tmp_path / "candidates" / "softmaxlike0"
     cdir.mkdir(parents=True)
     written = bench.save_results([win, lose], win.env, candidate_dirs={"softmaxlike0": cdir},

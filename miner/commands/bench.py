@@ -21,7 +21,8 @@ def add_arguments(p) -> None:
                    help="captured: as the scan observed them; base: scaled to the published model sizes "
                         "(or base-preset captures); all: both (default)")
     p.add_argument("--variants", default="eager,inductor,max-autotune,candidate",
-                   help="comma list of eager, inductor, max-autotune, candidate (default: all four)")
+                   help="comma list of eager, inductor, max-autotune, candidate, candidate-looped "
+                        "(default: the first four)")
     p.add_argument("--replays", type=int, default=25, help="timed CUDA-graph replays per variant (default 25)")
     p.add_argument("--out", metavar="DIR", help="run table folder (default reports/gpu/<date>-<gpu>/)")
     p.add_argument("--no-save", action="store_true", help="print the table, write nothing")
@@ -42,9 +43,10 @@ def run(args) -> int:
     from miner.workspace import Workspace
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = [v for v in variants if v not in bench.VARIANTS]
+    known = bench.VARIANTS + bench.EXTRA_VARIANTS
+    unknown = [v for v in variants if v not in known]
     if unknown:
-        raise UsageError(f"unknown variant(s) {', '.join(unknown)}; variants: {', '.join(bench.VARIANTS)}")
+        raise UsageError(f"unknown variant(s) {', '.join(unknown)}; variants: {', '.join(known)}")
     if args.allow_cpu:
         import torch
         if not torch.cuda.is_available():
@@ -62,6 +64,7 @@ def run(args) -> int:
     print()
     print(bench.env_header(env))
     print(bench.markdown_table(rows))
+    print("\n".join(bench.targets(rows)))
     if not args.no_save:
         out = Path(args.out) if args.out else bench.today_dir(env, ws.reports)
         written = bench.save_results(rows, env, candidate_dirs={c.id: c.path for c in cands}, report_dir=out)
