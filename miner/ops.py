@@ -33,6 +33,8 @@ def resolve_target(name: str):
     parts = name.split(".")
     if len(parts) < 2:
         return None
+    if parts[0] == "prims":
+        import torch._inductor.inductor_prims  # noqa: F401  (registers prims.inductor_random & co.)
     try:
         packet = getattr(getattr(torch.ops, parts[0]), parts[1])
         return getattr(packet, parts[2] if len(parts) > 2 else "default")
