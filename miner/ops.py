@@ -8,6 +8,7 @@ the exceptions that tags cannot tell (random ops, matmul-like ops).
 
 from __future__ import annotations
 
+import importlib
 import operator
 from functools import lru_cache
 
@@ -34,7 +35,7 @@ def resolve_target(name: str):
     if len(parts) < 2:
         return None
     if parts[0] == "prims":
-        import torch._inductor.inductor_prims  # noqa: F401  (registers prims.inductor_random & co.)
+        importlib.import_module("torch._inductor.inductor_prims")  # registers prims.inductor_random & co.
     try:
         packet = getattr(getattr(torch.ops, parts[0]), parts[1])
         return getattr(packet, parts[2] if len(parts) > 2 else "default")
