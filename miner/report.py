@@ -392,13 +392,18 @@ def _rank_cells(i: str, r: Ranked, detailed: set[str]) -> list[str]:
 
 
 def ranked_table(review: Review, detailed: set[str], top: int | None = None) -> str:
+    """One row per family (its leader) with the other members folded; the ``top`` best families plus
+    every family holding a candidate."""
     by_id = {r.id: r for r in review.rows}
+    fams = [f for i, f in enumerate(review.families)
+            if top is None or i < top or any(by_id[m].candidate is not None for m in f.members)]
     head = "".join(f'<th class="num">{_e(h)}</th>' if i in RANK_NUM else f"<th>{_e(h)}</th>"
                    for i, h in enumerate(RANK_HEADER))
     body = []
-    for i, fam in enumerate(review.families[:top] if top else review.families, 1):
+    rank_of = {f.id: i for i, f in enumerate(review.families, 1)}
+    for fam in fams:
         lead = by_id[fam.id]
-        cells = _rank_cells(str(i), lead, detailed)
+        cells = _rank_cells(str(rank_of[fam.id]), lead, detailed)
         body.append('<tr class="family" data-id="{}">'.format(_e(lead.id)) + "".join(
             f'<td class="num">{c}</td>' if j in RANK_NUM else (f'<td class="ops">{c}</td>' if j == 2 else f"<td>{c}</td>")
             for j, c in enumerate(cells)) + "</tr>")
@@ -407,17 +412,27 @@ def ranked_table(review: Review, detailed: set[str], top: int | None = None) -> 
             inner = _table(RANK_HEADER, [_rank_cells("", m, detailed) for m in members], RANK_NUM)
             body.append(f'<tr class="members"><td></td><td colspan="{len(RANK_HEADER) - 1}"><details class="members">'
                         f"<summary>{len(members)} more in family “{_e(fam.name)}”</summary>{inner}</details></td></tr>")
-    return (f'<table id="ranked"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>')
+    more = len(review.families) - len(fams)
+    tail = (f'<p class="small">{more} more families of mined patterns not shown; '
+            "<code>miner candidates --top 0</code> lists them all.</p>") if more > 0 else ""
+    return f'<table id="ranked"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>{tail}'
+
 
 
 def per_model(review: Review) -> dict[str, tuple[int, int, Estimate]]:
-    """model -> (patterns occurring there, candidates among them, µs saved per step there)."""
+    """model -> (patterns occurring there, candidates among them, µs per step the candidates save there).
+
+    Mined patterns overlap (a sub-chain and its extension share nodes), so only candidates are summed;
+    candidates may overlap too, so the sum is an upper bound.
+    """
     out: dict[str, list] = {}
     for r in review.rows:
         for m in r.pattern.support.models:
             entry = out.setdefault(m, [0, 0, 0.0, set()])
             entry[0] += 1
             entry[1] += r.candidate is not None
+        if r.candidate is None or r.status == "failed":
+            continue
         for e in r.calls:
             entry = out.setdefault(e.call.model, [0, 0, 0.0, set()])
             entry[2] += e.total_saved_ms
@@ -441,14 +456,17 @@ def model_summary(ws: Workspace, review: Review) -> str:
         first = s.model not in seen
         seen.add(s.model)
         pats, cands, saved = mined.get(s.model, (0, 0, None))
+        saved = saved if cands else None
         rows.append([_e(s.model), _e(s.preset), _e(s.mode), _e(s.device),
                      '<span class="good">ok</span>' if s.ok else f'<span class="bad">failed</span> {_e(s.error or "")}',
                      str(len(s.graphs)), str(nodes), pr, str(s.kernels), str(s.graph_breaks), f"{s.seconds:.0f}",
                      str(pats) if first else "″", str(cands) if first else "″",
                      (_est(saved, ".1f", scale=1e3) if saved is not None else "-") if first else "″"])
     return _table(("model", "preset", "mode", "device", "scan", "graphs", "nodes", "pointwise / reduction",
-                   "kernels", "graph breaks", "scan s", "patterns", "candidates", "saved µs / step"), rows,
-                  {5, 6, 7, 8, 9, 10, 11, 12, 13})
+                   "kernels", "graph breaks", "scan s", "patterns", "candidates", "candidates save µs / step"), rows,
+                  {5, 6, 7, 8, 9, 10, 11, 12, 13}) + (
+        '<p class="small">patterns: mined patterns occurring in the model (they overlap); candidates save: the sum '
+        "over its non-failed candidates' expected savings per step (an upper bound where candidates overlap).</p>")
 
 
 def accuracy_html(review: Review) -> str:
@@ -559,7 +577,8 @@ def candidate_html(r: Ranked) -> str:
     return "".join(parts)
 
 
-def render_html(review: Review, ws: Workspace, *, title: str = "miner review", detail_top: int = 25) -> str:
+def render_html(review: Review, ws: Workspace, *, title: str = "miner review", detail_top: int = 25,
+                table_top: int = 100) -> str:
     from miner.templates import CSS
 
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -583,7 +602,7 @@ def render_html(review: Review, ws: Workspace, *, title: str = "miner review", d
                 "<p>One row per family of near-identical patterns (same ops up to casts/views or one op); "
                 "unfold a family to see its other members. Score: expected µs saved per step, summed over every "
                 "safe occurrence in the zoo; ties broken by support.</p>"
-                + (ranked_table(review, detailed) if review.rows else
+                + (ranked_table(review, detailed, table_top) if review.rows else
                    '<p class="banner">Nothing to rank yet: no mined patterns or candidates.</p>')
                 + f'<p class="legend">{_e(LEGEND)} occ = non-overlapping occurrences; safe = share accepted by the '
                   "safety checks; missed fusion = share Inductor splits into more than one kernel.</p></section>")

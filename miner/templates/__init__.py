@@ -23,7 +23,7 @@ th, td { padding:5px 8px; border-bottom:1px solid var(--line); text-align:left; 
 th { background:#eef1f6; font-weight:600; white-space:nowrap; position:sticky; top:0; }
 td.num, th.num { text-align:right; font-variant-numeric:tabular-nums; white-space:nowrap; }
 tr.family:hover { background:#f3f6fb; }
-td.ops { font-family:"DejaVu Sans Mono", Menlo, monospace; font-size:12px; }
+td.ops { font-family:"DejaVu Sans Mono", Menlo, monospace; font-size:12px; min-width:300px; }
 code, .mono { font-family:"DejaVu Sans Mono", Menlo, monospace; font-size:12px; }
 .pred { color:var(--pred); font-style:italic; }
 .meas { color:var(--ink); font-weight:600; }
