@@ -38,12 +38,18 @@ class ScanRequest:
     modes: tuple[str, ...] = ("train",)
     device: str = "cpu"
     dtype: str = "auto"  # auto: float32 on CPU, bfloat16 autocast on CUDA
+    batch: int | None = None  # override the preset's batch size / sequence length
+    seq: int | None = None
 
 
-def reusable(ws: Workspace, model: str, preset: str, mode: str) -> ScanResult | None:
-    """The saved result of an earlier successful scan whose graph files are all present."""
+def reusable(ws: Workspace, model: str, preset: str, mode: str,
+             batch_seq: tuple[int, int] | None = None) -> ScanResult | None:
+    """The saved result of an earlier successful scan (of that input shape) whose graph files are all present."""
     result = ws.load_scan(model, preset, mode)
     if result is None or not result.ok or not all(ws.graph_path(k).exists() for k in result.graphs):
+        return None
+    saved = result.provenance.get("batch_seq")
+    if batch_seq is not None and saved is not None and tuple(saved) != tuple(batch_seq):
         return None
     return result
 
@@ -61,8 +67,12 @@ def scan_in_process(req: ScanRequest, ws: Workspace, progress: Callable[[str], N
     import torch
 
     import models
+    import models.base
     from miner.capture import capture_step, versions
 
+    if req.batch or req.seq:  # this worker process is ours alone: override the preset's input shape
+        batch, seq = models.base.SHAPES[req.preset]
+        models.base.SHAPES[req.preset] = (req.batch or batch, req.seq or seq)
     results = []
     for mode in req.modes:
         t0 = time.perf_counter()
@@ -84,7 +94,8 @@ def scan_in_process(req: ScanRequest, ws: Workspace, progress: Callable[[str], N
             result = ScanResult(req.model, req.preset, mode, req.device, True,
                                 graphs=tuple(g.key for g in outcome.graphs), graph_breaks=outcome.graph_breaks,
                                 seconds=round(outcome.seconds, 2), nodes_by_category=categories, kernels=kernels,
-                                provenance={**outcome.graphs[0].provenance, "phase_seconds": outcome.phase_seconds})
+                                provenance={**outcome.graphs[0].provenance, "phase_seconds": outcome.phase_seconds,
+                                            "batch_seq": list(models.base.SHAPES[req.preset])})
         except Exception as e:  # one broken model or mode must never stop the scan
             progress(f"{mode}: FAILED: {one_line(e)}")
             traceback.print_exc(file=sys.stderr)
@@ -109,8 +120,10 @@ def worker_main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--workspace", default=".")
+    p.add_argument("--batch", type=int, default=None)
+    p.add_argument("--seq", type=int, default=None)
     a = p.parse_args(argv)
-    req = ScanRequest(a.model, a.preset, tuple(a.modes.split(",")), a.device, a.dtype)
+    req = ScanRequest(a.model, a.preset, tuple(a.modes.split(",")), a.device, a.dtype, a.batch, a.seq)
 
     def progress(msg: str) -> None:
         print(f"PROGRESS {msg}", flush=True)
@@ -126,6 +139,8 @@ def _run_worker(req: ScanRequest, ws: Workspace, timeout: float, echo: Callable[
     cmd = [sys.executable, "-m", "miner.scan", "--model", req.model, "--preset", req.preset,
            "--modes", ",".join(req.modes), "--device", req.device, "--dtype", req.dtype,
            "--workspace", str(ws.root)]
+    cmd += [f"--batch={req.batch}"] if req.batch else []
+    cmd += [f"--seq={req.seq}"] if req.seq else []
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{req.model.replace('/', '_').replace(':', '_')}.{req.preset}.log"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -162,27 +177,31 @@ def _run_worker(req: ScanRequest, ws: Workspace, timeout: float, echo: Callable[
     return results
 
 
-def scan(models: list[str], *, preset: str = "tiny", modes: tuple[str, ...] = ("train",), device: str = "cpu",
-         dtype: str = "auto", workspace: Workspace, force: bool = False, jobs: int = 1,
+def scan(model_names: list[str], *, preset: str = "tiny", modes: tuple[str, ...] = ("train",), device: str = "cpu",
+         dtype: str = "auto", batch: int | None = None, seq: int | None = None, workspace: Workspace, force: bool = False, jobs: int = 1,
          timeout: float = DEFAULT_TIMEOUT_S, echo: Callable[[str], None] = print) -> list[ScanResult]:
     """Scan each model (in its own process), reusing earlier results unless ``force``."""
+    import models.base
+
+    default_batch, default_seq = models.base.SHAPES[preset]
+    batch_seq = (batch or default_batch, seq or default_seq)
     results: dict[tuple[str, str], ScanResult] = {}
     todo: list[ScanRequest] = []
-    for m in models:
+    for m in model_names:
         missing = []
         for mode in modes:
-            prior = None if force else reusable(workspace, m, preset, mode)
+            prior = None if force else reusable(workspace, m, preset, mode, batch_seq)
             if prior is not None:
                 results[m, mode] = dataclasses.replace(prior, reused=True)
             else:
                 missing.append(mode)
         if missing:
-            todo.append(ScanRequest(m, preset, tuple(missing), device, dtype))
+            todo.append(ScanRequest(m, preset, tuple(missing), device, dtype, batch, seq))
         else:
             echo(f"[{m}] reusing saved graphs ({', '.join(modes)}); --force to recompile")
 
     log_dir = workspace.captures / "logs"
-    done = len(models) - len(todo)
+    done = len(model_names) - len(todo)
 
     def run_one(req: ScanRequest) -> list[ScanResult]:
         nonlocal done
@@ -190,14 +209,14 @@ def scan(models: list[str], *, preset: str = "tiny", modes: tuple[str, ...] = ("
         out = _run_worker(req, workspace, timeout, echo, log_dir)
         done += 1
         status = "ok" if all(r.ok for r in out) else "FAILED: " + "; ".join(r.error or "" for r in out if not r.ok)
-        echo(f"[{req.model}] {status} ({done}/{len(models)} models)")
+        echo(f"[{req.model}] {status} ({done}/{len(model_names)} models)")
         return out
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         for out in pool.map(run_one, todo):
             for r in out:
                 results[r.model, r.mode] = r
-    return [results[m, mode] for m in models for mode in modes]
+    return [results[m, mode] for m in model_names for mode in modes]
 
 
 def format_table(results: list[ScanResult]) -> str:

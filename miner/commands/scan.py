@@ -21,6 +21,8 @@ def add_arguments(p) -> None:
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
                    help="autocast dtype; auto = float32 on CPU, bfloat16 on CUDA")
+    p.add_argument("--batch", type=int, default=None, help="override the preset's batch size")
+    p.add_argument("--seq", type=int, default=None, help="override the preset's sequence length")
     p.add_argument("--force", action="store_true", help="recompile even if saved graphs exist")
     p.add_argument("--jobs", type=int, default=None,
                    help="models scanned at once, each in its own process (default: CPU count, at most 4)")
@@ -57,6 +59,7 @@ def run(args) -> int:
     print(f"miner scan: {len(names)} model(s), preset {preset}, mode {','.join(modes)}, device {args.device}, "
           f"workspace {args.workspace}", flush=True)
     results = scan(names, preset=preset, modes=modes, device=args.device, dtype=args.dtype,
+                   batch=args.batch, seq=args.seq,
                    workspace=Workspace(args.workspace), force=args.force, jobs=args.jobs or min(4, os.cpu_count() or 1),
                    timeout=args.timeout or DEFAULT_TIMEOUT_S, echo=lambda s: print(s, flush=True))
     print()
