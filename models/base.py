@@ -210,3 +210,22 @@ def instantiate(model_cls: type, cfg: Any, device: str) -> torch.nn.Module:
 def task_is_causal(model_cls: type) -> bool:
     n = model_cls.__name__
     return n.endswith("ForCausalLM") or n.endswith("LMHeadModel")
+
+
+def no_cache_inputs(model: torch.nn.Module, task: str) -> dict[str, Any]:
+    """``use_cache=False`` for a causal LM whose forward takes it: a training step needs no KV cache,
+    and hybrid linear-attention caches fail without a prefill (bamba, jamba, qwen3_next...)."""
+    import inspect
+    if task != "causal-lm":
+        return {}
+    return {"use_cache": False} if "use_cache" in inspect.signature(model.forward).parameters else {}
+
+
+def config_for(model_cls: type, cfg: Any) -> Any:
+    """The config ``model_cls`` takes: a composite config's text config for a text-only head class."""
+    want = getattr(model_cls, "config_class", None)
+    if want is not None and not isinstance(cfg, want) and hasattr(cfg, "get_text_config"):
+        text = cfg.get_text_config()
+        if isinstance(text, want):
+            return text
+    return cfg

@@ -23,7 +23,8 @@ import re
 from functools import lru_cache, partial
 from typing import Any
 
-from models.base import TINY, Built, ModelSpec, finish, fix_special_tokens, instantiate
+from models.base import (TINY, Built, ModelSpec, config_for, finish, fix_special_tokens, instantiate,
+                         no_cache_inputs)
 
 # (task, auto mapping name in transformers.models.auto.modeling_auto, Auto class name), in preference order.
 HEAD_ORDER: tuple[tuple[str, str, str], ...] = (
@@ -49,22 +50,69 @@ HEAD_KEYS = {"num_attention_heads", "n_head", "n_heads", "encoder_attention_head
              "num_heads"}
 KV_KEYS = {"num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num", "n_head_kv"}
 INTER_KEYS = {"intermediate_size", "d_ff", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "n_inner", "d_inner",
-              "hidden_dim", "ffn_hidden_size", "moe_intermediate_size", "shared_expert_intermediate_size",
+              "ffn_hidden_size", "moe_intermediate_size", "shared_expert_intermediate_size",
               "expert_intermediate_size", "dense_intermediate_size", "mlp_dim"}
-VOCAB_KEYS = {"vocab_size"}
+VOCAB_KEYS = {"vocab_size", "entity_vocab_size"}
 POSITION_KEYS = {"max_position_embeddings", "n_positions", "n_ctx", "max_target_positions", "max_source_positions"}
 EXPERT_KEYS = {"num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"}
 TOPK_KEYS = {"num_experts_per_tok", "moe_topk", "num_selected_experts", "top_k", "moe_k"}
 GROUP_KEYS = {"n_group", "topk_group"}
 EXPERTS, TOPK = 4, 2
 
-# Per-model_type keywords the name rules cannot derive: (tiny overrides, reason).
+# Per-model_type tiny keywords that the name rules cannot derive.
 TINY_FIXES: dict[str, dict[str, Any]] = {
     "gpt_neo": {"attention_types": [[["global", "local"], 1]]},  # 1 pair = 2 layers
+    "reformer": {"axial_pos_embds_dim": [64, 64], "axial_pos_shape": [8, 8]},  # sums to hidden, product = seq
+    "mamba2": {"num_heads": 8},  # hidden * expand == num_heads * head_dim
+    "layoutlmv3": {"coordinate_size": 16, "shape_size": 32},  # 4 * coordinate + 2 * shape == hidden
 }
 
-# Model types that have a head with a loss but do not build or run on the generic path.
-UNSUPPORTED: dict[str, str] = {}
+# Model types that have a head with a loss but do not build or take one eager training step on the
+# generic path (measured with transformers 5.24 by `python -m models.generic`), with the error.
+UNSUPPORTED: dict[str, str] = {
+    'bailing_hybrid': "RuntimeError: shape '[-1, 8, 0]' is invalid for input of size 512",
+    'bit': 'ValueError: num_channels (8) must be divisible by num_groups (32)',
+    'blt': 'TimeoutError: no eager step within 60 s',
+    'canine': 'ValueError: CanineConfig has no vocab_size',
+    'cohere_compass_text': "KeyError: 'full_attention'",
+    'dbrx': "AttributeError: 'DbrxAttentionConfig' object has no attribute 'rope_theta'",
+    'dinat': 'ImportError: DinatForImageClassification requires the natten library but it was not found in your environment.',
+    'donut-swin': 'IndexError: list index out of range',
+    'dots1': 'TypeError: empty() takes 1 positional argument but 3 were given',
+    'dots3_note': "StrictDataclassClassValidationError: Class validation error for validator 'validate_architecture': ValueError: SWA head_dim must equal qk_nope_head_di",
+    'esm': "TypeError: empty(): argument 'size' (position 1) must be tuple of ints, but found element of type NoneType at pos 0",
+    'gemma3n': 'ImportError: TimmWrapperModel requires the timm library but it was not found in your environment.',
+    'gemma4_assistant': "StrictDataclassClassValidationError: Class validation error for validator 'validate_architecture': ValueError: hidden_size_per_layer_input must be 0, ",
+    'gemma4_unified_assistant': 'ValueError: inputs_embeds and shared_kv_states cannot be None.',
+    'git': 'ValueError: Expected input batch_size (92) to match target batch_size (126).',
+    'granitemoehybrid': 'ValueError: `get_seq_length` can only be called on Attention layers, and the current Cache seem to only contain LinearAttention layers.',
+    'hgnet_v2': 'RuntimeError: mat1 and mat2 shapes cannot be multiplied (2x2048 and 256x2)',
+    'imagegpt': 'ValueError: You have to specify either input_ids or inputs_embeds',
+    'kimi_linear': 'RuntimeError: selected index k out of range',
+    'layoutlmv2': 'ImportError: LayoutLMv2Model requires the detectron2 library but it was not found in your environment.',
+    'lfm2_moe': "TypeError: 'NoneType' object is not subscriptable",
+    'lilt': 'RuntimeError: mat1 and mat2 shapes cannot be multiplied (128x126 and 128x32)',
+    'lxmert': 'ValueError: `visual_feats` cannot be `None`',
+    'mistral4': 'RuntimeError: The size of tensor a (16) must match the size of tensor b (8) at non-singleton dimension 3',
+    'musicgen': "ValueError: Multiple valid text configs were found in the model config: ['text_encoder', 'decoder']. In this case, using `get_text_config()` would be ",
+    'musicgen_melody': "ValueError: Multiple valid text configs were found in the model config: ['text_encoder', 'decoder']. In this case, using `get_text_config()` would be ",
+    'nemo_speechlm': "StrictDataclassClassValidationError: Class validation error for validator 'validate_architecture': ValueError: `head_config.audio_hidden_size` (512) m",
+    'perceiver': 'ValueError: Expected input batch_size (1024) to match target batch_size (128).',
+    'pp_lcnet': "KeyError: 'loss'",
+    'pvt': 'ValueError: The hidden size (128) is not a multiple of the number of attention heads (5)',
+    'pvt_v2': 'ValueError: The hidden size (128) is not a multiple of the number of attention heads (5)',
+    'qwen4_exp': "TypeError: unsupported operand type(s) for //: 'NoneType' and 'NoneType'",
+    'qwen4_exp_text': "TypeError: unsupported operand type(s) for //: 'NoneType' and 'NoneType'",
+    'shieldgemma2': 'ValueError: You must specify exactly one of input_ids or inputs_embeds',
+    'siglip2': 'RuntimeError: mat1 and mat2 shapes cannot be multiplied (384x64 and 768x128)',
+    'swin': 'IndexError: list index out of range',
+    'swinv2': 'IndexError: list index out of range',
+    'textnet': 'RuntimeError: Given groups=1, weight of size [64, 32, 3, 3], expected input[2, 64, 320, 320] to have 32 channels, but got 64 channels instead',
+    'timm_wrapper': 'ImportError: TimmWrapperForImageClassification requires the timm library but it was not found in your environment.',
+    'voxtral_realtime': 'ValueError: You must specify exactly one of input_features or encoder_inputs_embeds',
+    'xmod': 'ValueError: Input language unknown. Please call `XmodPreTrainedModel.set_default_language()`',
+    'zamba': "ValueError: There is an issue with your definition of `tie_weights_keys` for ^layers.1.shared_transf:^layers.(?!1\\.)\\d+.shared_transf. We found ['laye",
+}
 
 
 @lru_cache(maxsize=None)
@@ -107,14 +155,21 @@ def shrink_dict(d: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     layers = next((d[k] for k in LAYER_KEYS if isinstance(d.get(k), int)), None)
     heads = next((d[k] for k in HEAD_KEYS if isinstance(d.get(k), int)), None)
+    has_experts = any(isinstance(d.get(k), int) and d[k] > 1 for k in EXPERT_KEYS)
     for key, v in d.items():
         if isinstance(v, dict) and "model_type" in v:
             out[key] = {**v, **shrink_dict(v)}
+        elif isinstance(v, dict) and v and all(str(k).isdigit() for k in v) and layers and layers > LAYERS:
+            out[key] = {k: x for k, x in v.items() if int(k) < LAYERS}  # per-layer settings by layer index
+        elif v is None and (key == "head_dim" or key in KV_KEYS) and heads:
+            out[key] = HEAD_DIM if key == "head_dim" else HEADS
+        elif v is None and key in TOPK_KEYS and has_experts:
+            out[key] = TOPK
         elif isinstance(v, bool) or not isinstance(v, (int, list)):
             continue
         elif isinstance(v, list):
             if layers and len(v) == layers > LAYERS and key not in ("hidden_sizes", "depths"):
-                out[key] = v[:LAYERS]  # per-layer lists (layer_types, attention_window, ...)
+                out[key] = per_layer(v)  # layer_types, attention_window, ...
         elif key in LAYER_KEYS and v > LAYERS:
             out[key] = LAYERS
         elif key in HIDDEN_KEYS and v > HIDDEN:
@@ -144,11 +199,27 @@ def shrink_dict(d: dict[str, Any]) -> dict[str, Any]:
             out[key] = 1
         elif key == "image_size" and v > IMAGE_SIZE:
             out[key] = IMAGE_SIZE
+        elif key == "embedding_size" and v > HIDDEN:
+            out[key] = HIDDEN
+        elif key == "num_kv_shared_layers" and v > 0:
+            out[key] = 0
+    if "qk_head_dim" in d and "qk_nope_head_dim" in d and "qk_rope_head_dim" in d:  # MLA: qk = nope + rope
+        out["qk_head_dim"] = (out.get("qk_nope_head_dim", d["qk_nope_head_dim"])
+                              + out.get("qk_rope_head_dim", d["qk_rope_head_dim"]))
     for key in ("depths", "hidden_sizes"):  # CNN / hierarchical vision stages
         v = d.get(key)
         if isinstance(v, list) and v and all(isinstance(i, int) for i in v):
             out[key] = [1] * len(v) if key == "depths" else [min(i, 32 * 2 ** n) for n, i in enumerate(v)]
     return out
+
+
+def per_layer(values: list[Any]) -> list[Any]:
+    """A per-layer list cut to ``LAYERS`` entries that keeps each kind of layer where it can
+    (a hybrid model keeps one linear-attention and one full-attention layer, gemma3 one sliding
+    and one global)."""
+    firsts = [i for i, v in enumerate(values) if values.index(v) == i][:LAYERS]
+    rest = [i for i in range(len(values)) if i not in firsts]
+    return [values[i] for i in sorted(firsts + rest[:LAYERS - len(firsts)])]
 
 
 def tiny_config(model_type: str) -> Any:
@@ -169,11 +240,12 @@ def build_generic(model_type: str, preset: str, mode: str, device: str) -> Built
     if head is None:
         raise ValueError(f"{model_type}: no task head with a loss")
     task, cls_name = head
-    cfg = tiny_config(model_type) if preset == "tiny" else AutoConfig.for_model(model_type)
+    cls = getattr(transformers, cls_name)
+    cfg = config_for(cls, tiny_config(model_type) if preset == "tiny" else AutoConfig.for_model(model_type))
     if task == "seq-cls" and getattr(cfg, "pad_token_id", None) is None:
         cfg.pad_token_id = 0  # sequence classification of decoder models finds the last non-pad token
-    model = instantiate(getattr(transformers, cls_name), cfg, device)
-    return finish(model, cfg, task, preset, mode, device)
+    model = instantiate(cls, cfg, device)
+    return finish(model, cfg, task, preset, mode, device, no_cache_inputs(model, task))
 
 
 def supported_model_types() -> list[str]:

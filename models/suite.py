@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from models.base import SHAPES, Built, ModelSpec, finish, instantiate, ready, token_ids
+from models.base import SHAPES, Built, ModelSpec, finish, instantiate, no_cache_inputs, ready, token_ids
 
 # name, benchmark batch size (as in huggingface_models_list.txt)
 SUITE_LIST: tuple[tuple[str, int], ...] = (
@@ -130,7 +130,7 @@ def build_suite(name: str, preset: str, mode: str, device: str) -> Built:
     model = instantiate(cls, cfg, device)
     if model_type == "whisper":
         return _whisper(model, cfg, preset, mode, device)
-    return finish(model, cfg, task, preset, mode, device)
+    return finish(model, cfg, task, preset, mode, device, no_cache_inputs(model, task))
 
 
 def _whisper(model: torch.nn.Module, cfg: Any, preset: str, mode: str, device: str) -> Built:
