@@ -377,8 +377,8 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[str]], num: set[int] =
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-RANK_HEADER = ("#", "candidate", "ops", "models", "graphs", "occ", "safe", "missed fusion", "Inductor kernels",
-               "speedup vs Inductor", "saved µs / step", "status")
+RANK_HEADER = ("#", "candidate", "ops", "models", "graphs", "occ", "safe", "missed", "kernels",
+               "speedup", "saved µs/step", "status")
 RANK_NUM = {0, 3, 4, 5, 6, 7, 8, 9, 10}
 
 
@@ -605,7 +605,9 @@ def render_html(review: Review, ws: Workspace, *, title: str = "miner review", d
                 + (ranked_table(review, detailed, table_top) if review.rows else
                    '<p class="banner">Nothing to rank yet: no mined patterns or candidates.</p>')
                 + f'<p class="legend">{_e(LEGEND)} occ = non-overlapping occurrences; safe = share accepted by the '
-                  "safety checks; missed fusion = share Inductor splits into more than one kernel.</p></section>")
+                  "safety checks; missed = share of occurrences Inductor splits into more than one kernel; kernels = "
+                  "Inductor kernels per occurrence (typical); speedup = over Inductor (call-weighted geometric mean); "
+                  "saved = expected µs saved per step, summed over every safe occurrence.</p></section>")
     body.append(f'<section id="costmodel"><h2>Cost model</h2>{accuracy_html(review)}</section>')
     body.append(f'<section id="provenance"><h2>Provenance of the measurements</h2>{provenance_html(review)}</section>')
     body.append('<div id="details">')

@@ -12,7 +12,7 @@ header .sub { color:#b8c4da; font-size:13px; }
 main { max-width:1280px; margin:0 auto; padding:18px 36px 60px; }
 nav.toc { font-size:13px; margin:6px 0 14px; color:var(--mute); }
 nav.toc a { margin-right:14px; }
-section { background:var(--card); border:1px solid var(--line); border-radius:8px; padding:16px 22px;
+section { overflow-x:auto; background:var(--card); border:1px solid var(--line); border-radius:8px; padding:16px 22px;
           margin:16px 0; }
 h2 { font-size:17px; margin:0 0 10px; }
 h3 { font-size:15px; margin:18px 0 6px; }
@@ -23,7 +23,7 @@ th, td { padding:5px 8px; border-bottom:1px solid var(--line); text-align:left; 
 th { background:#eef1f6; font-weight:600; white-space:nowrap; position:sticky; top:0; }
 td.num, th.num { text-align:right; font-variant-numeric:tabular-nums; white-space:nowrap; }
 tr.family:hover { background:#f3f6fb; }
-td.ops { font-family:"DejaVu Sans Mono", Menlo, monospace; font-size:12px; min-width:300px; }
+td.ops { font-family:"DejaVu Sans Mono", Menlo, monospace; font-size:12px; min-width:220px; }
 code, .mono { font-family:"DejaVu Sans Mono", Menlo, monospace; font-size:12px; }
 .pred { color:var(--pred); font-style:italic; }
 .meas { color:var(--ink); font-weight:600; }
