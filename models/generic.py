@@ -3,7 +3,7 @@
 ``build_generic(model_type, preset, mode, device)``:
 
 1. config: ``AutoConfig.for_model(model_type)`` (the class defaults, no hub);
-2. ``tiny`` preset: ``shrink(config)`` rewrites every size attribute it recognises by name
+2. ``tiny`` preset: ``shrink_dict(config.to_dict())`` rewrites every size attribute it recognises by name
    (layers, hidden size, heads, kv heads, head dims, intermediate sizes, vocab, positions,
    experts, per-layer lists, nested sub-configs) to the tiny size, consistently
    (hidden = heads * head_dim; kv heads keep MHA / GQA / MQA), and the config is rebuilt from

@@ -114,6 +114,9 @@ def render(scans: list[ScanResult], preset: str = "tiny", mode: str = "train",
         suite_lines.append(f"| {n} | unsupported | | no | | | | | | {_cell(why)} |")
     type_names = models.group("all")
     type_lines, types_ok, types_scanned = section(type_names)
+    from models.generic import UNSUPPORTED
+    for n, why in sorted(UNSUPPORTED.items()):
+        type_lines.append(f"| {n} | unsupported | | no | | | | | | {_cell(why)} |")
 
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return "\n".join([
@@ -133,6 +136,9 @@ def render(scans: list[ScanResult], preset: str = "tiny", mode: str = "train",
         HEADER, *suite_lines,
         "",
         f"## Every supported transformers model_type: {types_ok}/{len(type_names)} captured ({types_scanned} scanned)",
+        "",
+        f"Supported = has a head with a loss (`models.generic.HEAD_ORDER`) and takes an eager training step; "
+        f"the {len(UNSUPPORTED)} that have a head but fail are listed last as unsupported, with the error.",
         "",
         HEADER, *type_lines,
         "",

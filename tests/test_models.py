@@ -195,3 +195,30 @@ def test_factory_errors(factory_module):
 def test_slug_is_a_folder_name():
     assert models.slug("/tmp/ckpt/my model") == "tmp_ckpt_my_model"
     assert models.slug("pkg.mod:factory") == "pkg.mod_factory"
+
+
+def test_models_verb_lists_sources(capsys):
+    from miner.cli import main
+    assert main(["models", "--source", "hand", "--source", "suite"]) == 0
+    out = capsys.readouterr().out
+    assert all(n in out for n in HAND)
+    assert "AlbertForMaskedLM" in out and "meta-llama--Llama-3.2-1B" in out
+    assert "qwen2" not in out
+
+
+def test_zoo_table_from_scan_results(tmp_path):
+    from miner.records import GraphKey, ScanResult
+    from miner.workspace import Workspace
+    from models.table import EagerCheck, render
+    ws = Workspace(tmp_path)
+    keys = tuple(GraphKey("BertForMaskedLM", "tiny", "train", p) for p in ("forward", "backward"))
+    ws.save_scan(ScanResult("BertForMaskedLM", "tiny", "train", "cpu", True, graphs=keys, seconds=21.5,
+                            nodes_by_category={"pointwise": 300, "view": 100}))
+    ws.save_scan(ScanResult("qwen2", "tiny", "train", "cpu", False, error="RuntimeError: boom | bang", seconds=3.0))
+    ws.save_scan(ScanResult("qwen2", "tiny", "infer", "cpu", True, graphs=keys[:1]))  # another mode: ignored
+    text = render(ws.scans(), "tiny", "train", {"qwen2": EagerCheck(True, True, 1.0)})
+    rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    assert "| BertForMaskedLM | suite | BertForMaskedLM (masked-lm) | - | yes | 2 | 400 | 0 | 21.5 |  |" in text
+    assert "| yes | no |" in rows["qwen2"] and "boom \\| bang" in rows["qwen2"]
+    assert "not scanned" in rows["mistral"]
+    assert "## hf-suite (PyTorch's HF dynamo benchmark list): 1/55 captured (1 scanned)" in text
