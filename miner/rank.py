@@ -206,6 +206,7 @@ class Review:
     basis: str  # what the ranking stands on, in one or two sentences
     problems: tuple[str, ...] = ()
     mining: dict = field(default_factory=dict)  # params and stats of miner mine
+    run_tables: tuple[RunTable, ...] = ()  # every reports/gpu/*/bench.json, used or not
 
     def find(self, ident: str) -> Ranked:
         for r in self.rows:
@@ -311,6 +312,37 @@ def bench_points(path: Path) -> tuple[list[BenchPoint], list[BenchRun]]:
                                  tuple(row.case.models), row.case.source, times, errors,
                                  row.bytes_moved, row.roofline_ms, run.key))
     return points, list(runs.values())
+
+
+@dataclass(frozen=True)
+class RunTable:
+    """A benchmark run table under ``reports/gpu/<run>/bench.json``: provenance, whatever the workspace holds."""
+
+    path: Path
+    gpu: str
+    versions: dict[str, str]
+    date: str
+    copy_gbps: float | None
+    rows: int
+    candidates: tuple[str, ...]
+
+
+def run_tables(ws: Workspace, problems: list[str]) -> list[RunTable]:
+    out = []
+    for path in sorted(ws.reports.glob("gpu/*/bench.json")):
+        try:
+            from miner.bench import load_rows
+            rows = load_rows(path)
+        except (MinerError, KeyError, TypeError, ValueError, ImportError) as e:
+            problems.append(f"{path}: {e}")
+            continue
+        if not rows:
+            continue
+        env = rows[0].env
+        out.append(RunTable(path, env.gpu, {k: v for k, v in (("torch", env.torch), ("triton", env.triton),
+                                                               ("cuda", env.cuda)) if v},
+                            env.date, env.copy_gbps, len(rows), tuple(dict.fromkeys(r.candidate for r in rows))))
+    return out
 
 
 _PATTERN_ID = re.compile(r"\bp[0-9a-f]{10}\b")
@@ -563,7 +595,9 @@ def review(workspace: Workspace | str | Path, *, only_model: str | None = None, 
             close = difflib.get_close_matches(only_model, sorted(known), n=3, cutoff=0.3)
             raise UsageError(f"no pattern occurs in model {only_model!r}; models: {', '.join(sorted(known)) or 'none'}"
                              + (f" (did you mean {', '.join(close)}?)" if close else ""))
-    return rank(patterns, candidates, runs, scale=scale, only_model=only_model, problems=problems, mining=mining)
+    tables = run_tables(ws, problems)
+    return replace(rank(patterns, candidates, runs, scale=scale, only_model=only_model, problems=problems,
+                        mining=mining), run_tables=tuple(tables))
 
 
 def to_json(review_: Review) -> list[dict]:

@@ -488,10 +488,23 @@ def accuracy_html(review: Review) -> str:
 
 def provenance_html(review: Review) -> str:
     if not review.runs:
-        return '<p class="banner">No GPU benchmark run in this workspace: nothing on this page is measured.</p>'
-    rows = [[_e(r.gpu), _e(", ".join(f"{k} {v}" for k, v in r.versions.items())), _e(r.date),
-             _num(r.copy_gbps, ".0f"), str(len(set(r.sources)))] for r in review.runs]
-    return _table(("GPU", "versions", "date (UTC)", "copy bandwidth GB/s", "bench files"), rows, {3, 4})
+        out = '<p class="banner">No GPU benchmark results of these candidates in this workspace: nothing on this page is measured.</p>'
+    else:
+        rows = [[_e(r.gpu), _e(", ".join(f"{k} {v}" for k, v in r.versions.items())), _e(r.date),
+                 _num(r.copy_gbps, ".0f"), str(len(set(r.sources)))] for r in review.runs]
+        out = ("<p>The measured numbers on this page come from these runs (<code>candidates/&lt;id&gt;/bench.json</code>):</p>"
+               + _table(("GPU", "versions", "date (UTC)", "copy bandwidth GB/s", "candidates"), rows, {3, 4}))
+    if review.run_tables:
+        known = {r.id for r in review.rows if r.candidate is not None}
+        rows = [[f"<code>{_e(t.path.parent.name)}</code>", _e(t.gpu), _e(", ".join(f"{k} {v}" for k, v in t.versions.items())),
+                 _e(t.date), _num(t.copy_gbps, ".0f"), str(t.rows),
+                 _e(", ".join(t.candidates[:4]) + (" …" if len(t.candidates) > 4 else "")),
+                 "yes" if set(t.candidates) & known else "no (candidates not in this workspace)"]
+                for t in review.run_tables]
+        out += ("<h4>Benchmark run tables under reports/gpu/</h4>"
+                + _table(("run", "GPU", "versions", "date (UTC)", "copy GB/s", "rows", "candidates", "ranked here"),
+                         rows, {4, 5}))
+    return out
 
 
 def candidate_html(r: Ranked) -> str:

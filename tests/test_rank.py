@@ -204,7 +204,8 @@ def build_workspace(root: Path, bench: bool = True, candidates: bool = True, sca
             from miner.bench import save_results
             for name, slow in (("softmax", 1.0), ("rmsnorm", 1.2), ("silu_mul", 1.0)):
                 env, rows = bench_rows(pats[name], slow=slow)
-                save_results(rows, env, candidate_dirs={pats[name].id: ws.candidates / pats[name].id}, report_dir=None)
+                save_results(rows, env, candidate_dirs={pats[name].id: ws.candidates / pats[name].id},
+                             report_dir=ws.reports / "gpu" / f"2026-12-02-h200-{name}" if name == "rmsnorm" else None)
     return ws
 
 

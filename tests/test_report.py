@@ -102,6 +102,7 @@ def test_measured_rows_are_marked_measured(ws, page):
     gelu = _cells(text, patterns_zoo()["gelu"].id)
     assert 'class="pred"' in gelu and 'class="meas"' not in gelu
     assert "NVIDIA H200" in text and "torch 2.11.0" in text and "2026-12-02T11:00:00Z" in text
+    assert "2026-12-02-h200-rmsnorm" in text  # the run tables under reports/gpu/
     assert "Why occurrences were rejected" in text and "users: n1 is used outside" in text
     assert "bfloat16 max_abs_err 0.2" in text  # the failed candidate's validation
 
