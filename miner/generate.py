@@ -1,0 +1,590 @@
+"""``miner generate``: mined patterns -> fusion candidates under ``candidates/<id>/``.
+
+``generate(pattern)`` lowers a pattern (``miner.codegen.lower``) and renders three files:
+
+- ``pattern.py``: ``pattern`` (the subgraph in aten ops, the eager reference), ``replacement``
+  (the custom op ``miner::c<id>``), ``extra_check`` and ``register(pass_dict)``;
+- ``kernel.py``: the generated Triton kernels (one-pass and looped) and ``launch``;
+- ``candidate.json``: the pattern, where it was observed (shapes, dtypes, scalars, counts), the
+  safety summary and the bytes moved unfused / fused / as Inductor split it.
+
+A pattern outside the generator's class is *skipped* with the reason (``Skipped``); ``miner
+generate`` prints those and saves them in ``candidates/index.json``. The Candidate API (what the
+files export, candidate.json's fields) is documented in docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from miner import __version__
+from miner import codegen
+from miner.codegen import PNode, PatternSpec, Program, Unsupported
+from miner.errors import UsageError
+from miner.workspace import Workspace, read_json, write_json, write_text
+
+ONE_PASS_MAX = 8192  # longest row the one-pass kernel holds; longer rows take the looped kernel
+LOOP_BLOCK = 4096  # column chunk of the looped kernel
+
+
+@dataclass(frozen=True)
+class Generated:
+    id: str
+    label: str
+    path: Path
+    observed: int  # distinct observed signatures
+
+
+@dataclass(frozen=True)
+class Skipped:
+    id: str
+    ops: str
+    reason: str
+
+
+# --------------------------------------------------------------------------- pattern -> spec
+
+def spec_from_pattern(pattern) -> PatternSpec:
+    """The codegen view of a ``miner.pattern.Pattern``: nodes, slots, outputs, observed dtypes, rank."""
+    ok = [o for o in pattern.occurrences if o.verdict.ok] or list(pattern.occurrences)
+    dtypes: list[set[str]] = [set() for _ in range(pattern.n_inputs)]
+    rank = None
+    for occ in ok:
+        shapes = []
+        for k, m in enumerate(occ.input_meta[:pattern.n_inputs]):
+            if m is not None:
+                dtypes[k].add(m.dtype)
+                shapes.append(len(m.shape))
+        if shapes:
+            rank = max(shapes) if rank is None else max(rank, max(shapes))
+    nodes = tuple(PNode(n.target, tuple(_plain(a) for a in n.args), {k: _plain(v) for k, v in n.kwargs.items()})
+                  for n in pattern.nodes)
+    return PatternSpec(id=pattern.id, nodes=nodes, n_inputs=pattern.n_inputs, n_consts=pattern.n_consts,
+                       outputs=tuple(pattern.all_outputs), input_dtypes=tuple(tuple(sorted(d)) for d in dtypes),
+                       rank=rank)
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict) and set(v) == {"float"}:
+        return float(v["float"])
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
+
+
+def label_for(ops: str) -> str:
+    """A readable name guess from the op summary (``"amax -> sub -> exp -> sum -> div"``)."""
+    s = [o.strip() for o in ops.split("->")]
+    has = set(s)
+    if {"exp", "sum"} <= has and "log" in has:
+        return "log_softmax"
+    if {"exp", "sum", "div"} <= has:
+        return "softmax_like"
+    if "var_mean" in has and "rsqrt" in has:
+        return "layer_norm"
+    if "mean" in has and "rsqrt" in has and ("pow" in has or "mul" in has):
+        return "rms_norm"
+    if "erf" in has:
+        return "gelu_erf"
+    if "tanh" in has:
+        return "gelu_tanh"
+    if {"neg", "exp", "div"} <= has or "sigmoid" in has:
+        return "silu_mul" if s.count("mul") >= 1 else "silu"
+    return "fused_" + "_".join(dict.fromkeys(s))[:40]
+
+
+# --------------------------------------------------------------------------- observed shapes and bytes
+
+def _shape_of(meta) -> list:
+    return list(meta.shape)
+
+
+def observed_entries(pattern, spec: PatternSpec) -> list[dict]:
+    """Distinct (model, phase, input metas, scalars) of the safe occurrences, with counts and bytes."""
+    groups: dict[tuple, dict] = {}
+    counts: Counter = Counter()
+    for occ in pattern.occurrences:
+        if not occ.verdict.ok or any(m is None for m in occ.input_meta):
+            continue
+        inputs = [{"shape": _shape_of(m), "dtype": m.dtype,
+                   "stride": list(m.stride) if m.stride is not None else None} for m in occ.input_meta]
+        scalars = [_plain(s) for s in occ.scalars]
+        key = (occ.graph.model, occ.graph.preset, occ.phase, repr(inputs), repr(scalars))
+        counts[key] += 1
+        if key not in groups:
+            groups[key] = {"model": occ.graph.model, "preset": occ.graph.preset, "phase": occ.phase,
+                           "inputs": inputs, "scalars": scalars, "occurrence": occ}
+    out = []
+    for key, g in groups.items():
+        occ = g.pop("occurrence")
+        try:
+            metas = node_metas(spec, g["inputs"], g["scalars"])
+        except Exception as e:  # noqa: BLE001 - a shape the pattern cannot run on is reported, not fatal
+            g.update(count=counts[key], outputs=None, bytes=None, error=f"{type(e).__name__}: {e}")
+            out.append(g)
+            continue
+        outs = [metas[o] for o in spec.outputs]
+        g["count"] = counts[key]
+        g["outputs"] = [{"shape": list(s), "dtype": d} for s, d in outs]
+        g["bytes"] = bytes_moved(spec, g["inputs"], metas, occ.node_kernels)
+        g["inductor_kernels"] = len(occ.kernels) if occ.kernels else None
+        out.append(g)
+    return out
+
+
+_ELT = {"float32": 4, "float16": 2, "bfloat16": 2, "bool": 1, "int64": 8, "int32": 4, "float64": 8, "int8": 1,
+        "uint8": 1}
+
+
+def _nbytes(shape, dtype) -> int:
+    return math.prod(shape) * _ELT.get(dtype, 4)
+
+
+def node_metas(spec: PatternSpec, inputs: list[dict], scalars: list) -> list[tuple[tuple, str] | None]:
+    """(shape, dtype) of every pattern node for these inputs, from a run on meta tensors."""
+    import torch
+
+    fn = reference_function(spec, all_nodes=True)
+    xs = [torch.empty(i["shape"], dtype=getattr(torch, i["dtype"]), device="meta") for i in inputs]
+    vals = fn(*xs, *[float(s) for s in scalars])
+    return [(tuple(v.shape), codegen.dtype_name(v.dtype)) if isinstance(v, torch.Tensor) else None for v in vals]
+
+
+def bytes_moved(spec: PatternSpec, inputs: list[dict], metas: list, node_kernels: tuple = ()) -> dict:
+    """Bytes moved by the pattern: op by op (eager), fused (inputs once, outputs once), Inductor's split.
+
+    ``inductor``: for each Inductor kernel the occurrence's nodes landed in, the inputs and
+    pattern values it reads from memory plus the values it writes for another kernel or as an
+    output (None without a kernel map).
+    """
+    in_bytes = [_nbytes(i["shape"], i["dtype"]) for i in inputs]
+    node_bytes = [(_nbytes(*m) if m is not None else 0) for m in metas]
+    unfused = 0
+    for j, node in enumerate(spec.nodes):
+        if node.target == "operator.getitem":
+            continue
+        for kind, idx in _refs(node.args, node.kwargs):
+            unfused += in_bytes[idx] if kind == "input" else node_bytes[idx]
+        unfused += node_bytes[j]
+    fused = sum(in_bytes) + sum(node_bytes[o] for o in spec.outputs)
+    return {"unfused": unfused, "fused": fused, "inductor": _inductor_bytes(spec, in_bytes, node_bytes, node_kernels)}
+
+
+def _refs(args, kwargs) -> list[tuple[str, int]]:
+    out = []
+
+    def walk(v):
+        if isinstance(v, dict) and len(v) == 1 and next(iter(v)) in ("input", "node"):
+            out.append((next(iter(v)), next(iter(v.values()))))
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+    walk(list(args))
+    walk(list(kwargs.values()))
+    return out
+
+
+def _inductor_bytes(spec, in_bytes, node_bytes, node_kernels) -> int | None:
+    if not node_kernels or not any(node_kernels):
+        return None
+    kernels = [set(k) for k in node_kernels]
+    for j, node in enumerate(spec.nodes):  # views/getitem live where their producer lives
+        if not kernels[j]:
+            kernels[j] = set().union(*(kernels[i] for kind, i in _refs(node.args, node.kwargs) if kind == "node"))
+    reads: set[tuple] = set()
+    writes: set[int] = set(spec.outputs)
+    for j, node in enumerate(spec.nodes):
+        for kind, i in _refs(node.args, node.kwargs):
+            for k in kernels[j]:
+                if kind == "input":
+                    reads.add(("input", i, k))
+                elif k not in kernels[i]:
+                    reads.add(("node", i, k))
+                    writes.add(i)
+    total = sum(in_bytes[i] if kind == "input" else node_bytes[i] for kind, i, _ in reads)
+    return total + sum(node_bytes[i] for i in writes)
+
+
+def safety_summary(pattern) -> dict:
+    return {"ok": pattern.counts.safe, "rejected": pattern.counts.non_overlapping - pattern.counts.safe,
+            "reasons": dict(pattern.rejections)}
+
+
+def occurrences_by_model(pattern) -> dict[str, dict[str, int]]:
+    out: dict[str, Counter] = {}
+    for occ in pattern.occurrences:
+        out.setdefault(occ.graph.model, Counter())[occ.phase] += 1
+    return {m: dict(c) for m, c in out.items()}
+
+
+# --------------------------------------------------------------------------- rendering
+
+def header(pattern_id: str, command: str, what: str) -> str:
+    return (f"# Generated by miner {__version__} from pattern {pattern_id}: {what}.\n"
+            f"# Do not edit; regenerate with: {command}\n")
+
+
+def reference_function(spec: PatternSpec, all_nodes: bool = False):
+    """``pattern`` as a Python function (``all_nodes``: return every node's value, for metas)."""
+    import operator
+
+    import torch
+
+    src = codegen.reference_source(spec, name="fn")
+    if all_nodes:
+        names = ", ".join(f"v{j}" for j in range(len(spec.nodes)))
+        src = src.rsplit("    return", 1)[0] + f"    return ({names},)\n"
+    ns: dict[str, Any] = {"torch": torch, "operator": operator}
+    exec(compile(src, f"<pattern {spec.id}>", "exec"), ns)
+    return ns["fn"]
+
+
+def render_kernel_py(prog: Program, head: str) -> str:
+    spec = prog.spec
+    params = codegen.signature_params(spec)
+    xs = [f"x{k}" for k in range(spec.n_inputs)]
+    cs = [f"c{c}" for c in range(spec.n_consts)]
+    scalars = "(" + "".join(f"float({c}), " for c in cs) + ")"
+    return f'''{head}"""Triton kernels for pattern {spec.id} and their launcher.
+
+``launch({", ".join(params)})`` returns the pattern's outputs as a tuple of fresh contiguous
+tensors. Rows are the last dim of the inputs' broadcast shape; rows up to ONE_PASS_MAX elements
+take ``one_pass_kernel`` (whole rows in one tile), longer ones ``looped_kernel`` ({prog.levels}
+reduction pass(es) over column chunks, then a storing pass). On CPU tensors it needs
+``TRITON_INTERPRET=1`` set before triton is imported.
+"""
+
+import functools
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+PATTERN_ID = "{spec.id}"
+ONE_PASS_MAX = {ONE_PASS_MAX}
+LOOP_BLOCK = {LOOP_BLOCK}
+OUTPUT_KINDS = {prog.output_kinds!r}  # vec: one value per element; row: one per row
+
+
+{codegen.reference_source(spec, name="reference")}
+{codegen.kernel_source(prog)}
+
+@functools.lru_cache(maxsize=512)
+def _out_meta(shapes, dtypes, scalars):
+    """Shapes and dtypes of the outputs, from ``reference`` on meta tensors."""
+    xs = [torch.empty(s, dtype=d, device="meta") for s, d in zip(shapes, dtypes)]
+    return tuple((tuple(o.shape), o.dtype) for o in reference(*xs, *scalars))
+
+
+def _layout(shape, xs):
+    """Leading dims of ``shape`` coalesced into (d0, d1, d2) and each input's strides over them.
+
+    Returns ((d1, d2), [s0, s1, s2, s_col per input], inputs). Broadcast dims get stride 0.
+    When more than three leading dims cannot be coalesced the inputs are made contiguous.
+    """
+    ex = [x.expand(shape) for x in xs]
+    strides = [x.stride() for x in ex]
+    dims = []  # outermost first: (size, [stride per input])
+    for d, size in enumerate(shape[:-1]):
+        if size != 1:
+            dims.append((size, [s[d] for s in strides]))
+    merged = []
+    for size, st in reversed(dims):
+        if merged and all(a == b * merged[-1][0] for a, b in zip(st, merged[-1][1])):
+            merged[-1] = (merged[-1][0] * size, merged[-1][1])
+        else:
+            merged.append((size, st))
+    merged.reverse()
+    if len(merged) > 3:
+        return _layout(shape, [x.contiguous() for x in ex])
+    while len(merged) < 3:
+        merged.insert(0, (1, [0] * len(xs)))
+    flat = []
+    for k, s in enumerate(strides):
+        flat += [merged[0][1][k], merged[1][1][k], merged[2][1][k], s[-1]]
+    return (merged[1][0], merged[2][0]), flat, ex
+
+
+def config(n_rows, n_cols, variant):
+    """(ROWS, BLOCK, num_warps): about 4K elements per program, whole rows for one_pass."""
+    if variant == "one_pass":
+        block = triton.next_power_of_2(n_cols)
+        rows = min(max(1, 4096 // block), 64, triton.next_power_of_2(n_rows))
+    else:
+        block, rows = min(triton.next_power_of_2(n_cols), LOOP_BLOCK), 1
+    tile = rows * block
+    warps = 4 if tile <= 2048 else 8 if tile <= 8192 else 16
+    return rows, block, warps
+
+
+def launch({", ".join(params)}, *, variant=None):
+    xs = ({", ".join(xs)},)
+    scalars = {scalars}
+    device = xs[0].device
+    if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError("{spec.id}: CPU tensors need TRITON_INTERPRET=1 set before triton is imported")
+    metas = _out_meta(tuple(tuple(x.shape) for x in xs), tuple(x.dtype for x in xs), scalars)
+    outs = tuple(torch.empty(s, dtype=d, device=device) for s, d in metas)
+    shape = tuple(torch.broadcast_shapes(*(x.shape for x in xs))) or (1,)
+    n_cols = shape[-1]
+    n_rows = math.prod(shape[:-1])
+    for o, kind in zip(outs, OUTPUT_KINDS):
+        if o.numel() != (n_rows * n_cols if kind == "vec" else n_rows):
+            raise ValueError(f"{{PATTERN_ID}}: output of shape {{tuple(o.shape)}} does not fit rows of {{shape}}")
+    if n_rows * n_cols == 0:
+        return outs
+    (d1, d2), strides, xs = _layout(shape, xs)
+    variant = variant or ("one_pass" if n_cols <= ONE_PASS_MAX else "looped")
+    rows, block, warps = config(n_rows, n_cols, variant)
+    kernel = one_pass_kernel if variant == "one_pass" else looped_kernel
+    kernel[(triton.cdiv(n_rows, rows),)](*xs, *outs, *scalars, n_rows, n_cols, d1, d2, *strides,
+                                         ROWS=rows, BLOCK=block, num_warps=warps)
+    return outs
+'''
+
+
+def example_shapes(observed: list[dict], n_inputs: int) -> list[tuple[list[int], str]]:
+    """Small stand-ins for the initial pattern trace: same rank and broadcast (1) dims, sizes 2/4."""
+    if not observed:
+        return [([4, 8], "float32")] * n_inputs
+    out = []
+    for i in observed[0]["inputs"]:
+        shape = [1 if s == 1 else 2 for s in i["shape"]]
+        if shape and i["shape"][-1] != 1:
+            shape[-1] = 8
+        out.append((shape, i["dtype"]))
+    return out
+
+
+def render_pattern_py(prog: Program, head: str, op_name: str, kernel_import: str, examples, doc: str) -> str:
+    spec = prog.spec
+    params = codegen.signature_params(spec)
+    n_out = len(spec.outputs)
+    kinds = tuple("bool" if b else "float" for b in prog.input_is_bool)
+    ret_search = "pattern({0})[0]" if n_out == 1 else "pattern({0})"
+    p = ", ".join(params)
+    op_attr = op_name.split("::")[1]
+    return f'''{head}"""{doc}
+
+``pattern`` is the subgraph as it appears in Inductor's post-grad graphs (aten/prims ops, the
+eager reference); ``replacement`` calls the custom op ``{op_name}``, whose implementation is
+the generated Triton kernel (``kernel.launch``) and whose fake implementation gives the same
+shapes/dtypes as ``pattern`` (fresh contiguous outputs, no aliasing). ``register(pass_dict)``
+adds pattern -> replacement to an Inductor ``PatternMatcherPass``.
+"""
+
+import torch
+
+from miner import rewrite
+
+PATTERN_ID = "{spec.id}"
+OP_NAME = "{op_name}"
+N_INPUTS, N_SCALARS, N_OUTPUTS = {spec.n_inputs}, {spec.n_consts}, {n_out}
+INPUT_KINDS = {kinds!r}
+RANK = {spec.rank if any(v.reduce for v in prog.values.values()) else None!r}  # broadcast rank the reductions' dims assume
+EXAMPLE_INPUTS = {examples!r}  # (shape, dtype) per input for the initial trace
+SCALAR_TRACE_VALUES = rewrite.scalar_trace_values(N_SCALARS)
+
+
+{codegen.reference_source(spec, name="pattern")}
+
+{kernel_import}
+
+
+def _fake({p}):
+    return pattern({p})
+
+
+OP = rewrite.define_op(OP_NAME, N_INPUTS, N_SCALARS, N_OUTPUTS,
+                       impl=lambda *args: _kernel().launch(*args), fake=_fake)
+
+
+def search({p}):
+    return {ret_search.format(p)}
+
+
+def replacement({p}):
+    return torch.ops.miner.{op_attr}({p})
+
+
+def extra_check(match):
+    return rewrite.match_inputs_ok(match, N_INPUTS, INPUT_KINDS, RANK)
+
+
+def register(pass_dict):
+    from torch._inductor.pattern_matcher import fwd_only, register_replacement
+
+    examples = [torch.empty(s, dtype=getattr(torch, d)) for s, d in EXAMPLE_INPUTS]
+    register_replacement(search, replacement, examples, fwd_only, pass_dict,
+                         extra_check=extra_check, scalar_workaround=dict(SCALAR_TRACE_VALUES))
+'''
+
+
+_CANDIDATE_KERNEL_IMPORT = '''_KERNEL = None
+
+
+def _kernel():
+    """kernel.py next to this file, imported once."""
+    global _KERNEL
+    if _KERNEL is None:
+        from pathlib import Path
+
+        _KERNEL = rewrite.load_module(Path(__file__).with_name("kernel.py"), f"miner_candidates.{PATTERN_ID}.kernel")
+    return _KERNEL'''
+
+
+# --------------------------------------------------------------------------- the stage
+
+def generate_one(pattern, workspace: Workspace, command: str) -> Generated | Skipped:
+    """Write ``candidates/<id>/`` for one pattern, or say why it is outside the class."""
+    if not any(o.verdict.ok for o in pattern.occurrences):
+        return Skipped(pattern.id, pattern.ops, "no safe occurrence")
+    spec = spec_from_pattern(pattern)
+    try:
+        prog = codegen.lower(spec)
+    except Unsupported as e:
+        return Skipped(pattern.id, pattern.ops, f"not generated: {e}")
+    observed = observed_entries(pattern, spec)
+    if not any(o.get("outputs") for o in observed):
+        return Skipped(pattern.id, pattern.ops, "not generated: no observed shape the pattern runs on")
+    label = label_for(pattern.ops)
+    folder = workspace.candidates / pattern.id
+    cmd = f"{command}"
+    write_text(folder / "kernel.py", render_kernel_py(prog, header(pattern.id, cmd, "Triton kernels + launcher")))
+    write_text(folder / "pattern.py", render_pattern_py(
+        prog, header(pattern.id, cmd, "search pattern, replacement, extra check"), f"miner::c{pattern.id}",
+        _CANDIDATE_KERNEL_IMPORT, example_shapes(observed, spec.n_inputs),
+        f"Fusion candidate {pattern.id} ({label}): {pattern.ops}."))
+    from miner.pattern import to_json as pattern_json
+
+    old = folder / "candidate.json"
+    meta = {
+        "id": pattern.id, "miner_version": __version__, "regenerate": cmd, "op": f"miner::c{pattern.id}",
+        "label": label, "ops": pattern.ops,
+        "signature": {"inputs": spec.n_inputs, "scalars": spec.n_consts, "outputs": len(spec.outputs),
+                      "input_kinds": ["bool" if b else "float" for b in prog.input_is_bool],
+                      "output_kinds": list(prog.output_kinds)},
+        "kernel": {"one_pass_max": ONE_PASS_MAX, "loop_block": LOOP_BLOCK, "levels": prog.levels,
+                   "online_softmax": prog.online_softmax},
+        "observed": observed,
+        "occurrences": occurrences_by_model(pattern),
+        "counts": {"non_overlapping": pattern.counts.non_overlapping, "safe": pattern.counts.safe,
+                   "by_phase": dict(pattern.counts.by_phase)},
+        "safety": safety_summary(pattern),
+        "inductor": {"kernels_hist": dict(pattern.inductor.kernels_hist),
+                     "missed_fusion": pattern.inductor.missed_fusion, "splits": dict(pattern.inductor.splits)},
+        "status": "generated",
+        "pattern": pattern_json(pattern),
+    }
+    write_json(old, meta)
+    (folder / "validation.json").unlink(missing_ok=True)  # stale once the files change
+    return Generated(pattern.id, label, folder, len(observed))
+
+
+def generate(workspace: Workspace, patterns: Iterable, command: str = "miner generate") -> tuple[list, list]:
+    """Generate every pattern; writes ``candidates/index.json``. Returns (generated, skipped)."""
+    done, skipped = [], []
+    for p in patterns:
+        r = generate_one(p, workspace, command)
+        (done if isinstance(r, Generated) else skipped).append(r)
+    index = {"miner_version": __version__, "command": command,
+             "generated": [{"id": g.id, "label": g.label} for g in done],
+             "skipped": [{"id": s.id, "ops": s.ops, "reason": s.reason} for s in skipped]}
+    write_json(workspace.candidates / "index.json", index)
+    return done, skipped
+
+
+def remove_stale(workspace: Workspace, keep: Iterable[str]) -> list[str]:
+    """Delete candidate folders whose pattern is gone; returns their ids."""
+    keep = set(keep)
+    gone = []
+    for d in sorted(workspace.candidates.glob("p*/")):
+        if d.name not in keep and (d / "candidate.json").exists():
+            shutil.rmtree(d)
+            gone.append(d.name)
+    return gone
+
+
+# --------------------------------------------------------------------------- consumers' helpers
+
+@dataclass
+class Candidate:
+    id: str
+    path: Path
+    meta: dict
+    pattern_module: Any
+    kernel_module: Any
+
+
+def candidate_dir(workspace: Workspace, cid: str) -> Path:
+    root = workspace.candidates
+    exact = root / cid
+    if (exact / "candidate.json").exists():
+        return exact
+    found = [p.parent for p in root.glob(f"{cid}*/candidate.json")]
+    if len(found) == 1:
+        return found[0]
+    valid = sorted(p.parent.name for p in root.glob("*/candidate.json"))
+    raise UsageError(f"unknown candidate {cid!r}; candidates: {', '.join(valid) or '(none: run miner generate)'}")
+
+
+def load_candidate(workspace: Workspace, cid: str) -> Candidate:
+    """Import a candidate's pattern.py and kernel.py (each once per process)."""
+    from miner import rewrite
+
+    path = candidate_dir(workspace, cid)
+    meta = read_json(path / "candidate.json")
+    pid = meta["id"]
+    pattern_module = rewrite.load_module(path / "pattern.py", f"miner_candidates.{pid}.pattern")
+    kernel_module = pattern_module._kernel()
+    return Candidate(pid, path, meta, pattern_module, kernel_module)
+
+
+def make_inputs(observed: dict, device: str = "cpu", seed: int = 0):
+    """(tensors, scalars) for one observed entry: randn in its dtype/shape/strides, bools random."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    xs = []
+    for i in observed["inputs"]:
+        dtype = getattr(torch, i["dtype"])
+        shape = tuple(i["shape"])
+        stride = i.get("stride")
+        if dtype == torch.bool:
+            base = torch.rand(shape, generator=g) < 0.5
+        else:
+            base = torch.randn(shape, generator=g, dtype=torch.float32).to(dtype)
+        if stride is not None and len(stride) == len(shape) and tuple(stride) != base.stride() \
+                and _strides_fit(shape, stride):
+            t = torch.empty_strided(shape, stride, dtype=dtype)
+            t.copy_(base)
+            base = t
+        xs.append(base.to(device))
+    return xs, [float(s) for s in observed.get("scalars", [])]
+
+
+def _strides_fit(shape, stride) -> bool:
+    """Non-overlapping strides (so an empty_strided tensor holds distinct values)."""
+    dims = sorted((st, sz) for st, sz in zip(stride, shape) if sz != 1)
+    expected = 1
+    for st, sz in dims:
+        if st < expected:
+            return False
+        expected = st * sz
+    return True
+
+
+def describe(r: Generated | Skipped) -> str:
+    if isinstance(r, Generated):
+        return f"{r.id}  {r.label:<14} {r.observed} observed shape(s) -> {r.path}"
+    return f"{r.id}  skipped: {r.reason}  [{r.ops}]"
+

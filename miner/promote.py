@@ -1,0 +1,345 @@
+"""``miner promote``: a validated candidate -> ``fusions/<name>/`` and ``tests/fusions/test_<name>.py``.
+
+The fusion's files are rendered again from the candidate's pattern (the same generator, so the
+kernel is the validated one) with the fusion's own names: the op is ``miner::<name>``, the kernel
+is imported as ``fusions.<name>.kernel``. ``fusions/__init__.py`` (the registry) is rewritten
+from the folders under ``fusions/``. A candidate that is not validated is refused.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from miner import __version__, codegen
+from miner.errors import UsageError
+from miner.generate import (candidate_dir, example_shapes, header, render_kernel_py, render_pattern_py,
+                            spec_from_pattern)
+from miner.validate import ODD_COLS, _reshape, _rows, _shrink
+from miner.workspace import Workspace, read_json, write_json, write_text
+
+NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class Promoted:
+    name: str
+    id: str
+    files: tuple[Path, ...]
+
+
+def check_promotable(workspace: Workspace, cid: str) -> tuple[Path, dict]:
+    path = candidate_dir(workspace, cid)
+    meta = read_json(path / "candidate.json")
+    status = meta.get("status", "generated")
+    if status != "validated" or not (path / "validation.json").exists():
+        why = f"status {status}" + (f": {meta.get('failure')}" if meta.get("failure") else "")
+        raise UsageError(f"candidate {meta['id']} is not validated ({why}); run `miner validate {meta['id']}` first")
+    validation = read_json(path / "validation.json")
+    if not validation.get("ok"):
+        raise UsageError(f"candidate {meta['id']} failed validation: {validation.get('failure')}")
+    if not any(c["kind"] == "rewrite" and c["ok"] for c in validation.get("checks", [])):
+        raise UsageError(f"candidate {meta['id']} was validated without proving the rewrite in a model "
+                         f"(--no-model); run `miner validate {meta['id']}`")
+    return path, meta
+
+
+def promote(workspace: Workspace, cid: str, name: str, root: Path | None = None) -> Promoted:
+    """Write fusions/<name>/ and tests/fusions/test_<name>.py (``root``: repo root for tests, default workspace)."""
+    if not NAME_RE.match(name) or keyword.iskeyword(name):
+        raise UsageError(f"fusion name {name!r}: use lower_snake_case (e.g. softmax_like)")
+    path, meta = check_promotable(workspace, cid)
+    from miner.pattern import pattern_from_json
+
+    pattern = pattern_from_json(meta["pattern"])
+    spec = spec_from_pattern(pattern)
+    prog = codegen.lower(spec)
+    command = f"miner promote {meta['id']} --name {name}"
+    folder = workspace.fusions / name
+    what = f"fusion {name}, promoted from a validated candidate"
+    kernel_import = f"from fusions.{name} import kernel as _kernel_module\n\n\ndef _kernel():\n    return _kernel_module"
+    files = [
+        write_text(folder / "__init__.py", header(meta["id"], command, what)
+                   + f'"""Fusion {name}: {meta["ops"]} (pattern {meta["id"]})."""\n'),
+        write_text(folder / "kernel.py", render_kernel_py(prog, header(meta["id"], command, what))),
+        write_text(folder / "pattern.py", render_pattern_py(
+            prog, header(meta["id"], command, what), f"miner::{name}", kernel_import,
+            example_shapes(meta["observed"], spec.n_inputs), f"Fusion {name}: {meta['ops']}.")),
+        write_json(folder / "fusion.json", {
+            "name": name, "pattern_id": meta["id"], "ops": meta["ops"], "miner_version": __version__,
+            "promoted_by": command, "observed": meta["observed"], "occurrences": meta["occurrences"],
+            "validation": read_json(path / "validation.json")}),
+    ]
+    files.append(write_registry(workspace))
+    tests_root = (root or workspace.root) / "tests" / "fusions"
+    files.append(write_text(tests_root / f"test_{name}.py", render_test(name, meta, spec, command)))
+    meta["promoted_as"] = name
+    write_json(path / "candidate.json", meta)
+    return Promoted(name, meta["id"], tuple(files))
+
+
+def write_registry(workspace: Workspace) -> Path:
+    """Rewrite fusions/__init__.py from the fusion folders present."""
+    names = sorted(p.parent.name for p in workspace.fusions.glob("*/pattern.py"))
+    entries = "".join(f'    "{n}": "fusions.{n}",\n' for n in names)
+    return write_text(workspace.fusions / "__init__.py", REGISTRY_TEMPLATE.format(
+        version=__version__, entries=entries))
+
+
+REGISTRY_TEMPLATE = '''# Written by miner {version} (`miner promote` rewrites it from the folders under fusions/).
+"""Promoted fusions: Inductor pattern rewrites whose replacement is a generated Triton kernel.
+
+Use::
+
+    import fusions
+    model = torch.compile(model, options=fusions.inductor_options())          # every fusion
+    model = torch.compile(model, options=fusions.inductor_options(["softmax_like"]))
+
+Each fusion ``fusions/<name>/`` has ``pattern.py`` (search pattern in aten ops, replacement by the
+custom op ``miner::<name>``, extra check) and ``kernel.py`` (the Triton kernel and its launcher).
+The pass is one ``CustomGraphPass`` running every selected fusion; its ``uuid()`` hashes their
+sources, so editing a fusion invalidates Inductor's caches. ``graph_pass().counts`` says how
+often each fusion matched. Kernels run on CUDA, or on CPU tensors under ``TRITON_INTERPRET=1``
+(elsewhere the extra check declines and the graph is left as it was).
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+REGISTRY: dict[str, str] = {{
+{entries}}}
+
+
+def names() -> list[str]:
+    return sorted(REGISTRY)
+
+
+def load(name: str):
+    """The pattern module of fusion ``name``; an unknown name raises, listing the valid ones."""
+    if name not in REGISTRY:
+        from miner.errors import UsageError
+
+        raise UsageError(f"unknown fusion {{name!r}}; fusions: {{', '.join(names()) or '(none)'}}")
+    return importlib.import_module(f"{{REGISTRY[name]}}.pattern")
+
+
+def graph_pass(selected: list[str] | None = None):
+    """One ``miner.rewrite.FusionPass`` running the selected fusions (default: all)."""
+    from miner.rewrite import Entry, FusionPass
+
+    entries = []
+    for name in (names() if selected is None else selected):
+        module = load(name)
+        folder = Path(module.__file__).parent
+        entries.append(Entry(name, module, (str(folder / "pattern.py"), str(folder / "kernel.py"))))
+    return FusionPass(entries)
+
+
+def inductor_options(selected: list[str] | None = None, graph_pass_=None) -> dict:
+    """``torch.compile(options=...)`` installing the fusions' pass (``graph_pass_``: reuse one, e.g. to read counts)."""
+    from miner.rewrite import inductor_options as _options
+
+    return _options(graph_pass_ if graph_pass_ is not None else graph_pass(selected))
+'''
+
+
+def test_cases(meta: dict) -> list[tuple[list[list[int]], list[float], str]]:
+    """(input shapes, scalars, label) for the fusion's test: observed shapes (shrunk) and odd ones."""
+    observed = [o for o in meta["observed"] if o.get("outputs")]
+    out, seen = [], set()
+    for o in observed:
+        e = _shrink(o, 64)
+        shapes = [i["shape"] for i in e["inputs"]]
+        if repr(shapes) not in seen:
+            seen.add(repr(shapes))
+            out.append((shapes, list(e["scalars"]), f"{o['model']}/{o['phase']}"))
+    first = _shrink(observed[0], 16)
+    lead, _ = _rows(first)
+    one_pass_max = meta.get("kernel", {}).get("one_pass_max", 8192)
+    for label, e in ((f"cols{ODD_COLS}", _reshape(first, n_cols=ODD_COLS)),
+                     ("one_row", _reshape(first, lead=[1] * len(lead))),
+                     ("long_row", _reshape(first, lead=[1] * len(lead), n_cols=one_pass_max + ODD_COLS))):
+        out.append(([i["shape"] for i in e["inputs"]], list(first["scalars"]), label))
+    return out
+
+
+def render_test(name: str, meta: dict, spec, command: str) -> str:
+    cases = test_cases(meta)
+    kinds = meta["signature"]["input_kinds"]
+    case_lines = "".join(f"    pytest.param({shapes!r}, {scalars!r}, id={label!r}),\n" for shapes, scalars, label in cases)
+    first_shapes, first_scalars, _ = cases[0]
+    zoo_test = render_zoo_test(name, meta)
+    return f'''{header(meta["id"], command, f"test of fusion {name}")}"""Fusion {name} ({meta["ops"]}): kernel vs float64 reference, and the rewrite inside torch.compile.
+
+Shapes: the ones the scan observed (shrunk for the interpreter) and odd ones (a row length that
+is no power of two, one row, a row longer than the one-pass limit). CPU tests run the kernel in
+the Triton interpreter; ``-m gpu`` runs it natively on CUDA.
+"""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import fusions  # noqa: E402
+from fusions.{name} import kernel, pattern  # noqa: E402
+
+CASES = [
+{case_lines}]
+FIRST_SHAPES, FIRST_SCALARS = {first_shapes!r}, {first_scalars!r}
+INPUT_KINDS = {kinds!r}
+TOL = {{torch.float32: (1e-5, 1e-5), torch.bfloat16: (1.6e-2, 1e-2), torch.float16: (1e-3, 1e-3)}}  # (rtol, atol)
+
+
+def make_inputs(shapes, dtype, device, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    xs = []
+    for shape, kind in zip(shapes, INPUT_KINDS):
+        if kind == "bool":
+            xs.append((torch.rand(tuple(shape), generator=g) < 0.5).to(device))
+        else:
+            xs.append(torch.randn(tuple(shape), generator=g).to(dtype).to(device))
+    return xs
+
+
+def check_against_float64(shapes, scalars, dtype, device):
+    xs = make_inputs(shapes, dtype, device)
+    outs = kernel.launch(*xs, *scalars)
+    expected = pattern.pattern(*xs, *scalars)
+    ref = pattern.pattern(*[x.double() if x.is_floating_point() else x for x in xs], *scalars)
+    assert len(outs) == len(ref) == pattern.N_OUTPUTS
+    for out, exp, r in zip(outs, expected, ref):
+        assert out.shape == exp.shape and out.dtype == exp.dtype
+        if out.dtype == torch.bool:
+            assert torch.equal(out, r)
+            continue
+        rtol, atol = TOL[out.dtype]
+        torch.testing.assert_close(out.double(), r.double(), rtol=rtol, atol=atol, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("shapes, scalars", CASES)
+def test_kernel_matches_float64_reference_cpu(shapes, scalars, dtype):
+    check_against_float64(shapes, scalars, dtype, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("shapes, scalars", CASES)
+def test_kernel_matches_float64_reference_cuda(shapes, scalars, dtype):
+    check_against_float64(shapes, scalars, dtype, "cuda")
+
+
+def test_looped_kernel_matches_one_pass():
+    xs = make_inputs(FIRST_SHAPES, torch.float32, "cpu")
+    for a, b in zip(kernel.launch(*xs, *FIRST_SCALARS, variant="looped"), kernel.launch(*xs, *FIRST_SCALARS)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+class ChainModel(torch.nn.Module):
+    """A projection feeding the fused chain, as in the models it was found in."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.proj = torch.nn.Linear(n, n)
+
+    def forward(self, x, *rest):
+        return pattern.pattern(self.proj(x), *rest, *FIRST_SCALARS)
+
+
+def compile_and_run(model, xs, train):
+    graph_pass = fusions.graph_pass(["{name}"])
+    torch._dynamo.reset()
+    with torch._inductor.config.patch(force_disable_caches=True):
+        compiled = torch.compile(model, options=fusions.inductor_options(graph_pass_=graph_pass), dynamic=False)
+        with torch.set_grad_enabled(train):
+            got = compiled(*xs)
+            if train:
+                sum(o.float().sum() for o in got if o.is_floating_point()).backward()
+    torch._dynamo.reset()
+    return got, graph_pass.counts["{name}"]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_torch_compile_uses_the_fusion_and_matches_eager(device):
+    xs = make_inputs(FIRST_SHAPES, torch.float32, device)
+    model = ChainModel(FIRST_SHAPES[0][-1]).to(device)
+    got, matches = compile_and_run(model, xs, train=False)
+    assert matches > 0, "the fusion did not fire"
+    with torch.no_grad():
+        expected = model(*xs)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_training_step_with_the_fusion_matches_eager(device):
+    # In a training graph the chain's interior values may be saved for backward (extra users), in
+    # which case the matcher leaves it alone; either way gradients must equal eager's.
+    xs = make_inputs(FIRST_SHAPES, torch.float32, device)
+    model = ChainModel(FIRST_SHAPES[0][-1]).to(device)
+    got, _ = compile_and_run(model, xs, train=True)
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    expected = model(*xs)
+    sum(o.float().sum() for o in expected if o.is_floating_point()).backward()
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    for a, p in zip(grads, model.parameters()):
+        torch.testing.assert_close(a, p.grad, rtol=1e-4, atol=1e-5)
+{zoo_test}
+
+def test_registry_is_loud_about_unknown_names():
+    from miner.errors import UsageError
+
+    assert "{name}" in fusions.names()
+    with pytest.raises(UsageError, match="{name}"):
+        fusions.load("no_such_fusion")
+'''
+
+
+def render_zoo_test(name: str, meta: dict) -> str:
+    """A slow test: the zoo model the pattern was found in, compiled with the fusion (count > 0, parity)."""
+    from miner.validate import pick_model
+
+    pick = pick_model(meta)
+    if pick is None:
+        return ""
+    model, mode = pick
+    return f'''
+
+@pytest.mark.slow
+def test_fusion_fires_in_{model}_{mode}_and_matches_eager():
+    import models
+
+    built = models.resolve("{model}").build("tiny", "{mode}", "cpu")
+    eager = built.model
+    import copy
+
+    model = copy.deepcopy(eager)
+    graph_pass = fusions.graph_pass(["{name}"])
+
+    def step(m, fn):
+        torch.manual_seed(0)
+        out = fn(**built.inputs)
+        if "{mode}" == "train":
+            built.loss(out).backward()
+        return out["logits"], {{n: p.grad for n, p in m.named_parameters() if p.grad is not None}}
+
+    e_logits, e_grads = step(eager, eager)
+    torch._dynamo.reset()
+    with torch._inductor.config.patch(force_disable_caches=True, fallback_random=True):
+        c_logits, c_grads = step(model, torch.compile(model, options=fusions.inductor_options(graph_pass_=graph_pass),
+                                                      dynamic=False))
+    torch._dynamo.reset()
+    assert graph_pass.counts["{name}"] > 0
+    torch.testing.assert_close(c_logits, e_logits, rtol=1e-4, atol=1e-4)
+    for k, g in e_grads.items():
+        torch.testing.assert_close(c_grads[k], g, rtol=1e-3, atol=1e-4)
+'''

@@ -1,0 +1,202 @@
+"""The glue between a pattern module (candidate or fusion) and torch.compile.
+
+A pattern module (``candidates/<id>/pattern.py`` or ``fusions/<name>/pattern.py``) defines
+``pattern`` (the subgraph in aten ops), ``replacement`` (a call of its custom op) and
+``register(pass_dict)``. This module gives them:
+
+- ``define_op``: the replacement as a ``torch.library.custom_op`` (``miner::<name>``) with a fake
+  implementation, so the rewritten post-grad graph stays valid and shapes propagate. Outputs are
+  always fresh tensors (no aliasing). Defining the same op twice (a module imported under two
+  names, e.g. by ``miner bench`` and ``miner validate``) returns the first definition.
+- ``FusionPass``: ONE ``CustomGraphPass`` that runs every registered pattern (torch 2.11 accepts a
+  single pass object per slot). ``uuid()`` hashes the pattern and kernel sources, so editing a
+  fusion invalidates Inductor's FX graph cache. Each pattern has its own ``PatternMatcherPass``,
+  so ``counts[name]`` says how often each one fired.
+- ``inductor_options(pass)``: the ``torch.compile(options=...)`` dict. The pass goes in both
+  post-grad slots: the *pre* slot runs before Inductor's own pattern passes (on CUDA Inductor
+  rewrites ``amax/sub/exp/sum`` into its online-softmax prim there, which would hide the chain),
+  the *post* slot is where the patterns were mined. A chain rewritten in the first never matches
+  in the second.
+
+Scalars: patterns abstract scalar operands (``mul(x, 0.125)``); ``register_replacement`` binds
+them through ``scalar_workaround`` (each slot traced with an unusual value that no structural
+constant can equal, which the matcher turns into a ``KeywordArg``), so one pattern matches every
+value and passes it to the op.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Iterable
+
+import torch
+from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
+
+FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def interpreter_enabled() -> bool:
+    """True when Triton kernels run on CPU tensors (``TRITON_INTERPRET=1`` before triton's import)."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def scalar_trace_values(n: int) -> dict[str, float]:
+    """Values to trace const slots with: unusual floats no dim, flag or literal will ever equal."""
+    return {f"c{i}": 0.000123456789 + 0.001 * i for i in range(n)}
+
+
+def op_schema(n_inputs: int, n_scalars: int, n_outputs: int) -> str:
+    params = [f"Tensor x{k}" for k in range(n_inputs)] + [f"float c{c}" for c in range(n_scalars)]
+    ret = "Tensor" if n_outputs == 1 else "(" + ", ".join(["Tensor"] * n_outputs) + ")"
+    return f"({', '.join(params)}) -> {ret}"
+
+
+_OPS: dict[str, Any] = {}
+
+
+def define_op(qualname: str, n_inputs: int, n_scalars: int, n_outputs: int,
+              impl: Callable[..., Any], fake: Callable[..., Any]):
+    """The custom op ``qualname`` (``"miner::<name>"``): ``impl`` runs the kernel, ``fake`` gives metas.
+
+    Returns the ``OpOverload`` (``torch.ops.miner.<name>.default``).
+    """
+    if qualname in _OPS:
+        return _OPS[qualname]
+    ns, name = qualname.split("::")
+    if hasattr(getattr(torch.ops, ns), name):  # defined by another copy of this module loader
+        _OPS[qualname] = getattr(getattr(torch.ops, ns), name).default
+        return _OPS[qualname]
+
+    def fresh(outs):
+        return outs[0] if n_outputs == 1 else tuple(outs)
+
+    def _impl(*args):
+        return fresh(tuple(impl(*args)))
+
+    def _fake(*args):
+        outs = fake(*args)
+        return fresh(tuple(torch.empty_like(o, memory_format=torch.contiguous_format) for o in outs))
+
+    op = torch.library.custom_op(qualname, _impl, mutates_args=(),
+                                 schema=op_schema(n_inputs, n_scalars, n_outputs))
+    op.register_fake(_fake)
+    _OPS[qualname] = getattr(getattr(torch.ops, ns), name).default
+    return _OPS[qualname]
+
+
+def load_module(path: str | Path, name: str) -> ModuleType:
+    """Import ``path`` as module ``name`` once (later calls return the same module)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path}: cannot be imported")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def match_inputs_ok(match, n_inputs: int, input_kinds: tuple[str, ...], rank: int | None) -> bool:
+    """The shared part of every ``extra_check``: devices, dtypes, static shapes, rank.
+
+    On CPU the kernel needs the Triton interpreter; float inputs must be fp32/bf16/fp16, bool
+    inputs bool; all on one device; static sizes; the broadcast rank equals ``rank`` when the
+    pattern's reductions name a positive dim.
+    """
+    vals = []
+    for k in range(n_inputs):
+        node = match.kwargs.get(f"x{k}")
+        val = getattr(node, "meta", {}).get("val") if node is not None else None
+        if not isinstance(val, torch.Tensor):
+            return False
+        vals.append(val)
+    device = vals[0].device
+    if device.type == "cpu" and not interpreter_enabled() or device.type not in ("cpu", "cuda"):
+        return False
+    for val, kind in zip(vals, input_kinds):
+        if val.device != device:
+            return False
+        if kind == "float" and val.dtype not in FLOAT_DTYPES or kind == "bool" and val.dtype != torch.bool:
+            return False
+        if not all(isinstance(s, int) for s in val.shape):
+            return False
+    try:
+        shape = torch.broadcast_shapes(*(v.shape for v in vals))
+    except RuntimeError:
+        return False
+    return rank is None or len(shape) == rank
+
+
+@dataclass
+class Entry:
+    """One pattern module in a FusionPass: its name, module and source files (hashed by uuid)."""
+
+    name: str
+    module: ModuleType
+    files: tuple[str, ...]
+
+
+class FusionPass(CustomGraphPass):
+    """Runs every entry's pattern over a post-grad graph; ``counts`` = matches per entry."""
+
+    def __init__(self, entries: Iterable[Entry]):
+        self.entries = list(entries)
+        self.counts: Counter[str] = Counter()
+        self._passes: dict[str, Any] | None = None
+
+    def _build(self) -> dict[str, Any]:
+        from torch._inductor.pattern_matcher import PatternMatcherPass
+
+        passes = {}
+        for e in self.entries:
+            p = PatternMatcherPass(pass_name=f"miner_{e.name}")
+            e.module.register(p)
+            passes[e.name] = p
+        return passes
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        if self._passes is None:
+            self._passes = self._build()
+        for name, p in self._passes.items():
+            n = p.apply(graph)
+            if n:
+                self.counts[name] += n
+                graph.eliminate_dead_code()
+
+    def uuid(self) -> bytes:
+        files = tuple(sorted({f for e in self.entries for f in e.files} | {__file__}))
+        return get_hash_for_files(files, extra=",".join(e.name for e in self.entries))
+
+    def __deepcopy__(self, memo):  # torch.compile deep-copies the inductor config
+        return self
+
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def inductor_options(graph_pass: FusionPass) -> dict[str, Any]:
+    """Options for ``torch.compile(model, options=...)`` that install ``graph_pass``."""
+    return {"post_grad_custom_pre_pass": graph_pass, "post_grad_custom_post_pass": graph_pass}
+
+
+def entry_for(pattern_path: str | Path, name: str, module: ModuleType | None = None) -> Entry:
+    """An Entry for a pattern module file (its sibling kernel.py is hashed too)."""
+    path = Path(pattern_path)
+    module = module or load_module(path, f"miner_rewrite_{name}")
+    files = tuple(str(p) for p in (path, path.with_name("kernel.py")) if p.exists())
+    return Entry(name, module, files)
+
+
+__all__ = ["Entry", "FusionPass", "define_op", "entry_for", "inductor_options", "interpreter_enabled",
+           "load_module", "match_inputs_ok", "op_schema", "scalar_trace_values"]
