@@ -11,9 +11,10 @@ Two predictors, both labelled with where their number comes from:
   Inductor's kernel count) plus the analytical guess itself, so the forest learns corrections to
   the roofline rather than the roofline. Labelled "model".
 
-``cross_validate`` measures the forest by leave-one-candidate-out: every point of one candidate is
-predicted by a forest that never saw that candidate, which is exactly the situation of an
-unbenchmarked candidate. Spearman's rank correlation (do we order the (candidate, shape) pairs
+``cross_validate`` measures the forest by leave-one-family-out: every point of one candidate is
+predicted by a forest that never saw that candidate nor its near-identical siblings (the same
+family, ``miner.families``: same ops up to a cast), which is the situation of an unbenchmarked
+candidate; with one candidate per family this is leave-one-candidate-out. Spearman's rank correlation (do we order the (candidate, shape) pairs
 right?) and the mean absolute error of the speedup are pooled over all held-out points. With fewer
 than ``MIN_CANDIDATES`` candidates or ``MIN_POINTS`` points it returns no numbers and says why.
 """
@@ -97,6 +98,11 @@ class Sample:
     shape: str
     features: Features
     speedup: float
+    family: str | None = None  # held out together in cross-validation (default: the candidate)
+
+    @property
+    def group(self) -> str:
+        return self.family or self.candidate
 
 
 @dataclass(frozen=True)
@@ -167,14 +173,14 @@ def fit(samples: Sequence[Sample], bandwidth: float = NOMINAL_BANDWIDTH) -> Cost
 
 
 def cross_validate(samples: Sequence[Sample], bandwidth: float = NOMINAL_BANDWIDTH) -> Accuracy:
-    """Leave-one-candidate-out Spearman and MAE of the forest (and of the analytical guess)."""
-    scheme = "leave-one-candidate-out"
-    groups = [s.candidate for s in samples]
-    n, k = len(samples), len(set(groups))
-    if k < MIN_CANDIDATES or n < MIN_POINTS:
+    """Leave-one-family-out Spearman and MAE of the forest (and of the analytical guess)."""
+    groups = [s.group for s in samples]
+    n, k, g = len(samples), len({s.candidate for s in samples}), len(set(groups))
+    scheme = "leave-one-family-out" if g < k else "leave-one-candidate-out"
+    if g < MIN_CANDIDATES or n < MIN_POINTS:
         return Accuracy(scheme, n, k, reason=f"too little benchmark data to measure accuracy: {n} measured "
-                                             f"(candidate, shape) points from {k} candidates; need at least "
-                                             f"{MIN_POINTS} points from {MIN_CANDIDATES} candidates")
+                                             f"(candidate, shape) points from {k} candidates in {g} families; "
+                                             f"need at least {MIN_POINTS} points from {MIN_CANDIDATES} families")
     from scipy.stats import spearmanr
     from sklearn.model_selection import LeaveOneGroupOut
 

@@ -550,7 +550,12 @@ def rank(patterns: Sequence[Pattern], candidates: Sequence[CandidateInfo], runs:
     items += [(p, None) for p in patterns if p.id not in with_cand]
     bws = [r.copy_gbps for r in runs if r.copy_gbps]
     bandwidth = statistics.median(bws) * 1e9 if bws else costmodel.NOMINAL_BANDWIDTH
-    model = costmodel.fit(training_samples([(p, c) for p, c in items if c]), bandwidth)
+    benched = [(p, c) for p, c in items if c and c.bench]
+    family_of = {m: f.id for f in families.cluster([(p.id, [n.target for n in p.nodes], [n.category for n in p.nodes])
+                                                    for p, _ in sorted(benched, key=lambda pc: pc[0].id)])
+                 for m in f.members}
+    samples = [replace(s, family=family_of.get(s.candidate)) for s in training_samples(benched)]
+    model = costmodel.fit(samples, bandwidth)
     rows = [rank_one(p, c, model, scale=scale, only_model=only_model) for p, c in items]
     if only_model:
         rows = [r for r in rows if r.occurrences]

@@ -480,7 +480,7 @@ def accuracy_html(review: Review) -> str:
             ["analytical roofline (baseline)", _num(acc.baseline_spearman), _num(acc.baseline_mae, ".3f") + "×"]]
     return (f"<p>Cross-validation: <b>{_e(acc.scheme)}</b> over {acc.n_points} measured (candidate, input) points "
             f"from {acc.n_candidates} candidates: every point of a candidate is predicted by a forest trained "
-            f"without that candidate. Spearman = rank correlation of predicted vs measured speedup over Inductor; "
+            f"without that candidate (and, for leave-one-family-out, without its near-identical siblings). Spearman = rank correlation of predicted vs measured speedup over Inductor; "
             f"MAE = mean |predicted − measured| speedup.</p>"
             + _table(("predictor", "Spearman ρ", "MAE"), rows, {1, 2})
             + f'<p class="small">Features: {_e(", ".join(FEATURE_NAMES))}.</p>')

@@ -49,7 +49,7 @@ def synthetic_samples(n_candidates: int = 6, noise: float = 0.03, seed: int = 0)
 
 def test_cross_validation_reports_leave_one_candidate_out_numbers():
     acc = costmodel.cross_validate(synthetic_samples())
-    assert acc.ok and acc.scheme == "leave-one-candidate-out"
+    assert acc.ok and acc.scheme == "leave-one-candidate-out"  # one candidate per family
     assert acc.n_points == 30 and acc.n_candidates == 6
     assert acc.spearman > 0.7
     assert 0 <= acc.mae < 0.3
@@ -71,7 +71,7 @@ def test_too_little_data_gives_a_reason_not_a_number():
     few = synthetic_samples(n_candidates=2)
     acc = costmodel.cross_validate(few)
     assert not acc.ok and acc.spearman is None and acc.mae is None
-    assert "too little" in acc.reason and "2 candidates" in acc.reason
+    assert "too little" in acc.reason and "2 candidates" in acc.reason and "2 families" in acc.reason
     assert costmodel.cross_validate([]).reason
 
 
@@ -83,3 +83,13 @@ def test_fit_predicts_with_the_forest_only_when_there_is_data():
     assert model.source == "model" and model.accuracy.ok
     model.prime([f, feats(128, 8192, 1)])
     assert model.predict(f) > model.predict(feats(128, 8192, 1))
+
+
+def test_near_identical_candidates_are_held_out_together():
+    samples = synthetic_samples()
+    paired = [Sample(s.candidate, s.shape, s.features, s.speedup, family=f"f{int(s.candidate[1:]) // 2}")
+              for s in samples]
+    acc = costmodel.cross_validate(paired)
+    assert acc.ok and acc.scheme == "leave-one-family-out" and acc.n_candidates == 6
+    few = [Sample(s.candidate, s.shape, s.features, s.speedup, family="same") for s in samples]
+    assert not costmodel.cross_validate(few).ok  # six candidates, but one family: nothing held out

@@ -177,10 +177,19 @@ def patterns_zoo() -> dict[str, Pattern]:
     }
 
 
-def build_workspace(root: Path, bench: bool = True, candidates: bool = True, scans: bool = True) -> Workspace:
-    """Six patterns; four candidates (three benchmarked when ``bench``), one promoted."""
+def build_workspace(root: Path, bench: bool = True, candidates: bool = True, scans: bool = True,
+                    more_bench: bool = False) -> Workspace:
+    """Six patterns; four candidates (three benchmarked when ``bench``), one promoted.
+
+    ``more_bench`` also benchmarks gelu and t5's softmax, enough points to cross-validate the cost model.
+    """
     ws = Workspace(root)
     pats = patterns_zoo()
+    if more_bench:
+        pats["softmax"] = make_pattern(SOFTMAX(), 1, 0, [("bert", "forward", [[2, 4, 64, 64]], "float32", 2),
+                                                         ("gpt2", "forward", [[2, 4, 64, 64]], "float32", 2),
+                                                         ("t5", "forward", [[2, 4, 64, 64]], "float32", 2)],
+                                       n_kernels=3)
     save_patterns(ws, pats.values(), params={"min_support": 2}, stats={})
     if scans:
         for model in ("bert", "gpt2", "llama", "t5"):
@@ -202,7 +211,11 @@ def build_workspace(root: Path, bench: bool = True, candidates: bool = True, sca
         (fusion / "pattern.py").write_text(f'"""softmax_like: promoted from candidate {pats["softmax"].id}."""\n')
         if bench:
             from miner.bench import save_results
-            for name, slow in (("softmax", 1.0), ("rmsnorm", 1.2), ("silu_mul", 1.0)):
+            benched = [("softmax", 1.0), ("rmsnorm", 1.2), ("silu_mul", 1.0)]
+            if more_bench:
+                write_candidate(ws, pats["gelu"], "gelu_erf", "validated", ok)
+                benched.append(("gelu", 1.1))
+            for name, slow in benched:
                 env, rows = bench_rows(pats[name], slow=slow)
                 save_results(rows, env, candidate_dirs={pats[name].id: ws.candidates / pats[name].id},
                              report_dir=ws.reports / "gpu" / f"2026-12-02-h200-{name}" if name == "rmsnorm" else None)

@@ -118,3 +118,15 @@ def test_report_of_an_empty_workspace(tmp_path, capsys):
     assert main(["--workspace", str(tmp_path), "report"]) == 0
     text = (tmp_path / "reports" / "latest" / "index.html").read_text()
     assert "Nothing to rank yet" in text and "No scan results" in text
+
+
+def test_cost_model_accuracy_is_reported_when_there_is_enough_data(tmp_path):
+    ws = build_workspace(tmp_path, more_bench=True)
+    rv = rank.review(ws)
+    acc = rv.model.accuracy
+    assert acc.ok and acc.n_points >= 10 and acc.n_candidates == 4 and rv.model.source == "model"
+    text = render_html(rv, ws)
+    assert f"{acc.spearman:.2f}" in text and acc.scheme in text and "Spearman" in text
+    # the unbenchmarked candidates and patterns are predicted by the forest, and say so
+    add_tanh = next(r for r in rv.rows if r.id == patterns_zoo()["add_tanh"].id)
+    assert add_tanh.saved_ms.source == "model" and 'title="predicted (model)"' in _cells(text, add_tanh.id)
