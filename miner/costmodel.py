@@ -6,10 +6,11 @@ Two predictors, both labelled with where their number comes from:
   HBM in ``inductor_kernels`` launches; the fused kernel moves ``bytes_fused`` in one launch:
   ``speedup = (bytes_inductor / bw + kernels * launch) / (bytes_fused / bw + launch)``.
   Used when there is no benchmark data to learn from (labelled "analytical").
-* ``CostModel``: a scikit-learn random forest on ``log(measured speedup over Inductor)``, fed
-  the features of ``Features`` (op counts by kind, reductions, bytes in/out, row length, dtype,
-  Inductor's kernel count) plus the analytical guess itself, so the forest learns corrections to
-  the roofline rather than the roofline. Labelled "model".
+* ``CostModel``: a scikit-learn random forest on ``log(measured / analytical speedup)``, fed the
+  features of ``Features`` (op counts by kind, reductions, bytes in/out, row length, dtype,
+  Inductor's kernel count, the analytical guess itself): it learns corrections to the roofline.
+  It is used only when its cross-validated MAE beats the analytical model's on the same points
+  (otherwise predictions stay analytical, and the report says why). Labelled "model".
 
 ``cross_validate`` measures the forest by leave-one-family-out: every point of one candidate is
 predicted by a forest that never saw that candidate nor its near-identical siblings (the same
@@ -125,7 +126,12 @@ class Accuracy:
 
 @dataclass
 class CostModel:
-    """A fitted forest, or None when there is nothing to fit (then predictions are analytical)."""
+    """The forest when cross-validation shows it beats the analytical model, else the analytical model.
+
+    The forest predicts the log of measured / analytical speedup (a correction to the roofline), so
+    with little data it stays close to the roofline instead of to the mean of the training points.
+    ``note`` says which predictor is used and why.
+    """
 
     forest: object | None = None
     n_points: int = 0
@@ -133,12 +139,12 @@ class CostModel:
     bandwidth: float = NOMINAL_BANDWIDTH
     accuracy: Accuracy | None = None
     candidates: frozenset[str] = field(default_factory=frozenset)
+    note: str = "no benchmark data: predictions are analytical"
+    _cache: dict = field(default_factory=dict, repr=False)
 
     @property
     def source(self) -> str:
         return "model" if self.forest is not None else "analytical"
-
-    _cache: dict = field(default_factory=dict, repr=False)
 
     def predict(self, f: Features) -> float:
         if self.forest is None:
@@ -153,7 +159,7 @@ class CostModel:
         if self.forest is None or not todo:
             return
         for f, y in zip(todo, self.forest.predict(np.array([f.vector() for f in todo]))):
-            self._cache[f] = float(math.exp(y))
+            self._cache[f] = analytical_speedup(f, self.bandwidth) * float(math.exp(y))
 
 
 def _forest():
@@ -161,15 +167,27 @@ def _forest():
     return RandomForestRegressor(n_estimators=100, min_samples_leaf=2, random_state=0, n_jobs=1)
 
 
+def _residuals(samples: Sequence[Sample], bandwidth: float) -> np.ndarray:
+    return np.log([s.speedup / analytical_speedup(s.features, bandwidth) for s in samples])
+
+
 def fit(samples: Sequence[Sample], bandwidth: float = NOMINAL_BANDWIDTH) -> CostModel:
-    """Fit the forest on every sample (no forest when there are fewer than ``MIN_POINTS``)."""
+    """Cross-validate, then fit the forest on every sample if it beat the analytical model."""
     candidates = frozenset(s.candidate for s in samples)
     acc = cross_validate(samples, bandwidth)
-    if len(samples) < MIN_POINTS or len(candidates) < 2:
-        return CostModel(None, len(samples), len(candidates), bandwidth, acc, candidates)
+    base = dict(n_points=len(samples), n_candidates=len(candidates), bandwidth=bandwidth, accuracy=acc,
+                candidates=candidates)
+    if not samples:
+        return CostModel(**base)
+    if not acc.ok:
+        return CostModel(**base, note="too little benchmark data to check a learned model: predictions are analytical")
+    if acc.mae >= acc.baseline_mae:
+        return CostModel(**base, note=f"the forest's cross-validated MAE ({acc.mae:.3f}) is no better than the "
+                                      f"analytical model's ({acc.baseline_mae:.3f}): predictions are analytical")
     forest = _forest()
-    forest.fit(np.array([s.features.vector() for s in samples]), np.log([s.speedup for s in samples]))
-    return CostModel(forest, len(samples), len(candidates), bandwidth, acc, candidates)
+    forest.fit(np.array([s.features.vector() for s in samples]), _residuals(samples, bandwidth))
+    return CostModel(forest, **base, note=f"the forest (cross-validated MAE {acc.mae:.3f} vs the analytical "
+                                          f"model's {acc.baseline_mae:.3f}) predicts")
 
 
 def cross_validate(samples: Sequence[Sample], bandwidth: float = NOMINAL_BANDWIDTH) -> Accuracy:
@@ -186,14 +204,16 @@ def cross_validate(samples: Sequence[Sample], bandwidth: float = NOMINAL_BANDWID
 
     x = np.array([s.features.vector() for s in samples])
     y = np.array([s.speedup for s in samples])
+    base = np.array([analytical_speedup(s.features, bandwidth) for s in samples])
+    r = _residuals(samples, bandwidth)
     pred = np.empty(n)
     for train, test in LeaveOneGroupOut().split(x, y, groups):
         forest = _forest()
-        forest.fit(x[train], np.log(y[train]))
-        pred[test] = np.exp(forest.predict(x[test]))
-    base = np.array([analytical_speedup(s.features, bandwidth) for s in samples])
+        forest.fit(x[train], r[train])
+        pred[test] = base[test] * np.exp(forest.predict(x[test]))
     return Accuracy(scheme, n, k, spearman=_spearman(spearmanr, pred, y), mae=float(np.mean(np.abs(pred - y))),
-                    baseline_spearman=_spearman(spearmanr, base, y), baseline_mae=float(np.mean(np.abs(base - y))))
+                    baseline_spearman=_spearman(spearmanr, base, y), baseline_mae=float(np.mean(np.abs(base - y))),
+                    reason=None if np.ptp(pred) and np.ptp(y) else "rank correlation undefined: constant speedups")
 
 
 def _spearman(spearmanr, a, b) -> float | None:

@@ -581,10 +581,11 @@ def _basis(rows: Sequence[Ranked], runs: Sequence[BenchRun], model: CostModel, s
         return (f"No GPU benchmark results in this workspace: every speedup and saving ({where}) is predicted "
                 f"by the analytical roofline model: bytes moved by Inductor's kernels vs one fused kernel at a "
                 f"nominal {model.bandwidth / 1e12:.1f} TB/s plus {costmodel.LAUNCH_SECONDS * 1e6:.0f} us per launch.")
-    how = ("the cost model (a random forest trained on the measured points)" if model.source == "model"
-           else "the analytical roofline model (too few measurements to train the cost model)")
+    how = ("the cost model, a random forest correcting the roofline" if model.source == "model"
+           else "the analytical roofline model")
     return (f"{measured} of {len(points)} (candidate, input) points are measured on "
-            f"{', '.join(sorted({r.gpu for r in runs}))}; the others are predicted by {how}. Savings {where}.")
+            f"{', '.join(sorted({r.gpu for r in runs}))}; the others are predicted by {how} ({model.note}). "
+            f"Savings {where}.")
 
 
 def review(workspace: Workspace | str | Path, *, only_model: str | None = None, scale: str = "published") -> Review:

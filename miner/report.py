@@ -88,7 +88,7 @@ def render_table(review: Review, top: int | None = 20, members: bool = False) ->
     out.append("occ: non-overlapping occurrences; safe: share the safety checks accept; missed: share Inductor "
                "splits into >1 kernel; kern: Inductor kernels per occurrence; (+n): family members, --members "
                "lists them.")
-    out.append(_accuracy_line(review.model.accuracy))
+    out.append(_accuracy_line(review.model.accuracy, review.model.note))
     out += [f"warning: {p}" for p in review.problems]
     return "\n".join(out)
 
@@ -102,14 +102,14 @@ def _basis_lines(review: Review) -> str:
     return f"Candidates ranked by expected time saved per training/inference step{scope}.\n{review.basis}\n"
 
 
-def _accuracy_line(acc: Accuracy | None) -> str:
+def _accuracy_line(acc: Accuracy | None, model_note: str = "") -> str:
     if acc is None:
         return "Cost model: not trained."
     if not acc.ok:
         return f"Cost model: {acc.reason or 'accuracy undefined on these points'}."
     return (f"Cost model accuracy ({acc.scheme}, {acc.n_points} measured points, {acc.n_candidates} candidates): "
             f"Spearman {acc.spearman:.2f}, MAE {acc.mae:.2f}x speedup (analytical baseline: Spearman "
-            f"{_num(acc.baseline_spearman)}, MAE {_num(acc.baseline_mae)}x).")
+            f"{_num(acc.baseline_spearman)}, MAE {_num(acc.baseline_mae)}x); {model_note}.")
 
 
 def _num(x: float | None, spec: str = ".2f") -> str:
@@ -483,7 +483,9 @@ def accuracy_html(review: Review) -> str:
             f"without that candidate (and, for leave-one-family-out, without its near-identical siblings). Spearman = rank correlation of predicted vs measured speedup over Inductor; "
             f"MAE = mean |predicted − measured| speedup.</p>"
             + _table(("predictor", "Spearman ρ", "MAE"), rows, {1, 2})
-            + f'<p class="small">Features: {_e(", ".join(FEATURE_NAMES))}.</p>')
+            + f"<p><b>Used for the predictions on this page:</b> {_e(model.note)}.</p>"
+            + f'<p class="small">The forest learns log(measured / analytical speedup) from: '
+              f'{_e(", ".join(FEATURE_NAMES))}.</p>')
 
 
 def provenance_html(review: Review) -> str:
