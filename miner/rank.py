@@ -282,7 +282,8 @@ def load_candidates(ws: Workspace, problems: list[str]) -> tuple[list[CandidateI
                     runs[r.key] = replace(r, sources=(old.sources if old else ()) + r.sources)
             except (MinerError, KeyError, TypeError, ValueError) as e:
                 problems.append(f"{d / 'bench.json'}: {e}")
-        fusion = promoted.get(cid)
+        fusion = promoted.get(cid) or (str(meta["promoted_as"]) if meta.get("promoted_as") and
+                                       (ws.fusions / str(meta["promoted_as"])).is_dir() else None)
         vstatus = str(meta.get("status") or "generated")
         if isinstance(validation, dict) and validation.get("ok") is not None:
             vstatus = "validated" if validation["ok"] else "failed"
@@ -349,9 +350,17 @@ _PATTERN_ID = re.compile(r"\bp[0-9a-f]{10}\b")
 
 
 def promoted_fusions(ws: Workspace) -> dict[str, str]:
-    """pattern/candidate id -> fusion name, from the headers of ``fusions/<name>/*.py``."""
+    """pattern/candidate id -> fusion name, from ``fusions/<name>/fusion.json`` (``miner promote``),
+    else from the generated headers of ``fusions/<name>/*.py``."""
     out = {}
     for d in sorted(p for p in ws.fusions.glob("*") if p.is_dir() and not p.name.startswith(("_", "."))):
+        try:
+            pid = read_json(d / "fusion.json").get("pattern_id") if (d / "fusion.json").exists() else None
+        except WorkspaceError:
+            pid = None
+        if pid:
+            out.setdefault(str(pid), d.name)
+            continue
         for f in sorted(d.glob("*.py")):
             for pid in _PATTERN_ID.findall(f.read_text(errors="replace")[:3000]):
                 out.setdefault(pid, d.name)

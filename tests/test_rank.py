@@ -208,7 +208,7 @@ def build_workspace(root: Path, bench: bool = True, candidates: bool = True, sca
                             {"kind": "numerics", "case": "odd bf16", "ok": False, "detail": "max_abs 0.2 > 0.016"}]})
         fusion = ws.fusions / "softmax_like"
         fusion.mkdir(parents=True)
-        (fusion / "pattern.py").write_text(f'"""softmax_like: promoted from candidate {pats["softmax"].id}."""\n')
+        write_json(fusion / "fusion.json", {"name": "softmax_like", "pattern_id": pats["softmax"].id})
         if bench:
             from miner.bench import save_results
             benched = [("softmax", 1.0), ("rmsnorm", 1.2), ("silu_mul", 1.0)]
