@@ -235,17 +235,27 @@ def node_label(n) -> str:
     return " ".join([short_op(n.target)] + extra)
 
 
-def pattern_graph(p):
-    """The pattern as an ``nx.DiGraph``: inputs ``in<k>``, ops ``n<j>`` (label, category), outputs marked."""
+def pattern_graph(p, inline_inputs: bool = True):
+    """The pattern as an ``nx.DiGraph``: ops ``n<j>`` (label, category), outputs marked, and inputs
+    ``in<k>`` as nodes; with ``inline_inputs`` an input used by one op only is written into that
+    op's label (``mul in1``) instead, which keeps wide patterns readable."""
     import networkx as nx
+    users: dict[int, set[int]] = {}
+    for j, n in enumerate(p.nodes):
+        for kind, idx in n.refs():
+            if kind == "input":
+                users.setdefault(idx, set()).add(j)
+    shared = {k for k, js in users.items() if len(js) > 1 or not inline_inputs}
     g = nx.DiGraph()
-    for k in range(p.n_inputs):
+    for k in sorted(shared):
         g.add_node(f"in{k}", label=f"in{k}", category="input")
     outs = set(p.all_outputs)
     for j, n in enumerate(p.nodes):
-        g.add_node(f"n{j}", label=node_label(n), category="output" if j in outs else n.category, base=n.category)
+        own = [f"in{idx}" for kind, idx in n.refs() if kind == "input" and idx not in shared]
+        g.add_node(f"n{j}", label=" ".join([node_label(n)] + own), category="output" if j in outs else n.category,
+                   base=n.category)
         for kind, idx in n.refs():
-            if kind in ("input", "node"):
+            if kind == "node" or (kind == "input" and idx in shared):
                 g.add_edge(f"in{idx}" if kind == "input" else f"n{idx}", f"n{j}")
     return g
 
@@ -525,8 +535,8 @@ def candidate_html(r: Ranked) -> str:
         facts.append(("files", f"<code>{_e(c.path.name)}/</code>"))
     parts = [f'<section id="c-{_e(r.id)}"><h2>{_e(r.id)} {("· " + _e(r.label)) if r.label else ""}</h2>',
              '<div class="cand"><div>', f'<img alt="pattern {_e(r.id)}" src="{draw_pattern(p)}">',
-             '<p class="small">inputs: square boxes; blue: pointwise; orange: reduction; grey: view; '
-             'green border: outputs.</p></div><div>',
+             '<p class="small">square boxes: inputs used by several ops (an input used once is named in its '
+             'op\'s box); blue: pointwise; orange: reduction; grey: view; green border: outputs.</p></div><div>',
              '<table class="facts"><tbody>' + "".join(f"<tr><td>{_e(k)}</td><td>{v}</td></tr>" for k, v in facts)
              + "</tbody></table>", "</div></div>"]
     if p.inductor.splits:

@@ -39,8 +39,8 @@ code, .mono { font-family:"DejaVu Sans Mono", Menlo, monospace; font-size:12px; 
 details.members > summary { cursor:pointer; color:var(--accent); font-size:12.5px; }
 details.members table { margin:6px 0 4px 18px; width:calc(100% - 18px); background:#fafbfd; }
 tr.members > td { border-bottom:1px solid var(--line); padding-top:0; }
-.cand { display:grid; grid-template-columns: minmax(200px, 340px) 1fr; gap:18px; align-items:start; }
-.cand img { max-width:100%; max-height:560px; border:1px solid var(--line); border-radius:6px; background:#fff; }
+.cand { display:grid; grid-template-columns: fit-content(420px) 1fr; gap:18px; align-items:start; }
+.cand img { max-width:100%; max-height:640px; border:1px solid var(--line); border-radius:6px; background:#fff; }
 .facts td:first-child { color:var(--mute); width:38%; }
 .chart img { max-width:100%; }
 .small { font-size:12px; color:var(--mute); }
