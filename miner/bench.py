@@ -992,17 +992,37 @@ def load_rows(path: Path) -> list[BenchRow]:
 
 def run_bench(cands: Sequence[Candidate], *, device: str, variants: Sequence[str] = VARIANTS,
               shapes: str = "all", models: Sequence[str] | None = None, replays: int = 25,
-              copy_gbps: float | None = None, log: Callable[[str], None] = print) -> tuple[Env, list[BenchRow]]:
+              copy_gbps: float | None = None, time_budget_s: float | None = None,
+              on_row: Callable[[BenchRow], None] | None = None,
+              log: Callable[[str], None] = print) -> tuple[Env, list[BenchRow]]:
+    """Time every planned case of every candidate; returns the environment and the rows.
+
+    Base-size cases (derived or captured on the base preset) of all candidates go first, the
+    tiny captured ones after: with ``time_budget_s`` no new case starts once that many seconds
+    have passed, and the cases left out are listed in the log.
+    """
     env = environment(device, copy_gbps)
     log(env_header(env))
-    rows = []
+    plan = []
     for cand in cands:
         cases = plan_cases(cand, shapes, models)
         if not cases:
             log(f"{cand.id} ({cand.name}): no observed shapes to time")
-        for case in cases:
-            log(f"{cand.name} [{','.join(case.models)}] {case.label} ({case.source})")
-            rows.append(bench_case(cand, case, env, variants=variants, replays=replays, log=log))
+        plan += [(cand, c) for c in cases]
+    plan.sort(key=lambda cc: 0 if cc[1].preset == "base" else 1)  # stable: candidates keep their order
+    t0 = time.perf_counter()
+    rows, skipped = [], []
+    for cand, case in plan:
+        if time_budget_s is not None and time.perf_counter() - t0 > time_budget_s:
+            skipped.append((cand, case))
+            continue
+        log(f"{cand.name} ({cand.id}) [{','.join(case.models)}] {case.label} ({case.source})")
+        row = bench_case(cand, case, env, variants=variants, replays=replays, log=log)
+        rows.append(row)
+        if on_row is not None:
+            on_row(row)
+    for cand, case in skipped:
+        log(f"not timed (time budget): {cand.name} ({cand.id}) [{','.join(case.models)}] {case.label} ({case.source})")
     return env, rows
 
 

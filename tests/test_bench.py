@@ -337,3 +337,15 @@ def test_gpu_bench_softmax_like(tmp_path):
     assert all(v.numerics_ok for v in row.variants), row.variants
     assert row.rotation >= 2 and env.copy_gbps > 100
     assert row.ms("candidate") > 0
+
+
+def test_run_bench_orders_base_cases_first_and_keeps_to_the_budget(tmp_path, monkeypatch):
+    cand = bench.load_candidate(write_candidate(tmp_path))
+    seen = []
+    monkeypatch.setattr(bench, "bench_case", lambda c, case, env, **kw: seen.append(case) or case)
+    monkeypatch.setattr(bench, "environment", lambda device, bw=None: _row().env)
+    env, rows = bench.run_bench([cand], device="cuda", log=lambda s: None)
+    assert [c.preset for c in seen] == ["base", "base", "tiny", "tiny"]
+    logs = []
+    env, rows = bench.run_bench([cand], device="cuda", time_budget_s=-1.0, log=logs.append)
+    assert rows == [] and sum("not timed (time budget)" in line for line in logs) == 4

@@ -24,6 +24,10 @@ def add_arguments(p) -> None:
                    help="comma list of eager, inductor, max-autotune, candidate, candidate-looped "
                         "(default: the first four)")
     p.add_argument("--replays", type=int, default=25, help="timed CUDA-graph replays per variant (default 25)")
+    p.add_argument("--time-budget", type=float, default=None, metavar="S",
+                   help="start no new case after S seconds (base-size cases run first); results so far are saved")
+    p.add_argument("--include-failed", action="store_true",
+                   help="also time candidates whose validation failed (skipped by default)")
     p.add_argument("--out", metavar="DIR", help="run table folder (default reports/gpu/<date>-<gpu>/)")
     p.add_argument("--no-save", action="store_true", help="print the table, write nothing")
     p.add_argument("--allow-cpu", action="store_true",
@@ -58,17 +62,33 @@ def run(args) -> int:
     if not dirs:
         raise UsageError(f"no candidates in {ws.candidates} (run `miner generate` first)")
     cands = [bench.load_candidate(d) for d in dirs]
+    if not args.include_failed:
+        failed = [c for c in cands if c.meta.get("status") == "failed"]
+        for c in failed:
+            print(f"skipping {c.id} ({c.name}): its validation failed ({c.meta.get('failure', 'see validation.json')})")
+        cands = [c for c in cands if c.meta.get("status") != "failed"]
     models = [m.strip() for m in args.models.split(",")] if args.models else None
+    dirs_by_id = {c.id: c.path for c in cands}
+    done: list = []
+
+    def save(rows, env):
+        if args.no_save or not rows:
+            return []
+        out = Path(args.out) if args.out else bench.today_dir(env, ws.reports)
+        return bench.save_results(rows, env, candidate_dirs=dirs_by_id, report_dir=out)
+
+    def on_row(row):  # keep what is measured even if the run is cut short
+        done.append(row)
+        if len(done) % 5 == 0:
+            save(done, row.env)
+
     env, rows = bench.run_bench(cands, device=device, variants=variants, shapes=args.shapes, models=models,
-                                replays=args.replays)
+                                replays=args.replays, time_budget_s=args.time_budget, on_row=on_row)
     print()
     print(bench.env_header(env))
     print(bench.markdown_table(rows))
     print("\n".join(bench.targets(rows)))
-    if not args.no_save:
-        out = Path(args.out) if args.out else bench.today_dir(env, ws.reports)
-        written = bench.save_results(rows, env, candidate_dirs={c.id: c.path for c in cands}, report_dir=out)
-        for p in written:
-            print(f"wrote {p}")
+    for p in save(rows, env):
+        print(f"wrote {p}")
     failed = [r for r in rows for v in r.variants if v.name == "candidate" and v.numerics_ok is False]
     return 1 if failed else 0
