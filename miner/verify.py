@@ -156,7 +156,7 @@ def match_counts(fusions_mod=None) -> dict[str, int]:
 
     out: dict[str, int] = {}
     if fusions_mod is not None:
-        for attr in ("match_counts", "counters", "matches"):
+        for attr in ("counts", "match_counts", "counters", "matches"):
             f = getattr(fusions_mod, attr, None)
             if f is None:
                 continue
@@ -375,7 +375,14 @@ def run_verify(models: Sequence[str], *, modes: Sequence[str], preset: str, devi
     import models as zoo
 
     fusions_mod = load_fusions()
-    fused_options = fusions_mod.inductor_options()
+    if callable(getattr(fusions_mod, "graph_pass", None)):
+        # one pass object, kept: its ``counts`` say how often each fusion matched
+        counter = fusions_mod.graph_pass()
+        fused_options = fusions_mod.inductor_options(graph_pass_=counter)
+        log(f"fusions: {', '.join(getattr(fusions_mod, 'names', lambda: [])())}")
+    else:
+        counter = fusions_mod
+        fused_options = fusions_mod.inductor_options()
     env = run_env(device)
     specs = [zoo.resolve(m) for m in models]
     t_start = time.perf_counter()
@@ -389,7 +396,7 @@ def run_verify(models: Sequence[str], *, modes: Sequence[str], preset: str, devi
                 try:
                     r = verify_model(lambda: spec.build(preset, mode, device), model=spec.name, mode=mode,
                                      preset=preset, device=device, fused_options=fused_options, batch=batch,
-                                     seq=seq, warmup=warmup, steps=steps, fusions_mod=fusions_mod, env=env,
+                                     seq=seq, warmup=warmup, steps=steps, fusions_mod=counter, env=env,
                                      log=log)
                 except MinerError:
                     raise

@@ -123,6 +123,11 @@ def test_match_counts_reads_the_fusions_counters():
 
     counts = verify.match_counts(Fake)
     assert counts["softmax_like"] == 3 and "inductor.pattern_matcher_count" in counts
+
+    class Pass:  # fusions.graph_pass(): a FusionPass with a Counter
+        counts = {"layer_norm": 2}
+
+    assert verify.match_counts(Pass)["layer_norm"] == 2
     assert verify._delta({"a": 5, "b": 1}, {"a": 2}) == {"a": 3, "b": 1}
 
 
