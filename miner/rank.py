@@ -370,7 +370,7 @@ def promoted_fusions(ws: Workspace) -> dict[str, str]:
 # --------------------------------------------------------------------------- calls
 
 def calls_of_candidate(meta: dict) -> list[Call]:
-    """The observed calls of ``candidate.json`` (one per model, phase and input signature)."""
+    """The observed calls of ``candidate.json``, as recorded (one per model, phase and input signature)."""
     calls = []
     for o in meta.get("observed", ()) or ():
         ins = _tensors(o.get("inputs", ()))
@@ -383,37 +383,42 @@ def calls_of_candidate(meta: dict) -> list[Call]:
     return calls
 
 
-def calls_of_pattern(p: Pattern, only_model: str | None = None) -> list[Call]:
-    """Expected calls of a pattern that has no candidate yet, from its stored occurrence sample.
-
-    ``patterns.json`` stores a few occurrences per pattern but counts all of them. Each sampled
-    (model, phase, inputs) group stands for its share of the ``counts.safe`` occurrences, split
-    over Inductor's kernel counts in proportion to ``inductor.kernels_hist`` (which covers every
-    occurrence), so a sample that happens to hold the one split occurrence does not make every
-    occurrence look split. Counts are therefore expected values, not integers.
-    """
+def calls_of_pattern(p: Pattern) -> list[Call]:
+    """The safe occurrences of the pattern's stored sample, grouped by (model, phase, inputs)."""
     groups: dict[tuple, list] = {}
-    safe_sampled = 0
     for o in p.occurrences:
-        if not o.verdict.ok:
-            continue
-        safe_sampled += 1
         ins, outs = _tensors(o.input_meta), _tensors(o.output_meta)
-        if ins and (only_model is None or o.graph.model == only_model):
+        if o.verdict.ok and ins:
             groups.setdefault((o.graph.model, o.phase, ins, outs or ()), []).append(o)
-    if not safe_sampled:
+    return [Call(model, phase, ins, outs, len(occ), statistics.median_low([o.n_kernels for o in occ]) or None)
+            for (model, phase, ins, outs), occ in groups.items()]
+
+
+def expected_calls(p: Pattern, sample: Sequence[Call]) -> list[Call]:
+    """Calls standing for *all* safe occurrences, not only the stored sample.
+
+    ``patterns.json`` (and so ``candidate.json``'s ``observed``) keeps a few occurrences per pattern
+    but counts all of them. Each sampled call stands for its share of ``counts.safe``, split over
+    Inductor's kernel counts in proportion to ``inductor.kernels_hist`` (which covers every
+    occurrence), so a sample that happens to hold the one split occurrence does not make every
+    occurrence look split. Counts are therefore expected values, not integers. A byte count
+    measured for one kernel count is kept only for calls with that count.
+    """
+    sampled = sum(c.count for c in sample)
+    if not sampled:
         return []
-    per_sampled = p.counts.safe / safe_sampled if p.counts.safe else 1.0
+    per = p.counts.safe / sampled if p.counts.safe else 1.0
     hist = {int(k): v for k, v in p.inductor.kernels_hist.items() if int(k) > 0}
     mapped = sum(hist.values())
-    calls = []
-    for (model, phase, ins, outs), occ in groups.items():
-        expected = len(occ) * per_sampled
-        if mapped:
-            calls += [Call(model, phase, ins, outs, expected * n / mapped, k) for k, n in sorted(hist.items())]
-        else:
-            calls.append(Call(model, phase, ins, outs, expected, statistics.median_low([o.n_kernels for o in occ]) or None))
-    return calls
+    out = []
+    for c in sample:
+        if not mapped:
+            out.append(replace(c, count=c.count * per))
+            continue
+        for k, n in sorted(hist.items()):
+            nbytes = c.bytes if c.inductor_kernels == k else {x: v for x, v in c.bytes.items() if x != "inductor"}
+            out.append(replace(c, count=c.count * per * n / mapped, inductor_kernels=k, bytes=nbytes))
+    return out
 
 
 @functools.lru_cache(maxsize=None)
@@ -508,8 +513,8 @@ def _combine(sources: Iterable[str]) -> str:
 
 def rank_one(p: Pattern, c: CandidateInfo | None, model: CostModel, *, scale: str = "published",
              only_model: str | None = None) -> Ranked:
-    calls = [x for x in (calls_of_candidate(c.meta) if c and c.meta.get("observed") else calls_of_pattern(p, only_model))
-             if only_model is None or x.model == only_model]
+    sample = calls_of_candidate(c.meta) if c and c.meta.get("observed") else calls_of_pattern(p)
+    calls = [x for x in expected_calls(p, sample) if only_model is None or x.model == only_model]
     if scale == "published":
         calls = [at_published_size(x) for x in calls]
     bench = {b.key: b for b in (c.bench if c else ())}

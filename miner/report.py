@@ -143,6 +143,9 @@ def render_show(review: Review, r: Ranked) -> str:
                               {3, 4, 5, 6, 7}))
     if c is not None:
         lines += ["", f"candidate files: {c.path}"]
+        for key in ("op", "regenerate", "signature", "kernel", "promoted_as"):
+            if c.meta.get(key):
+                lines.append(f"  {key}: {c.meta[key]}")
         lines += ["", "validation:"] + (_validation_lines(c.validation) or ["  not validated"])
         if c.bench:
             lines += ["", "benchmarks (ms, median [p20-p80]):"]

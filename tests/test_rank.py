@@ -362,3 +362,19 @@ def test_cli_candidates_json(ws, capsys):
     rows = json.loads(capsys.readouterr().out)
     assert rows[0]["saved_ms_per_step"]["source"] in ("measured", "model", "analytical")
     assert {r["status"] for r in rows} >= {"promoted", "benchmarked", "mined", "failed"}
+
+
+def test_expected_calls_stand_for_every_occurrence_not_the_sample():
+    """patterns.json stores a sample; counts and the kernel histogram cover everything."""
+    p = patterns_zoo()["softmax"]  # 4 stored occurrences, all with 3 kernels
+    p = rank.replace(p, counts=Counts(10, 10, 10, {}), inductor=InductorView({"1": 6, "3": 4}, 6, True))
+    calls = rank.expected_calls(p, rank.calls_of_pattern(p))
+    assert sum(c.count for c in calls) == pytest.approx(10)
+    by_k = {}
+    for c in calls:
+        by_k[c.inductor_kernels] = by_k.get(c.inductor_kernels, 0) + c.count
+    assert by_k == pytest.approx({1: 6, 3: 4})
+    r = rank.rank_one(p, None, costmodel.CostModel(), scale="captured")
+    one = [e for e in r.calls if e.call.inductor_kernels == 1]
+    assert one and all(e.saved_ms.value == pytest.approx(0.0, abs=1e-12) for e in one)  # nothing to fuse
+    assert r.saved_ms.value > 0
