@@ -24,7 +24,8 @@ from miner.rank import PREDICTED_MARK, CallEstimate, Estimate, Ranked, Review, s
 from miner.workspace import Workspace, write_text
 
 LEGEND = (f"{PREDICTED_MARK} = predicted (not measured): by the cost model, or by the analytical roofline "
-          "model when there is no benchmark data; numbers without it were measured on a GPU.")
+          "model when there is no benchmark data; numbers without it were measured on a GPU by `miner bench` "
+          "(the pattern's subgraph compiled alone by Inductor vs the candidate's kernel).")
 VARIANTS = ("eager", "inductor", "max-autotune", "candidate")
 COLORS = {"eager": "#9aa5b8", "inductor": "#2a62c9", "max-autotune": "#6b8fd6", "candidate": "#1f8a4c",
           "roofline": "#c0392b"}
