@@ -216,10 +216,9 @@ def structure_order(structure: Sequence[tuple[str, tuple]]) -> tuple[list, list,
 
     ``refs`` are ``("n", j)`` (member j) or any other hashable (an external input id).
     """
-    def ops(j):
-        return [r[1] if r[0] == "n" else r for r in structure[j][1]]
-
-    return canonical_order(range(len(structure)), lambda j: structure[j][0], ops)
+    ops = [[r[1] if r[0] == "n" else r for r in refs] for _, refs in structure]
+    labels = [lab for lab, _ in structure]
+    return canonical_order(range(len(structure)), labels.__getitem__, ops.__getitem__)
 
 
 # --------------------------------------------------------------------------- pattern nodes

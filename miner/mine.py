@@ -28,6 +28,7 @@ the canonical form is computed per extension group, i.e. per distinct (pattern, 
 
 from __future__ import annotations
 
+import random
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -36,13 +37,13 @@ from typing import Any, Iterable, Sequence
 from miner import safety
 from miner.canon import (NodeTemplate, canonical_order, code_id, isomorphic, pattern_nodes, structure_order,
                          template_of)
-from miner.pattern import (Counts, InductorView, MiningResult, Occurrence, Pattern, Support, Verdict,
-                           ops_summary, short_name)
+from miner.pattern import (Counts, InductorView, MiningResult, Occurrence, Pattern, Support, canonical_form,
+                           ops_summary, pattern_id)
 from miner.records import CapturedGraph, KernelRef
 
 COMPUTE = ("pointwise", "reduction")
 
-DEFAULTS = dict(min_support=2, min_models=1, max_nodes=8, max_views=4, closed_only=True,
+DEFAULTS = dict(min_support=2, min_models=1, max_nodes=8, max_views=2, closed_only=True,
                 max_extra_outputs=2, max_stored=4)
 
 
@@ -117,68 +118,99 @@ def index_graph(graph: CapturedGraph, templates: dict[str, NodeTemplate], multi_
 
 @dataclass
 class _Pat:
-    """A pattern under growth: canonical code and embeddings aligned with it."""
+    """A pattern under growth: canonical code and embeddings aligned with it.
+
+    An embedding is ``(graph, nodes, inputs, ext)``: graph node ids aligned with ``code``'s
+    nodes and inputs, and ``ext``, its ESU extension set (see :func:`_grow`).
+    """
 
     code: tuple  # ((label, refs), ...) refs ("n", j) | ("i", k)
     n_compute: int
     n_view: int
-    embs: list[tuple[int, tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)  # (graph, nodes, inputs)
-    seen: set = field(default_factory=set)
+    embs: list[tuple] = field(default_factory=list)
     graphs: set = field(default_factory=set)
-    children: dict = field(default_factory=dict)  # child pid -> set of own embedding indices that extend into it
+    children: dict = field(default_factory=dict)  # child pid -> set of own embedding indices inside it
     pid: int = -1
+    inv: tuple | None = None  # (sorted labels, sorted labelled edges), an isomorphism invariant
+
+
+def _neighbours(G: GraphIndex) -> list[tuple[int, ...]]:
+    """Fusable operands and users of every node (the graph the subgraphs are connected in)."""
+    kind = G.kind
+    out = []
+    for v in range(len(kind)):
+        if kind[v] is None:
+            out.append(())
+            continue
+        out.append(tuple(dict.fromkeys([u for u in G.operands[v] if kind[u] is not None]
+                                       + [u for u in G.users[v] if kind[u] is not None])))
+    return out
 
 
 def _grow(indexes: Sequence[GraphIndex], templates: dict[str, NodeTemplate], *, min_support: int,
           min_models: int, max_nodes: int, max_views: int, stats: dict) -> list[_Pat]:
-    """All frequent connected patterns (valid or not), every embedding of each."""
+    """All frequent connected patterns (valid or not), every embedding of each.
+
+    Each connected node set is generated exactly once, by ESU (Wernicke 2006, "Efficient
+    detection of network motifs"): a set grows only from its smallest node id (the root),
+    and only by nodes from its extension set, which inherits the parent's later candidates
+    plus the new node's *exclusive* neighbours (not adjacent to the set) above the root. Its
+    chain of intermediate sets are connected subsets of it, hence at least as frequent, so
+    pruning infrequent patterns level by level loses nothing.
+    """
     models = [g.key.model for g in indexes]
+    nbrs = [_neighbours(G) for G in indexes]
+    # Zobrist keys: a node set's key is the XOR of its nodes' random 64-bit keys, so the key
+    # of a set with one node removed is one XOR away (used for the containment links below;
+    # a false link needs a 64-bit collision between two frequent embeddings of one graph).
+    rng = random.Random(0)
+    zob = [[rng.getrandbits(64) for _ in G.kind] for G in indexes]
     pats: list[_Pat] = []
     by_code: dict[tuple, int] = {}
 
-    def frequent(p: _Pat) -> bool:
-        return len(p.graphs) >= min_support and len({models[g] for g in p.graphs}) >= min_models
+    def frequent_graphs(gs) -> bool:
+        return len(gs) >= min_support and len({models[g] for g in gs}) >= min_models
 
-    # Level 1: single compute nodes.
+    # Level 1: every fusable node (views too: ESU roots a set at its smallest node).
     level: list[_Pat] = []
     for gi, G in enumerate(indexes):
         for v, k in enumerate(G.kind):
-            if k != "compute":
+            if k is None:
                 continue
             order, inputs, code = structure_order([(G.label[v], tuple(("x", u) for u in G.operands[v]))])
             p_i = by_code.get(code)
             if p_i is None:
                 p_i = by_code[code] = len(pats)
-                pats.append(_Pat(code=code, n_compute=1, n_view=0, pid=p_i))
+                is_compute = k == "compute"
+                pats.append(_Pat(code=code, n_compute=int(is_compute), n_view=int(not is_compute), pid=p_i))
                 level.append(pats[p_i])
             p = pats[p_i]
-            p.embs.append((gi, (v,), tuple(x[1] for x in inputs)))
+            p.embs.append((gi, (v,), tuple(x[1] for x in inputs), tuple(u for u in nbrs[gi][v] if u > v),
+                           zob[gi][v]))
             p.graphs.add(gi)
-    level = [p for p in level if frequent(p)]
+    level = [p for p in level if frequent_graphs(p.graphs)]
+    index = {(e[0], e[4]): (p.pid, ei) for p in level for ei, e in enumerate(p.embs)}
     stats["levels"] = [[len(level), sum(len(p.embs) for p in level)]]
+    stats["canonicalized"] = stats["pruned_groups"] = 0
 
     while level:
         groups: dict[tuple, list] = defaultdict(list)
         for p in level:
-            for ei, (gi, nodes, inputs) in enumerate(p.embs):
+            full_compute = p.n_compute >= max_nodes
+            full_views = p.n_view >= max_views
+            pid = p.pid
+            for ei, (gi, nodes, inputs, ext, _) in enumerate(p.embs):
                 G = indexes[gi]
-                kind, ops_of = G.kind, G.operands
+                kind, ops_of, label, nb = G.kind, G.operands, G.label, nbrs[gi]
+                root = min(nodes)
                 npos = {u: j for j, u in enumerate(nodes)}
                 ipos = {u: k for k, u in enumerate(inputs)}
-                cands = []
-                for u in inputs:
-                    if kind[u] is not None:
-                        cands.append(u)
-                for x in nodes:
-                    for u in G.users[x]:
-                        if kind[u] is not None and u not in npos:
-                            cands.append(u)
-                for v in dict.fromkeys(cands):
-                    if kind[v] == "compute":
-                        if p.n_compute >= max_nodes:
-                            continue
-                    elif p.n_view >= max_views:
+                for i, v in enumerate(ext):
+                    if (full_compute if kind[v] == "compute" else full_views):
                         continue
+                    # v's exclusive neighbours: not in the set, not adjacent to it (ESU).
+                    new_ext = ext[i + 1:] + tuple(u for u in nb[v] if u > root and u not in npos
+                                                  and not any(y in npos for y in nb[u]))
                     fresh: dict[int, int] = {}
                     desc = []
                     for u in ops_of[v]:
@@ -188,42 +220,73 @@ def _grow(indexes: Sequence[GraphIndex], templates: dict[str, NodeTemplate], *, 
                             desc.append(("i", ipos[u]))
                         else:
                             desc.append(("x", fresh.setdefault(u, len(fresh))))
-                    groups[(p.pid, G.label[v], tuple(desc), ipos.get(v, -1))].append((ei, v, tuple(fresh)))
+                    groups[(pid, label[v], tuple(desc), ipos.get(v, -1))].append((ei, v, tuple(fresh), new_ext))
+        # A cheap isomorphism invariant of each group's child (label multiset, labelled-edge
+        # multiset): a child is in no more graphs than all groups sharing its invariant, so a
+        # group whose invariant is infrequent is dropped before its canonical form is computed.
+        inv_of: dict[tuple, tuple] = {}
+        inv_graphs: dict[tuple, set] = defaultdict(set)
+        for gkey, items in groups.items():
+            par = pats[gkey[0]]
+            inv = inv_of[gkey] = _child_invariant(par, gkey[1], gkey[2], gkey[3])
+            inv_graphs[inv].update(par.embs[ei][0] for ei, _, _, _ in items)
         nxt: list[_Pat] = []
-        for (pid, lab, desc, was_input), items in groups.items():
+        for gkey, items in groups.items():
+            pid, lab, desc, was_input = gkey
+            if not frequent_graphs(inv_graphs[inv_of[gkey]]):
+                stats["pruned_groups"] += 1
+                continue
             parent = pats[pid]
             m = len(parent.code)
-            structure = []
-            for plab, refs in parent.code:
-                structure.append((plab, tuple(("n", m) if r == ("i", was_input) else r for r in refs)))
+            structure = [(plab, tuple(("n", m) if r == ("i", was_input) else r for r in refs))
+                         for plab, refs in parent.code]
             structure.append((lab, desc))
             order, inputs, code = structure_order(structure)
+            stats["canonicalized"] += 1
             c_i = by_code.get(code)
             if c_i is None:
                 is_compute = templates[lab].category in COMPUTE
                 c_i = by_code[code] = len(pats)
                 pats.append(_Pat(code=code, pid=c_i, n_compute=parent.n_compute + is_compute,
-                                 n_view=parent.n_view + (not is_compute)))
+                                 n_view=parent.n_view + (not is_compute), inv=inv_of[gkey]))
                 nxt.append(pats[c_i])
             child = pats[c_i]
-            cover = parent.children.setdefault(c_i, set())
-            for ei, v, fresh in items:
-                gi, nodes, pin = parent.embs[ei]
-                cover.add(ei)
-                ext = nodes + (v,)
-                key = (gi, frozenset(ext))
-                if key in child.seen:
-                    continue
-                child.seen.add(key)
-                child.embs.append((gi, tuple(ext[a] for a in order),
-                                   tuple(pin[r[1]] if r[0] == "i" else fresh[r[1]] for r in inputs)))
+            for ei, v, fresh, new_ext in items:
+                gi, nodes, pin, _, key = parent.embs[ei]
+                ext_nodes = nodes + (v,)
+                child.embs.append((gi, tuple(ext_nodes[a] for a in order),
+                                   tuple(pin[r[1]] if r[0] == "i" else fresh[r[1]] for r in inputs), new_ext,
+                                   key ^ zob[gi][v]))
                 child.graphs.add(gi)
-        for p in level:
-            p.seen = set()  # only needed while its children are being built
-        level = [p for p in nxt if frequent(p)]
+        level = [p for p in nxt if frequent_graphs(p.graphs)]
+        # Containment links for closedness: each embedding of a frequent child contains, for
+        # every node whose removal leaves a frequent embedding, that parent embedding.
+        new_index = {}
+        for q in level:
+            for ei, (gi, nodes, _, _, key) in enumerate(q.embs):
+                new_index[(gi, key)] = (q.pid, ei)
+                z = zob[gi]
+                for x in nodes:
+                    hit = index.get((gi, key ^ z[x]))
+                    if hit is not None:
+                        pats[hit[0]].children.setdefault(q.pid, set()).add(hit[1])
+        index = new_index
         stats["levels"].append([len(level), sum(len(p.embs) for p in level)])
-    keep = [p for p in pats if frequent(p)]
-    return keep
+    return [p for p in pats if frequent_graphs(p.graphs)]
+
+
+def _child_invariant(parent: _Pat, lab: str, desc: tuple, was_input: int) -> tuple:
+    """Label multiset + (producer label, consumer label, position) edge multiset of a child."""
+    if parent.inv is None:
+        labels = [l for l, _ in parent.code]
+        parent.inv = (tuple(sorted(labels)),
+                      tuple(sorted((labels[r[1]], l, pos) for l, refs in parent.code
+                                   for pos, r in enumerate(refs) if r[0] == "n")))
+    labels, edges = parent.inv
+    new = [(parent.code[r[1]][0], lab, pos) for pos, r in enumerate(desc) if r[0] == "n"]
+    if was_input >= 0:
+        new += [(lab, l, pos) for l, refs in parent.code for pos, r in enumerate(refs) if r == ("i", was_input)]
+    return tuple(sorted(labels + (lab,))), tuple(sorted(edges + tuple(new)))
 
 
 def _valid(p: _Pat, templates: dict[str, NodeTemplate], multi_labels: set[str]) -> bool:
@@ -274,7 +337,7 @@ def _non_overlapping(embs: list) -> list[int]:
     used: dict[int, set] = defaultdict(set)
     keep = []
     for i in order:
-        gi, nodes, _ = embs[i]
+        gi, nodes = embs[i][0], embs[i][1]
         if used[gi].isdisjoint(nodes):
             used[gi].update(nodes)
             keep.append(i)
@@ -374,7 +437,7 @@ def _score(p: Pattern) -> tuple:
 
 
 def mine(graphs: Sequence[CapturedGraph], *, min_support: int = 2, min_models: int = 1, max_nodes: int = 8,
-         max_views: int = 4, closed_only: bool = True, max_extra_outputs: int = 2, max_stored: int = 4,
+         max_views: int = 2, closed_only: bool = True, max_extra_outputs: int = 2, max_stored: int = 4,
          verify: bool = False) -> MiningResult:
     """Mine frequent pointwise/reduction patterns of ``graphs``.
 
@@ -427,7 +490,8 @@ def mine(graphs: Sequence[CapturedGraph], *, min_support: int = 2, min_models: i
     ids: dict[str, str] = {}
     for p in reported:
         nodes_p, n_inputs, n_consts, slots = pattern_nodes(p.code, templates)
-        pid, form = code_id(p.code, templates)
+        form = canonical_form(nodes_p, n_inputs, n_consts)
+        pid = pattern_id(form)
         if ids.setdefault(pid, form) != form:  # never merge two patterns on a hash alone
             raise RuntimeError(f"pattern id collision on {pid}; lengthen miner.pattern.pattern_id")
         used = {r[1] for _, refs in p.code for r in refs if r[0] == "n"}

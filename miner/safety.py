@@ -62,7 +62,7 @@ class _Ctx:
         self.inside = set(occ.nodes)
         self.pos = {n: j for j, n in enumerate(occ.nodes)}
         self.inpos = {n: k for k, n in enumerate(occ.inputs)}
-        facts = _graph_facts(graph)
+        facts = self.facts = _graph_facts(graph)
         self.graph_outputs = facts["outputs"]
         self.out_bases = facts["out_bases"]
         self.written = facts["written"]
@@ -77,7 +77,11 @@ class _Ctx:
         return name
 
     def base(self, name: str) -> str:
-        return _base(self.graph, name)
+        bases = self.facts["bases"]
+        b = bases.get(name)
+        if b is None:
+            b = bases[name] = _base(self.graph, name)
+        return b
 
 
 def _base(graph: CapturedGraph, name: str) -> str:
@@ -111,7 +115,7 @@ def _graph_facts(graph: CapturedGraph) -> dict[str, Any]:
         out_bases: dict[str, list[str]] = {}
         for o in outputs:
             out_bases.setdefault(_base(graph, o), []).append(o)
-        facts = {"outputs": set(outputs), "out_bases": out_bases, "written": written}
+        facts = {"outputs": set(outputs), "out_bases": out_bases, "written": written, "bases": {}}
         object.__setattr__(graph, "_safety_facts", facts)
     return facts
 
@@ -246,15 +250,19 @@ def check(occurrence: Occurrence, graph: CapturedGraph, *, max_extra_outputs: in
 
 def is_mutating(rec: NodeRecord) -> bool:
     """Schema ``is_mutable``, an in-place overload (``add_``), or miner's "mutation" category."""
-    if rec.category == "mutation":
+    return _is_mutating(rec.category, rec.op, rec.target)
+
+
+@lru_cache(maxsize=None)
+def _is_mutating(category: str, op: str, target: str) -> bool:
+    if category == "mutation":
         return True
-    if rec.op != "call_function" or rec.target.startswith("operator."):
+    if op != "call_function" or target.startswith("operator."):
         return False
-    parts = rec.target.split(".")
+    parts = target.split(".")
     if len(parts) > 1 and parts[1].endswith("_") and not parts[1].startswith("_"):
         return True
-    op = resolve_target(rec.target)
-    schema = getattr(op, "_schema", None)
+    schema = getattr(resolve_target(target), "_schema", None)
     return bool(schema is not None and schema.is_mutable)
 
 
@@ -323,23 +331,33 @@ def _reduction_reasons(c: _Ctx, j: int, rec: NodeRecord) -> list[str]:
 
 
 def _pointwise_reasons(c: _Ctx, j: int, rec: NodeRecord) -> list[str]:
-    out = []
     who = c.ref(rec.name)
+    return [f"meta: {who} {text}" for text in _pointwise_findings(c.graph, rec)]
+
+
+def _pointwise_findings(graph: CapturedGraph, rec: NodeRecord) -> list[str]:
+    """Broadcast and dtype findings of one pointwise node (they depend on the node only: cached)."""
+    cache = graph.__dict__.setdefault("_safety_pointwise", {})
+    found = cache.get(rec.name)
+    if found is not None:
+        return found
+    found = []
     shape = tuple(rec.meta[0].shape) if rec.meta else None
     dtypes = set()
     for pos, name in rec.inputs():
-        meta = c.graph.node(name).meta
+        meta = graph.node(name).meta
         if not meta:
             continue
         m = meta[0]
         if m.dtype in FLOAT_DTYPES and m.numel != 1:
             dtypes.add(m.dtype)
         if shape is not None and not _row_broadcastable(tuple(m.shape), shape):
-            out.append(f"meta: {who} broadcasts operand {pos} of shape {list(m.shape)} to {list(shape)} "
-                       "(not full, per-row, per-column or scalar)")
+            found.append(f"broadcasts operand {pos} of shape {list(m.shape)} to {list(shape)} "
+                         "(not full, per-row, per-column or scalar)")
     if len(dtypes) > 1 and not rec.target.startswith("prims.convert_element_type"):
-        out.append(f"meta: {who} mixes dtypes {sorted(dtypes)}")
-    return out
+        found.append(f"mixes dtypes {sorted(dtypes)}")
+    cache[rec.name] = found
+    return found
 
 
 def _row_broadcastable(t: tuple, s: tuple) -> bool:

@@ -1,0 +1,237 @@
+"""Safety rules: each unsafe case is rejected with its rule's reason, and its safe twin accepted."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from miner import safety
+from miner.mine import mine, pattern_at
+from miner.pattern import Occurrence
+from test_mine_helpers import fx_graph, rekey
+
+X = torch.randn(4, 8)
+W = torch.randn(8, 8)
+
+
+def _compute(g, *targets):
+    """Names of the graph's pointwise/reduction nodes (optionally only these targets)."""
+    return [n.name for n in g.nodes if n.category in ("pointwise", "reduction")
+            and (not targets or n.target.split(".")[1] in targets)]
+
+
+def _rules(verdict):
+    return {r.split(":", 1)[0] for r in verdict.reasons}
+
+
+def _verdict(fn, *inputs, names=None, **kw):
+    g = fx_graph(fn, *inputs)
+    p = pattern_at(g, names(g) if callable(names) else (names or _compute(g)), **kw)
+    return p.occurrences[0].verdict, p
+
+
+# --------------------------------------------------------------------------- users
+
+
+def _escaping(x, w):
+    a = torch.exp(x)
+    b = a * 2.0
+    c = b + 1.0
+    return c @ w, b @ w  # b (interior) is also used by a matmul outside
+
+
+def _contained(x, w):
+    a = torch.exp(x)
+    b = a * 2.0
+    c = b + 1.0
+    return c @ w
+
+
+def test_escaping_interior_user_becomes_an_extra_output():
+    v, p = _verdict(_escaping, X, W)
+    assert v.ok and v.extra_outputs == (1,)  # mul is node 1 in canonical order
+    assert p.nodes[1].short == "mul" and p.occurrences[0].outputs == (1, 2)
+
+
+def test_escaping_users_beyond_the_cap_reject():
+    v, _ = _verdict(_escaping, X, W, max_extra_outputs=0)
+    assert not v.ok and _rules(v) == {"users"}
+    assert "1 interior nodes are used outside (n1)" in v.reasons[0]
+    twin, _ = _verdict(_contained, X, W, max_extra_outputs=0)
+    assert twin.ok and twin.extra_outputs == ()
+
+
+def test_multi_output_node_read_through_an_outside_getitem_rejects():
+    def f(x, w):
+        var, mean = torch.var_mean(x, -1, keepdim=True, correction=0)
+        return ((x - mean) * 2.0) @ w, var @ w.t()[:1]
+
+    g = fx_graph(f, X, W)
+    names = [n.name for n in g.nodes if n.target in ("aten.var_mean.correction", "aten.sub.Tensor",
+                                                      "aten.mul.Tensor")]
+    names += [n.name for n in g.nodes if n.target == "operator.getitem" and n.args[1] == 1]
+    v = pattern_at(g, names).occurrences[0].verdict
+    assert not v.ok and any("multi-output" in r for r in v.reasons)
+
+
+# --------------------------------------------------------------------------- aliasing
+
+
+def _view_escapes(x, w):
+    a = torch.exp(x)
+    v = a.view(8, 4)
+    return (v + 1.0) @ w[:4], v.sum()  # the interior view is read outside
+
+
+def _view_inside(x, w):
+    a = torch.exp(x)
+    v = a.view(8, 4)
+    return (v + 1.0) @ w[:4]
+
+
+def _names_exp_view_add(g):
+    return [n.name for n in g.nodes if n.target in ("aten.exp.default", "aten.view.default", "aten.add.Tensor")]
+
+
+def test_interior_view_used_outside_rejects_and_twin_passes():
+    v, _ = _verdict(_view_escapes, X, W, names=_names_exp_view_add)
+    assert not v.ok and _rules(v) == {"aliasing"} and "view n1(view) is used outside" in v.reasons[0]
+    twin, _ = _verdict(_view_inside, X, W, names=_names_exp_view_add)
+    assert twin.ok, twin.reasons
+
+
+def test_output_returned_with_a_view_of_it_rejects():
+    def f(x):
+        y = torch.exp(x) + 1.0
+        return y, y.view(-1)
+
+    def twin_f(x):
+        y = torch.exp(x) + 1.0
+        return y, (y * 3.0).view(-1)
+
+    v, _ = _verdict(f, X)
+    assert not v.ok and _rules(v) == {"aliasing"}
+    twin, _ = _verdict(twin_f, X, names=lambda g: _compute(g, "exp", "add"))
+    assert twin.ok, twin.reasons
+
+
+# --------------------------------------------------------------------------- mutation
+
+
+def _buffer_update(x, buf):
+    y = torch.exp(buf) + 1.0
+    buf.copy_(x)  # the copy_ epilogue of a buffer update
+    return y
+
+
+def _no_update(x, buf):
+    return torch.exp(buf) + 1.0
+
+
+def test_input_written_by_copy_epilogue_rejects_and_twin_passes():
+    v, _ = _verdict(_buffer_update, X, X.clone())
+    assert not v.ok and _rules(v) == {"mutation"} and "copy_" in v.reasons[0]
+    twin, _ = _verdict(_no_update, X, X.clone())
+    assert twin.ok
+
+
+def test_in_place_op_inside_rejects():
+    def f(x):
+        y = torch.exp(x)
+        y.add_(1.0)
+        return y * 2.0
+
+    g = fx_graph(f, X)
+    names = [n.name for n in g.nodes if n.op == "call_function"]
+    assert any(n.category == "mutation" for n in g.nodes)
+    occ = Occurrence(graph=g.key, nodes=tuple(names), inputs=("x_1",), outputs=(len(names) - 1,))
+    v = safety.check(occ, g)
+    assert not v.ok and "mutation" in _rules(v)
+    # and the miner never puts a mutation into a pattern
+    r = mine([g, rekey(g, index=1)], closed_only=False)
+    assert all(n.category in ("pointwise", "reduction", "view") for p in r.patterns for n in p.nodes)
+
+
+# --------------------------------------------------------------------------- randomness
+
+
+def test_random_op_inside_rejects_and_is_never_mined():
+    def f(x):
+        y = torch.exp(x)
+        return (y * torch.rand_like(y)) + 1.0
+
+    g = fx_graph(f, X)
+    names = [n.name for n in g.nodes if n.op == "call_function"]
+    rand = [n for n in g.nodes if n.category == "random"]
+    assert rand
+    occ = Occurrence(graph=g.key, nodes=tuple(names), inputs=("x_1",), outputs=(len(names) - 1,))
+    v = safety.check(occ, g)
+    assert not v.ok and "randomness" in _rules(v)
+    r = mine([g, rekey(g, index=1)], closed_only=False)
+    assert r.patterns and all(rand[0].target != n.target for p in r.patterns for n in p.nodes)
+    twin = pattern_at(g, _compute(g, "mul", "add")).occurrences[0].verdict
+    assert twin.ok, twin.reasons
+
+
+# --------------------------------------------------------------------------- meta
+
+
+X3 = torch.randn(2, 4, 8)
+
+
+@pytest.mark.parametrize("fn, text", [
+    (lambda x: torch.exp(x).sum(1, keepdim=True), "reduces over dim -2 of a 3-d tensor, not the last"),
+    (lambda x: torch.exp(x).sum([1, 2], keepdim=True), "reduces over dims [1, 2]"),
+    (lambda x: torch.exp(x).sum(), "reduces over all dims"),
+])
+def test_reduction_not_over_the_last_dim_rejects(fn, text):
+    v, _ = _verdict(fn, X3)
+    assert not v.ok and _rules(v) == {"meta"} and any(text in r for r in v.reasons), v.reasons
+
+
+def test_last_dim_reduction_passes():
+    v, _ = _verdict(lambda x: torch.exp(x) / torch.exp(x).sum(-1, keepdim=True), X3)
+    assert v.ok, v.reasons
+
+
+def test_dropped_reduced_dim_used_inside_rejects():
+    v, _ = _verdict(lambda x: torch.exp(x.sum(-1)), X3)
+    assert not v.ok and "keepdim=False" in v.reasons[0]
+    twin, _ = _verdict(lambda x: torch.exp(x).sum(-1), X3)  # the reduction is the output: fine
+    assert twin.ok, twin.reasons
+
+
+def test_non_contiguous_input_rejects_and_contiguous_twin_passes():
+    v, _ = _verdict(lambda x: torch.exp(x.t()) + 1.0, X)
+    assert not v.ok and _rules(v) == {"meta"} and "not contiguous" in v.reasons[0]
+    twin, _ = _verdict(lambda x: torch.exp(x) + 1.0, X)
+    assert twin.ok
+
+
+@pytest.mark.parametrize("other, ok", [
+    (torch.randn(2, 4, 8), True),   # full
+    (torch.randn(2, 4, 1), True),   # per row
+    (torch.randn(8), True),         # per column (a LayerNorm weight)
+    (torch.randn(()), True),        # scalar
+    (torch.randn(2, 1, 8), False),  # a middle-dim broadcast
+    (torch.randn(4, 8), False),     # a leading-dim broadcast
+])
+def test_broadcasting_a_row_kernel_can_do(other, ok):
+    v, _ = _verdict(lambda x, y: torch.exp(x) * y, X3, other)
+    assert v.ok == ok, v.reasons
+    if not ok:
+        assert "broadcasts operand 1" in v.reasons[0]
+
+
+def test_dtype_mix_rejects_and_cast_twin_passes():
+    half = torch.randn(4, 8, dtype=torch.float16)
+    v, _ = _verdict(lambda a, b: torch.exp(a) + b, X, half)
+    assert not v.ok and "mixes dtypes ['float16', 'float32']" in v.reasons[0]
+    twin, _ = _verdict(lambda a, b: torch.exp(a) + b.float(), X, half)
+    assert twin.ok, twin.reasons
+
+
+def test_every_rule_is_registered_and_reasons_name_their_rule():
+    assert set(safety.RULES) == {"users", "aliasing", "mutation", "meta", "randomness"}
+    v, _ = _verdict(lambda x: torch.exp(x.t()).sum(0), X)
+    assert v.reasons and all(r.split(":")[0] in safety.RULES for r in v.reasons)
