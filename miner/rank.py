@@ -86,7 +86,8 @@ class Call:
     inputs: tuple[Tensor, ...]
     outputs: tuple[Tensor, ...]
     count: float  # occurrences (an expected value for patterns known from a sample)
-    inductor_kernels: int | None = None
+    inductor_kernels: int | None = None  # in the sampled occurrence
+    kernel_mix: tuple[tuple[int, float], ...] = ()  # (Inductor kernels, share of the count); empty: inductor_kernels
     bytes: dict[str, float] = field(default_factory=dict)  # fused / unfused / inductor, from candidate.json
     source: str = "captured"  # or "derived" (scaled to the model's published size)
     captured: tuple[Tensor, ...] = ()  # the captured inputs a derived call was scaled from
@@ -94,6 +95,21 @@ class Call:
     @property
     def key(self) -> tuple:
         return tuple((t.shape, t.dtype) for t in self.inputs)
+
+    @property
+    def mix(self) -> tuple[tuple[int, float], ...]:
+        return self.kernel_mix or ((self.inductor_kernels or 1, 1.0),)
+
+    def with_kernels(self, k: int) -> "Call":
+        """This call as if Inductor had used ``k`` kernels (a byte count measured for another k is dropped)."""
+        nbytes = self.bytes if self.inductor_kernels == k else {x: v for x, v in self.bytes.items() if x != "inductor"}
+        return replace(self, inductor_kernels=k, kernel_mix=(), bytes=nbytes)
+
+    @property
+    def mix_label(self) -> str:
+        if len(self.mix) == 1:
+            return str(self.mix[0][0])
+        return " ".join(f"{k}:{100 * w:.0f}%" for k, w in self.mix)
 
     @property
     def main(self) -> Tensor | None:
@@ -398,11 +414,10 @@ def expected_calls(p: Pattern, sample: Sequence[Call]) -> list[Call]:
     """Calls standing for *all* safe occurrences, not only the stored sample.
 
     ``patterns.json`` (and so ``candidate.json``'s ``observed``) keeps a few occurrences per pattern
-    but counts all of them. Each sampled call stands for its share of ``counts.safe``, split over
-    Inductor's kernel counts in proportion to ``inductor.kernels_hist`` (which covers every
+    but counts all of them. Each sampled call stands for its share of ``counts.safe``, with the mix
+    of Inductor's kernel counts of ``inductor.kernels_hist`` (which covers every
     occurrence), so a sample that happens to hold the one split occurrence does not make every
-    occurrence look split. Counts are therefore expected values, not integers. A byte count
-    measured for one kernel count is kept only for calls with that count.
+    occurrence look split. Counts are therefore expected values, not integers.
     """
     sampled = sum(c.count for c in sample)
     if not sampled:
@@ -410,15 +425,8 @@ def expected_calls(p: Pattern, sample: Sequence[Call]) -> list[Call]:
     per = p.counts.safe / sampled if p.counts.safe else 1.0
     hist = {int(k): v for k, v in p.inductor.kernels_hist.items() if int(k) > 0}
     mapped = sum(hist.values())
-    out = []
-    for c in sample:
-        if not mapped:
-            out.append(replace(c, count=c.count * per))
-            continue
-        for k, n in sorted(hist.items()):
-            nbytes = c.bytes if c.inductor_kernels == k else {x: v for x, v in c.bytes.items() if x != "inductor"}
-            out.append(replace(c, count=c.count * per * n / mapped, inductor_kernels=k, bytes=nbytes))
-    return out
+    mix = tuple((k, n / mapped) for k, n in sorted(hist.items()))
+    return [replace(c, count=c.count * per, kernel_mix=mix) for c in sample]
 
 
 @functools.lru_cache(maxsize=None)
@@ -478,10 +486,15 @@ def estimate_call(p: Pattern, call: Call, bench: dict[tuple, BenchPoint], model:
         ind, cand = b.times["inductor"][0], b.times["candidate"][0]
         return CallEstimate(call, f, Estimate(b.speedup, "measured"), Estimate(ind, "measured"),
                             Estimate(ind - cand, "measured"), b)
-    s = model.predict(f)
-    ind = costmodel.analytical_inductor_seconds(f, model.bandwidth) * 1e3
+    ind = saved = 0.0  # expectations over the kernel mix
+    for k, w in call.mix:
+        fk = call_features(p, call.with_kernels(k))
+        ind_k = costmodel.analytical_inductor_seconds(fk, model.bandwidth) * 1e3
+        ind += w * ind_k
+        saved += w * ind_k * (1 - 1 / model.predict(fk))
+    s = ind / (ind - saved) if ind > saved else float("inf")
     return CallEstimate(call, f, Estimate(s, model.source), Estimate(ind, "analytical"),
-                        Estimate(ind * (1 - 1 / s), model.source), b)
+                        Estimate(saved, model.source), b)
 
 
 def training_samples(items: Sequence[tuple[Pattern, CandidateInfo]]) -> list[Sample]:
@@ -511,12 +524,16 @@ def _combine(sources: Iterable[str]) -> str:
     return "measured" if s <= {"measured"} else "model" if "model" in s else "analytical"
 
 
-def rank_one(p: Pattern, c: CandidateInfo | None, model: CostModel, *, scale: str = "published",
-             only_model: str | None = None) -> Ranked:
+def calls_for(p: Pattern, c: CandidateInfo | None, *, scale: str = "published", only_model: str | None = None) -> list[Call]:
+    """The calls a fusion of ``p`` would replace: the candidate's observed ones, else the pattern's sample."""
     sample = calls_of_candidate(c.meta) if c and c.meta.get("observed") else calls_of_pattern(p)
     calls = [x for x in expected_calls(p, sample) if only_model is None or x.model == only_model]
-    if scale == "published":
-        calls = [at_published_size(x) for x in calls]
+    return [at_published_size(x) for x in calls] if scale == "published" else calls
+
+
+def rank_one(p: Pattern, c: CandidateInfo | None, model: CostModel, *, scale: str = "published",
+             only_model: str | None = None) -> Ranked:
+    calls = calls_for(p, c, scale=scale, only_model=only_model)
     bench = {b.key: b for b in (c.bench if c else ())}
     ests = sorted((estimate_call(p, x, bench, model) for x in calls), key=lambda e: -e.total_saved_ms)
     n = sum(e.call.count for e in ests)
@@ -570,6 +587,9 @@ def rank(patterns: Sequence[Pattern], candidates: Sequence[CandidateInfo], runs:
                  for m in f.members}
     samples = [replace(s, family=family_of.get(s.candidate)) for s in training_samples(benched)]
     model = costmodel.fit(samples, bandwidth)
+    if model.source == "model":  # one forest call for every prediction instead of one each
+        model.prime([call_features(p, x.with_kernels(k)) for p, c in items
+                     for x in calls_for(p, c, scale=scale, only_model=only_model) for k, _ in x.mix])
     rows = [rank_one(p, c, model, scale=scale, only_model=only_model) for p, c in items]
     if only_model:
         rows = [r for r in rows if r.occurrences]

@@ -169,7 +169,7 @@ def render_show(review: Review, r: Ranked) -> str:
 def _call_cells(e: CallEstimate) -> list[str]:
     c = e.call
     return [c.model, c.phase, _cut(c.label, 60) + (" (derived)" if c.source == "derived" else ""), _count(c.count),
-            "-" if c.inductor_kernels is None else str(c.inductor_kernels), e.inductor_ms.fmt(".4f"),
+            c.mix_label, e.inductor_ms.fmt(".4f"),
             e.speedup.fmt(".2f", "x"), _us(_scaled(e.saved_ms))]
 
 
@@ -550,7 +550,7 @@ def candidate_html(r: Ranked) -> str:
         parts.append("<h4>Where it would save time (safe occurrences, grouped by inputs)</h4>")
         rows = [[_e(e.call.model), _e(e.call.phase), f'<span class="mono">{_e(_cut(e.call.label, 90))}</span>'
                  + (' <span class="small">(derived)</span>' if e.call.source == "derived" else ""), _count(e.call.count),
-                 "-" if e.call.inductor_kernels is None else str(e.call.inductor_kernels),
+                 _e(e.call.mix_label),
                  _est(e.inductor_ms, ".1f", scale=1e3), _est(e.speedup, ".2f", "×"), _est(e.saved_ms, ".1f", scale=1e3)]
                 for e in r.calls[:15]]
         parts.append(_table(("model", "phase", "inputs", "count", "kernels", "Inductor µs", "speedup",

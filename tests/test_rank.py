@@ -370,11 +370,11 @@ def test_expected_calls_stand_for_every_occurrence_not_the_sample():
     p = rank.replace(p, counts=Counts(10, 10, 10, {}), inductor=InductorView({"1": 6, "3": 4}, 6, True))
     calls = rank.expected_calls(p, rank.calls_of_pattern(p))
     assert sum(c.count for c in calls) == pytest.approx(10)
-    by_k = {}
-    for c in calls:
-        by_k[c.inductor_kernels] = by_k.get(c.inductor_kernels, 0) + c.count
-    assert by_k == pytest.approx({1: 6, 3: 4})
-    r = rank.rank_one(p, None, costmodel.CostModel(), scale="captured")
-    one = [e for e in r.calls if e.call.inductor_kernels == 1]
-    assert one and all(e.saved_ms.value == pytest.approx(0.0, abs=1e-12) for e in one)  # nothing to fuse
-    assert r.saved_ms.value > 0
+    assert all(c.mix == ((1, 0.6), (3, 0.4)) for c in calls)
+    model = costmodel.CostModel()
+    r = rank.rank_one(p, None, model, scale="captured")
+    e = r.calls[0]
+    # a one-kernel occurrence saves nothing: the expected saving is 40% of the three-kernel one's
+    three = rank.estimate_call(p, rank.replace(e.call, kernel_mix=((3, 1.0),)), {}, model)
+    assert e.saved_ms.value == pytest.approx(0.4 * three.saved_ms.value)
+    assert r.saved_ms.value == pytest.approx(sum(x.saved_ms.value * x.call.count for x in r.calls))
