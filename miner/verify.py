@@ -313,7 +313,7 @@ def parity_step(v: _Variant, *, mode: str, device: str, seed: int) -> None:
 def verify_model(build: Callable[[], Any], *, model: str, mode: str, preset: str, device: str,
                  fused_options: dict, batch: int | None = None, seq: int | None = None, warmup: int = 3,
                  steps: int = 20, rounds: int = 4, seed: int = 1234, fusions_mod=None,
-                 compile_fn: Callable | None = None, env: dict | None = None,
+                 compile_fn: Callable | None = None, env: dict | None = None, fusion_names: Sequence[str] = (),
                  log: Callable[[str], None] = print) -> VerifyResult:
     """Default compile vs compile with ``fused_options`` on one model and mode.
 
@@ -351,9 +351,10 @@ def verify_model(build: Callable[[], Any], *, model: str, mode: str, preset: str
         log(f"  {model} {mode} {v.name}: median {m:.2f} ms ({lo:.2f}-{hi:.2f}), step peak {v.peak / 2**30:.2f} GiB")
     d, f = variants
     parity = make_parity(d.loss, f.loss, d.logits, f.logits, d.grads, f.grads)
+    matches = {n: 0 for n in fusion_names}
+    matches.update(f.matches)
     result = VerifyResult(model=model, mode=mode, preset=preset, batch=batch, seq=seq, default=stats["default"],
-                          fused=stats["fused"], parity=parity, matches={k: n for k, n in f.matches.items() if n},
-                          env=env or {})
+                          fused=stats["fused"], parity=parity, matches=matches, env=env or {})
     del variants, d, f
     torch._dynamo.reset()
     if device.startswith("cuda"):
@@ -379,9 +380,10 @@ def run_verify(models: Sequence[str], *, modes: Sequence[str], preset: str, devi
         # one pass object, kept: its ``counts`` say how often each fusion matched
         counter = fusions_mod.graph_pass()
         fused_options = fusions_mod.inductor_options(graph_pass_=counter)
-        log(f"fusions: {', '.join(getattr(fusions_mod, 'names', lambda: [])())}")
+        names = list(getattr(fusions_mod, "names", lambda: [])())
+        log(f"fusions: {', '.join(names)}")
     else:
-        counter = fusions_mod
+        counter, names = fusions_mod, []
         fused_options = fusions_mod.inductor_options()
     env = run_env(device)
     specs = [zoo.resolve(m) for m in models]
@@ -397,6 +399,7 @@ def run_verify(models: Sequence[str], *, modes: Sequence[str], preset: str, devi
                     r = verify_model(lambda: spec.build(preset, mode, device), model=spec.name, mode=mode,
                                      preset=preset, device=device, fused_options=fused_options, batch=batch,
                                      seq=seq, warmup=warmup, steps=steps, fusions_mod=counter, env=env,
+                                     fusion_names=names,
                                      log=log)
                 except MinerError:
                     raise
@@ -431,7 +434,8 @@ def markdown_table(results: Sequence[VerifyResult]) -> str:
         mem = "-" if r.default is None or r.fused is None else \
             f"{r.default.peak_mem_bytes / 2**30:.2f} / {r.fused.peak_mem_bytes / 2**30:.2f}"
         grads = "-" if p is None or p.grads_rel is None else f"{p.grads_rel:.2e} ({p.grads_worst}: {p.grads_worst_rel:.1e})"
-        matches = ", ".join(f"{k}={v}" for k, v in sorted(r.matches.items())) or "none"
+        own = {k: v for k, v in r.matches.items() if not k.startswith("inductor.")}
+        matches = ", ".join(f"{k}={v}" for k, v in sorted(own.items())) or "none"
         lines.append(f"| {r.model} | {r.mode} | {r.preset} | {st(r.default)} | {st(r.fused)} | "
                      f"{'-' if r.speedup is None else f'{r.speedup:.3f}x'} | {mem} | {num(p and p.loss_rel)} | "
                      f"{num(p and p.logits_rel)} | {grads} | {'ok' if p and p.ok else 'FAIL'} | {matches} |")
