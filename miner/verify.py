@@ -389,8 +389,8 @@ def run_verify(models: Sequence[str], *, modes: Sequence[str], preset: str, devi
     specs = [zoo.resolve(m) for m in models]
     t_start = time.perf_counter()
     results = []
-    for spec in specs:
-        for mode in modes:
+    for mode in modes:  # every model's first mode before any second mode: train results come first
+        for spec in specs:
             if time_budget_s is not None and time.perf_counter() - t_start > time_budget_s:
                 r = VerifyResult(spec.name, mode, preset, batch, seq, error="skipped: --time-budget spent", env=env)
             else:
