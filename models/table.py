@@ -5,7 +5,10 @@ whether it builds and runs one eager step (``eager_check``).
 Regenerate with::
 
     miner scan --workspace /tmp/zoo-ws --models hf-suite,all --preset tiny --mode train --jobs 1 --timeout 600
-    miner --workspace /tmp/zoo-ws models --table reports/zoo.md --eager
+    miner --workspace /tmp/zoo-ws models --table reports/zoo.md --eager [--gpu-scans DIR]
+
+``--gpu-scans DIR``: the workspace of a ``miner scan --device cuda`` of the same preset and mode
+(e.g. on the H200), shown in three more columns.
 """
 
 from __future__ import annotations
@@ -68,78 +71,117 @@ def _cell(text: str | None) -> str:
     return (text or "").replace("|", "\\|").replace("\n", " ")
 
 
-def row(name: str, kind: str, head: str, scan: ScanResult | None, check: EagerCheck | None) -> str:
-    built = "-" if check is None else ("yes" if check.built and check.ran else "build only" if check.built else "no")
+def _scan_cells(scan: ScanResult | None) -> tuple[str, str, str, str, str, str]:
+    """compiled, graphs, nodes, breaks, seconds, error of one scan result."""
     if scan is None:
-        compiled, graphs, nodes, breaks, secs, error = "not scanned", "", "", "", "", ""
-    elif scan.ok:
-        compiled, graphs, nodes, breaks, secs, error = ("yes", str(len(scan.graphs)), str(_nodes(scan)),
-                                                        str(scan.graph_breaks), f"{scan.seconds:.1f}", "")
-    else:
-        compiled, graphs, nodes, breaks, secs, error = "no", "", "", "", f"{scan.seconds:.1f}", scan.error
+        return "not scanned", "", "", "", "", ""
+    if scan.ok:
+        return ("yes", str(len(scan.graphs)), str(_nodes(scan)), str(scan.graph_breaks), f"{scan.seconds:.1f}", "")
+    return "no", "", "", "", f"{scan.seconds:.1f}", scan.error or ""
+
+
+def row(name: str, kind: str, head: str, scan: ScanResult | None, check: EagerCheck | None,
+        gpu: ScanResult | None = None, with_gpu: bool = False) -> str:
+    built = "-" if check is None else ("yes" if check.built and check.ran else "build only" if check.built else "no")
+    compiled, graphs, nodes, breaks, secs, error = _scan_cells(scan)
     if not error and check is not None and check.error:
         error = f"eager: {check.error}"
-    return f"| {name} | {kind} | {head} | {built} | {compiled} | {graphs} | {nodes} | {breaks} | {secs} | {_cell(error)} |"
+    cells = [name, kind, head, built, compiled, graphs, nodes, breaks, secs]
+    if with_gpu:
+        g_compiled, _, g_nodes, _, g_secs, g_error = _scan_cells(gpu)
+        cells += [g_compiled, g_nodes, g_secs]
+        if g_error and not error:
+            error = f"cuda: {g_error}"
+    return "| " + " | ".join(cells + [_cell(error)]) + " |"
 
 
-HEADER = ("| model | kind | head | eager | compiled | graphs | nodes | breaks | seconds | error |\n"
-          "|---|---|---|---|---|---|---|---|---|---|")
+def header(with_gpu: bool) -> str:
+    cols = ["model", "kind", "head", "eager", "compiled", "graphs", "nodes", "breaks", "seconds"]
+    cols += ["cuda compiled", "cuda nodes", "cuda seconds"] if with_gpu else []
+    cols.append("error")
+    return "| " + " | ".join(cols) + " |\n" + "|---" * len(cols) + "|"
+
+
+def _unsupported_row(name: str, why: str, with_gpu: bool) -> str:
+    blanks = 5 + (3 if with_gpu else 0)
+    return f"| {name} | unsupported | | no |" + " |" * blanks + f" {_cell(why)} |"
+
+
+def _versions(scans: list[ScanResult]) -> str:
+    seen = sorted({f"torch {r.provenance.get('torch', '?')}, transformers {r.provenance.get('transformers', '?')}"
+                   for r in scans if r.provenance})
+    return "; ".join(seen) or "unknown versions"
 
 
 def render(scans: list[ScanResult], preset: str = "tiny", mode: str = "train",
-           checks: dict[str, EagerCheck] | None = None, command: str = "") -> str:
-    """The markdown table: the hf-suite section (with the unsupported names), then every model_type."""
+           checks: dict[str, EagerCheck] | None = None, command: str = "",
+           gpu_scans: list[ScanResult] | None = None) -> str:
+    """The markdown table: the hf-suite section (with the unsupported names), then every model_type.
+
+    ``scans`` are the CPU results; ``gpu_scans`` (optional) a CUDA scan of the same preset and mode,
+    shown in three more columns.
+    """
     import torch
     import transformers
 
     import models
+    from models.generic import UNSUPPORTED
     from models.suite import SUITE_LIST, unsupported, zoo_name
     checks = checks or {}
+    with_gpu = gpu_scans is not None
     by_name = {r.model: r for r in scans if r.preset == preset and r.mode == mode}
+    gpu_by_name = {r.model: r for r in gpu_scans or [] if r.preset == preset and r.mode == mode}
     missing = unsupported()
 
-    def section(names: list[str]) -> tuple[list[str], int, int]:
-        lines, captured, scanned = [], 0, 0
-        for n in names:
-            spec = models.resolve(n)
-            r = by_name.get(n)
-            scanned += r is not None
-            captured += bool(r and r.ok and r.graphs)
-            lines.append(row(n, spec.source, _cell(spec.note.split(";")[0]), r, checks.get(n)))
-        return lines, captured, scanned
+    def section(names: list[str]) -> tuple[list[str], dict[str, int]]:
+        lines, n = [], dict(captured=0, scanned=0, gpu_captured=0, gpu_scanned=0)
+        for name in names:
+            spec = models.resolve(name)
+            r, g = by_name.get(name), gpu_by_name.get(name)
+            n["scanned"] += r is not None
+            n["captured"] += bool(r and r.ok and r.graphs)
+            n["gpu_scanned"] += g is not None
+            n["gpu_captured"] += bool(g and g.ok and g.graphs)
+            lines.append(row(name, spec.source, _cell(spec.note.split(";")[0]), r, checks.get(name), g, with_gpu))
+        return lines, n
+
+    def summary(n: dict[str, int], total: int) -> str:
+        text = f"{n['captured']}/{total} captured on the CPU ({n['scanned']} scanned)"
+        if with_gpu:
+            text += f", {n['gpu_captured']}/{total} on CUDA ({n['gpu_scanned']} scanned)"
+        return text
 
     suite_names = [zoo_name(n) for n, _ in SUITE_LIST if n not in missing]
-    suite_lines, suite_ok, suite_scanned = section(suite_names)
-    for n, why in missing.items():
-        suite_lines.append(f"| {n} | unsupported | | no | | | | | | {_cell(why)} |")
+    suite_lines, suite_n = section(suite_names)
+    suite_lines += [_unsupported_row(n, why, with_gpu) for n, why in missing.items()]
     type_names = models.group("all")
-    type_lines, types_ok, types_scanned = section(type_names)
-    from models.generic import UNSUPPORTED
-    for n, why in sorted(UNSUPPORTED.items()):
-        type_lines.append(f"| {n} | unsupported | | no | | | | | | {_cell(why)} |")
+    type_lines, type_n = section(type_names)
+    type_lines += [_unsupported_row(n, why, with_gpu) for n, why in sorted(UNSUPPORTED.items())]
 
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    gpu_note = (f" The *cuda* columns come from a scan on an H200 ({_versions(list(gpu_by_name.values()))}, "
+                f"bfloat16 autocast, same preset)." if with_gpu else "")
     return "\n".join([
         "# The miner zoo",
         "",
         f"Generated by `{command or 'miner models --table reports/zoo.md'}` on {stamp} "
         f"(torch {torch.__version__}, transformers {transformers.__version__}) from the `miner scan` results "
-        f"of preset `{preset}`, mode `{mode}`, on the CPU. Regenerate: see `models/table.py`.",
+        f"of preset `{preset}`, mode `{mode}` ({_versions(list(by_name.values()))} on the CPU).{gpu_note} "
+        "How to regenerate: the docstring of `models/table.py`.",
         "",
-        "Columns: *eager* = builds and runs one eager step (forward + backward), *compiled* = `miner scan` "
-        "captured its post-grad graphs, *nodes* = call_function nodes over all graphs, *seconds* = the scan's "
-        "compile + capture time.",
+        "Columns: *eager* = builds and runs one eager step (forward + backward; `-` = not checked), "
+        "*compiled* = `miner scan` captured its post-grad graphs, *nodes* = call_function nodes over all "
+        "graphs, *breaks* = graph breaks, *seconds* = the scan's build + compile + capture time.",
         "",
-        f"## hf-suite (PyTorch's HF dynamo benchmark list): {suite_ok}/{len(SUITE_LIST)} captured "
-        f"({suite_scanned} scanned)",
+        f"## hf-suite (PyTorch's HF dynamo benchmark list): {summary(suite_n, len(SUITE_LIST))}",
         "",
-        HEADER, *suite_lines,
+        header(with_gpu), *suite_lines,
         "",
-        f"## Every supported transformers model_type: {types_ok}/{len(type_names)} captured ({types_scanned} scanned)",
+        f"## Every supported transformers model_type: {summary(type_n, len(type_names))}",
         "",
-        f"Supported = has a head with a loss (`models.generic.HEAD_ORDER`) and takes an eager training step; "
+        "Supported = has a head with a loss (`models.generic.HEAD_ORDER`) and takes an eager training step; "
         f"the {len(UNSUPPORTED)} that have a head but fail are listed last as unsupported, with the error.",
         "",
-        HEADER, *type_lines,
+        header(with_gpu), *type_lines,
         "",
     ])

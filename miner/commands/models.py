@@ -19,6 +19,8 @@ def add_arguments(p) -> None:
                    help="write the zoo table (markdown) from the scan results under --workspace to FILE")
     p.add_argument("--preset", default="tiny", help="table: which preset's scans (default tiny)")
     p.add_argument("--mode", default="train", help="table: which mode's scans (default train)")
+    p.add_argument("--gpu-scans", metavar="DIR",
+                   help="table: also show the results of a CUDA scan saved in workspace DIR")
     p.add_argument("--eager", action="store_true",
                    help="table: also build every model and run one eager step (minutes)")
 
@@ -44,14 +46,16 @@ def _write_table(args) -> int:
     import models
 
     scans = Workspace(args.workspace).scans()
+    gpu_scans = Workspace(args.gpu_scans).scans() if args.gpu_scans else None
     checks = {}
     if args.eager:
         names = models.expand(["hf-suite", "all"])
         for i, n in enumerate(names, 1):
             checks[n] = eager_check(n, args.preset, args.mode)
             print(f"[{i}/{len(names)}] {n}: {'ok' if checks[n].ran else checks[n].error}", flush=True)
-    command = f"miner --workspace {args.workspace} models --table {args.table}" + (" --eager" if args.eager else "")
-    write_text(args.table, render(scans, args.preset, args.mode, checks, command))
+    command = (f"miner --workspace {args.workspace} models --table {args.table}" + (" --eager" if args.eager else "")
+               + (f" --gpu-scans {args.gpu_scans}" if args.gpu_scans else ""))
+    write_text(args.table, render(scans, args.preset, args.mode, checks, command, gpu_scans))
     print(f"wrote {args.table} from {len(scans)} scan result(s) under {args.workspace}")
     return 0
 
