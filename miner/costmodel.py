@@ -118,6 +118,7 @@ class Accuracy:
     baseline_spearman: float | None = None  # the analytical guess on the same points
     baseline_mae: float | None = None
     reason: str | None = None  # set when there are no numbers
+    held_out: tuple[tuple[float, float, float], ...] = ()  # (measured, forest, analytical) per point
 
     @property
     def ok(self) -> bool:
@@ -213,7 +214,8 @@ def cross_validate(samples: Sequence[Sample], bandwidth: float = NOMINAL_BANDWID
         pred[test] = base[test] * np.exp(forest.predict(x[test]))
     return Accuracy(scheme, n, k, spearman=_spearman(spearmanr, pred, y), mae=float(np.mean(np.abs(pred - y))),
                     baseline_spearman=_spearman(spearmanr, base, y), baseline_mae=float(np.mean(np.abs(base - y))),
-                    reason=None if np.ptp(pred) and np.ptp(y) else "rank correlation undefined: constant speedups")
+                    reason=None if np.ptp(pred) and np.ptp(y) else "rank correlation undefined: constant speedups",
+                    held_out=tuple(zip(y.tolist(), pred.tolist(), base.tolist())))
 
 
 def _spearman(spearmanr, a, b) -> float | None:

@@ -359,6 +359,24 @@ def bench_chart(r: Ranked) -> str | None:
     return _png(fig)
 
 
+def accuracy_chart(acc: Accuracy) -> str | None:
+    """Held-out predicted vs measured speedup (forest and analytical), with the diagonal."""
+    if not acc.held_out:
+        return None
+    plt = _pyplot()
+    y, forest, base = zip(*acc.held_out)
+    fig, ax = plt.subplots(figsize=(4.2, 3.6))
+    lo, hi = min(y + forest + base) * 0.9, max(y + forest + base) * 1.1
+    ax.plot([lo, hi], [lo, hi], color="#9aa5b8", lw=1, ls="--")
+    ax.scatter(y, base, s=18, color="#c9a227", label="analytical", alpha=0.8)
+    ax.scatter(y, forest, s=18, color="#7a4bb5", label="forest (held out)", alpha=0.8)
+    ax.set_xlabel("measured speedup over Inductor")
+    ax.set_ylabel("predicted")
+    ax.legend(fontsize=8, frameon=False)
+    ax.spines[["top", "right"]].set_visible(False)
+    return _png(fig)
+
+
 def _tick(b) -> str:
     shape = max(b.key, key=lambda kd: math.prod(kd[0]) if kd[0] else 1)
     return f"{'x'.join(map(str, shape[0]))}\n{short_dtype(shape[1])} {','.join(b.models)[:18]}\n({b.source})"
@@ -497,6 +515,8 @@ def accuracy_html(review: Review) -> str:
             f"without that candidate (and, for leave-one-family-out, without its near-identical siblings). Spearman = rank correlation of predicted vs measured speedup over Inductor; "
             f"MAE = mean |predicted − measured| speedup.</p>"
             + _table(("predictor", "Spearman ρ", "MAE"), rows, {1, 2})
+            + (f'<div class="chart"><img alt="cost model accuracy" src="{accuracy_chart(acc)}" style="max-width:420px"></div>'
+               if acc.held_out else "")
             + f"<p><b>Used for the predictions on this page:</b> {_e(model.note)}.</p>"
             + f'<p class="small">The forest learns log(measured / analytical speedup) from: '
               f'{_e(", ".join(FEATURE_NAMES))}.</p>')

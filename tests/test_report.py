@@ -128,6 +128,7 @@ def test_cost_model_accuracy_is_reported_when_there_is_enough_data(tmp_path):
     assert acc.ok and acc.n_points >= 10 and acc.n_candidates == 4
     text = render_html(rv, ws)
     assert f"{acc.spearman:.2f}" in text and acc.scheme in text and "Spearman" in text
+    assert 'alt="cost model accuracy"' in text and len(acc.held_out) == acc.n_points
     # the fixture's times follow the roofline exactly: the forest cannot beat it, so it is not used
     assert acc.baseline_mae < acc.mae and rv.model.source == "analytical" and "no better than" in rv.model.note
     assert _e(rv.model.note) in text
