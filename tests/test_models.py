@@ -221,4 +221,9 @@ def test_zoo_table_from_scan_results(tmp_path):
     assert "| BertForMaskedLM | suite | BertForMaskedLM (masked-lm) | - | yes | 2 | 400 | 0 | 21.5 |  |" in text
     assert "| yes | no |" in rows["qwen2"] and "boom \\| bang" in rows["qwen2"]
     assert "not scanned" in rows["mistral"]
-    assert "## hf-suite (PyTorch's HF dynamo benchmark list): 1/55 captured (1 scanned)" in text
+    assert "## hf-suite (PyTorch's HF dynamo benchmark list): 1/55 captured on the CPU (1 scanned)" in text
+    assert "cuda" not in text
+    gpu = [ScanResult("BertForMaskedLM", "tiny", "train", "cuda", False, error="OOM", seconds=1.0)]
+    text = render(ws.scans(), "tiny", "train", {}, gpu_scans=gpu)
+    assert "0/55 on CUDA (1 scanned)" in text
+    assert "| 21.5 | no |  | 1.0 | cuda: OOM |" in text  # CPU ok, CUDA failed: the CUDA error shows
