@@ -124,6 +124,7 @@ class Call:
 class BenchPoint:
     """One benchmarked input set of a candidate, from ``miner.bench``'s ``BenchRow``."""
 
+    candidate: str
     key: tuple
     label: str
     models: tuple[str, ...]
@@ -274,8 +275,9 @@ def load_patterns(ws: Workspace, problems: list[str]) -> tuple[list[Pattern], di
 
 
 def load_candidates(ws: Workspace, problems: list[str]) -> tuple[list[CandidateInfo], list[BenchRun]]:
-    out, runs = [], {}
+    out = []
     promoted = promoted_fusions(ws)
+    bench, runs = load_bench(ws, problems)
     for d in sorted(p.parent for p in ws.candidates.glob("*/candidate.json")):
         try:
             meta = read_json(d / "candidate.json")
@@ -289,23 +291,40 @@ def load_candidates(ws: Workspace, problems: list[str]) -> tuple[list[CandidateI
                 validation = read_json(d / "validation.json")
             except WorkspaceError as e:
                 problems.append(str(e))
-        bench = ()
-        if (d / "bench.json").exists():
-            try:
-                bench, found = bench_points(d / "bench.json")
-                for r in found:
-                    old = runs.get(r.key)
-                    runs[r.key] = replace(r, sources=(old.sources if old else ()) + r.sources)
-            except (MinerError, KeyError, TypeError, ValueError) as e:
-                problems.append(f"{d / 'bench.json'}: {e}")
+        points = bench.get(cid, [])
         fusion = promoted.get(cid) or (str(meta["promoted_as"]) if meta.get("promoted_as") and
                                        (ws.fusions / str(meta["promoted_as"])).is_dir() else None)
         vstatus = str(meta.get("status") or "generated")
         if isinstance(validation, dict) and validation.get("ok") is not None:
             vstatus = "validated" if validation["ok"] else "failed"
-        status = "promoted" if fusion else "benchmarked" if bench and vstatus != "failed" else vstatus
-        out.append(CandidateInfo(cid, d, meta, status, fusion, validation, tuple(bench)))
-    return out, list(runs.values())
+        status = "promoted" if fusion else "benchmarked" if points and vstatus != "failed" else vstatus
+        out.append(CandidateInfo(cid, d, meta, status, fusion, validation, tuple(points)))
+    used = {p.run for c in out for p in c.bench}
+    return out, [r for k, r in runs.items() if k in used]
+
+
+def load_bench(ws: Workspace, problems: list[str]) -> tuple[dict[str, list[BenchPoint]], dict[str, BenchRun]]:
+    """Every benchmark row in the workspace, by candidate id, oldest run first (a later run wins a shape).
+
+    Rows come from ``candidates/<id>/bench.json`` and from the run tables ``reports/gpu/*/bench.json``
+    (the same row in both counts once), so results copied back from a GPU machine are found either way.
+    """
+    by_cand: dict[str, dict[tuple, BenchPoint]] = {}
+    runs: dict[str, BenchRun] = {}
+    paths = sorted(ws.candidates.glob("*/bench.json")) + sorted(ws.reports.glob("gpu/*/bench.json"))
+    for path in paths:
+        try:
+            points, found = bench_points(path)
+        except (MinerError, KeyError, TypeError, ValueError) as e:
+            problems.append(f"{path}: {e}")
+            continue
+        for r in found:
+            old = runs.get(r.key)
+            runs[r.key] = replace(r, sources=tuple(dict.fromkeys((old.sources if old else ()) + r.sources)))
+        for p in points:
+            by_cand.setdefault(p.candidate, {})[(p.run, p.source, p.models, p.key)] = p
+    date = {k: r.date for k, r in runs.items()}
+    return ({c: sorted(pts.values(), key=lambda p: date.get(p.run, "")) for c, pts in by_cand.items()}, runs)
 
 
 def bench_points(path: Path) -> tuple[list[BenchPoint], list[BenchRun]]:
@@ -325,7 +344,7 @@ def bench_points(path: Path) -> tuple[list[BenchPoint], list[BenchRun]]:
         errors = {v.name: v.error or ("numerics" if v.numerics_ok is False else "")
                   for v in row.variants if v.timing is None}
         inputs = tuple(Tensor(tuple(s.shape), s.dtype) for s in row.case.inputs)
-        points.append(BenchPoint(tuple((t.shape, t.dtype) for t in inputs), " ".join(map(str, inputs)),
+        points.append(BenchPoint(row.candidate, tuple((t.shape, t.dtype) for t in inputs), " ".join(map(str, inputs)),
                                  tuple(row.case.models), row.case.source, times, errors,
                                  row.bytes_moved, row.roofline_ms, run.key))
     return points, list(runs.values())
