@@ -349,3 +349,15 @@ def test_run_bench_orders_base_cases_first_and_keeps_to_the_budget(tmp_path, mon
     logs = []
     env, rows = bench.run_bench([cand], device="cuda", time_budget_s=-1.0, log=logs.append)
     assert rows == [] and sum("not timed (time budget)" in line for line in logs) == 4
+
+
+def test_import_a_run_table_into_candidate_folders(tmp_path, capsys):
+    from miner import cli
+
+    write_candidate(tmp_path / "candidates")
+    row = _row()
+    run = tmp_path / "reports" / "gpu" / "run"
+    bench.save_results([row], row.env, candidate_dirs=None, report_dir=run)
+    assert cli.main(["--workspace", str(tmp_path), "bench", "--import", str(run / "bench.json")]) == 0
+    assert bench.load_rows(tmp_path / "candidates" / "softmaxlike0" / "bench.json") == [row]
+    assert "at least 1.0x Inductor: 1 of 1" in capsys.readouterr().out

@@ -30,6 +30,9 @@ def add_arguments(p) -> None:
                    help="also time candidates whose validation failed (skipped by default)")
     p.add_argument("--out", metavar="DIR", help="run table folder (default reports/gpu/<date>-<gpu>/)")
     p.add_argument("--no-save", action="store_true", help="print the table, write nothing")
+    p.add_argument("--import", dest="import_run", metavar="BENCH_JSON",
+                   help="no timing: file the rows of a run table (e.g. one made on another machine) into "
+                        "candidates/<id>/bench.json and re-render that run's bench.md, wins.json and plot")
     p.add_argument("--allow-cpu", action="store_true",
                    help="smoke-run the harness on the CPU (Triton interpreter); its times mean nothing")
 
@@ -51,6 +54,8 @@ def run(args) -> int:
     unknown = [v for v in variants if v not in known]
     if unknown:
         raise UsageError(f"unknown variant(s) {', '.join(unknown)}; variants: {', '.join(known)}")
+    if args.import_run:
+        return _import_run(args, bench, Workspace(args.workspace))
     if args.allow_cpu:
         import torch
         if not torch.cuda.is_available():
@@ -92,3 +97,19 @@ def run(args) -> int:
         print(f"wrote {p}")
     failed = [r for r in rows for v in r.variants if v.name == "candidate" and v.numerics_ok is False]
     return 1 if failed else 0
+
+
+def _import_run(args, bench, ws) -> int:
+    path = Path(args.import_run)
+    rows = bench.load_rows(path)
+    if not rows:
+        raise UsageError(f"{path}: no rows")
+    dirs = {p.name: p for p in bench.find_candidates(ws.candidates)}
+    missing = sorted({r.candidate for r in rows} - set(dirs))
+    for cid in missing:
+        print(f"no folder for candidate {cid} under {ws.candidates}: its rows stay in the run table only")
+    out = Path(args.out) if args.out else path.parent
+    for p in bench.save_results(rows, rows[0].env, candidate_dirs=dirs, report_dir=out):
+        print(f"wrote {p}")
+    print("\n".join(bench.targets(rows)))
+    return 0
