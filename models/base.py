@@ -33,7 +33,8 @@ PRESETS = ("tiny", "base")
 MODES = ("train", "infer")
 TASKS = ("causal-lm", "masked-lm", "seq2seq-lm", "seq-cls", "qa", "base", "image-cls")
 
-# Batch and sequence length of each preset (the model sizes live with each spec).
+# Batch and sequence length of each preset (the model sizes live with each spec). Read at build
+# time, so a process may override them (``miner scan --batch/--seq`` does, in its worker).
 SHAPES: dict[str, tuple[int, int]] = {"tiny": (2, 64), "base": (16, 512)}
 
 # The tiny model size every hand-written spec and the generic path shrink to.

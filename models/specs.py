@@ -53,7 +53,7 @@ HAND_SPECS: tuple[HandSpec, ...] = (
                   intermediate_size=I, vocab_size=V, max_position_embeddings=512),
              dict(num_hidden_layers=16, hidden_size=2048, num_attention_heads=32, num_key_value_heads=8,
                   intermediate_size=8192, vocab_size=32000, max_position_embeddings=2048, rope_theta=500000.0),
-             note="base: ~1.1B, the shape of Llama-3.2-1B with a 32000 vocabulary"),
+             note="~1.1B, the shape of Llama-3.2-1B with a 32000 vocabulary"),
     HandSpec("roberta", "RobertaConfig", "RobertaForMaskedLM", "masked-lm",
              dict(num_hidden_layers=L, hidden_size=H, num_attention_heads=A, intermediate_size=I, vocab_size=V,
                   max_position_embeddings=514, pad_token_id=1, type_vocab_size=1),
@@ -79,4 +79,5 @@ HAND_SPECS: tuple[HandSpec, ...] = (
 
 
 def hand_registry() -> dict[str, ModelSpec]:
-    return {s.name: ModelSpec(s.name, partial(build_hand, s), note=s.note, source="hand") for s in HAND_SPECS}
+    return {s.name: ModelSpec(s.name, partial(build_hand, s), note=f"{s.model_cls} ({s.task}); base: {s.note}",
+                              source="hand") for s in HAND_SPECS}

@@ -19,6 +19,8 @@ def add_arguments(p) -> None:
                    help="write the zoo table (markdown) from the scan results under --workspace to FILE")
     p.add_argument("--preset", default="tiny", help="table: which preset's scans (default tiny)")
     p.add_argument("--mode", default="train", help="table: which mode's scans (default train)")
+    p.add_argument("--more-scans", metavar="DIR", action="append", default=[],
+                   help="table: also read CPU scan results from workspace DIR (repeatable; --workspace wins)")
     p.add_argument("--gpu-scans", metavar="DIR",
                    help="table: also show the results of a CUDA scan saved in workspace DIR")
     p.add_argument("--eager", action="store_true",
@@ -45,7 +47,7 @@ def _write_table(args) -> int:
     from models.table import eager_check, render
     import models
 
-    scans = Workspace(args.workspace).scans()
+    scans = [r for d in [*args.more_scans[::-1], args.workspace] for r in Workspace(d).scans()]  # later wins
     gpu_scans = Workspace(args.gpu_scans).scans() if args.gpu_scans else None
     checks = {}
     if args.eager:
@@ -54,6 +56,7 @@ def _write_table(args) -> int:
             checks[n] = eager_check(n, args.preset, args.mode)
             print(f"[{i}/{len(names)}] {n}: {'ok' if checks[n].ran else checks[n].error}", flush=True)
     command = (f"miner --workspace {args.workspace} models --table {args.table}" + (" --eager" if args.eager else "")
+               + "".join(f" --more-scans {d}" for d in args.more_scans)
                + (f" --gpu-scans {args.gpu_scans}" if args.gpu_scans else ""))
     write_text(args.table, render(scans, args.preset, args.mode, checks, command, gpu_scans))
     print(f"wrote {args.table} from {len(scans)} scan result(s) under {args.workspace}")
