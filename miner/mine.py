@@ -43,7 +43,7 @@ from miner.records import CapturedGraph, KernelRef
 
 COMPUTE = ("pointwise", "reduction")
 
-DEFAULTS = dict(min_support=2, min_models=1, max_nodes=8, max_views=2, closed_only=True,
+DEFAULTS = dict(min_support=2, min_models=1, max_nodes=8, max_views=2, max_fanout=4, closed_only=True,
                 max_extra_outputs=2, max_stored=4)
 
 
@@ -134,21 +134,32 @@ class _Pat:
     inv: tuple | None = None  # (sorted labels, sorted labelled edges), an isomorphism invariant
 
 
-def _neighbours(G: GraphIndex) -> list[tuple[int, ...]]:
-    """Fusable operands and users of every node (the graph the subgraphs are connected in)."""
+def _neighbours(G: GraphIndex, max_fanout: int) -> list[tuple[int, ...]]:
+    """Fusable operands and users of every node: the graph in which patterns must be connected.
+
+    The edges from a node with more than ``max_fanout`` fusable users to those users are left
+    out (both ways, ESU needs a symmetric graph): such hubs (a shared attention mask, a
+    normalized activation read by many gradient terms) would otherwise multiply the
+    embeddings combinatorially (C(users, k)) for patterns no kernel wants. Patterns are still
+    induced subgraphs: an edge from a hub is part of a pattern whose nodes are connected
+    another way.
+    """
     kind = G.kind
+    hub = [kind[v] is not None and sum(kind[u] is not None for u in G.users[v]) > max_fanout
+           for v in range(len(kind))]
     out = []
     for v in range(len(kind)):
         if kind[v] is None:
             out.append(())
             continue
-        out.append(tuple(dict.fromkeys([u for u in G.operands[v] if kind[u] is not None]
-                                       + [u for u in G.users[v] if kind[u] is not None])))
+        ops = [u for u in G.operands[v] if kind[u] is not None and not hub[u]]
+        users = [] if hub[v] else [u for u in G.users[v] if kind[u] is not None]
+        out.append(tuple(dict.fromkeys(ops + users)))
     return out
 
 
 def _grow(indexes: Sequence[GraphIndex], templates: dict[str, NodeTemplate], *, min_support: int,
-          min_models: int, max_nodes: int, max_views: int, stats: dict) -> list[_Pat]:
+          min_models: int, max_nodes: int, max_views: int, max_fanout: int, stats: dict) -> list[_Pat]:
     """All frequent connected patterns (valid or not), every embedding of each.
 
     Each connected node set is generated exactly once, by ESU (Wernicke 2006, "Efficient
@@ -159,7 +170,7 @@ def _grow(indexes: Sequence[GraphIndex], templates: dict[str, NodeTemplate], *, 
     pruning infrequent patterns level by level loses nothing.
     """
     models = [g.key.model for g in indexes]
-    nbrs = [_neighbours(G) for G in indexes]
+    nbrs = [_neighbours(G, max_fanout) for G in indexes]
     # Zobrist keys: a node set's key is the XOR of its nodes' random 64-bit keys, so the key
     # of a set with one node removed is one XOR away (used for the containment links below;
     # a false link needs a 64-bit collision between two frequent embeddings of one graph).
@@ -437,8 +448,8 @@ def _score(p: Pattern) -> tuple:
 
 
 def mine(graphs: Sequence[CapturedGraph], *, min_support: int = 2, min_models: int = 1, max_nodes: int = 8,
-         max_views: int = 2, closed_only: bool = True, max_extra_outputs: int = 2, max_stored: int = 4,
-         verify: bool = False) -> MiningResult:
+         max_views: int = 2, max_fanout: int = 4, closed_only: bool = True, max_extra_outputs: int = 2,
+         max_stored: int = 4, verify: bool = False) -> MiningResult:
     """Mine frequent pointwise/reduction patterns of ``graphs``.
 
     Parameters
@@ -453,6 +464,9 @@ def mine(graphs: Sequence[CapturedGraph], *, min_support: int = 2, min_models: i
         Maximum number of compute (pointwise/reduction) nodes in a pattern (>= 2).
     max_views : int
         Maximum number of view/getitem nodes in a pattern.
+    max_fanout : int
+        A node with more fusable users than this connects a pattern only through its operands
+        (see :func:`_neighbours`); hubs otherwise make embeddings explode combinatorially.
     closed_only : bool
         Keep only closed patterns (see the module docstring).
     max_extra_outputs : int
@@ -480,7 +494,7 @@ def mine(graphs: Sequence[CapturedGraph], *, min_support: int = 2, min_models: i
     stats: dict[str, Any] = {"graphs": len(graphs), "nodes": sum(len(g.nodes) for g in graphs),
                              "fusable_nodes": sum(sum(k is not None for k in G.kind) for G in indexes)}
     pats = _grow(indexes, templates, min_support=min_support, min_models=min_models, max_nodes=max_nodes,
-                 max_views=max_views, stats=stats)
+                 max_views=max_views, max_fanout=max_fanout, stats=stats)
     t2 = time.perf_counter()
     valid = {p.pid: _valid(p, templates, multi_labels) for p in pats}
     closed = _closed_flags(pats, valid, models)
@@ -521,6 +535,7 @@ def mine(graphs: Sequence[CapturedGraph], *, min_support: int = 2, min_models: i
                   "seconds": {"index": round(t1 - t0, 3), "grow": round(t2 - t1, 3),
                               "report": round(t3 - t2, 3), "total": round(time.perf_counter() - t0, 3)}})
     params = dict(min_support=min_support, min_models=min_models, max_nodes=max_nodes, max_views=max_views,
+                  max_fanout=max_fanout,
                   closed_only=closed_only, max_extra_outputs=max_extra_outputs, max_stored=max_stored,
                   models=sorted(set(models)))
     return MiningResult(patterns=tuple(out), params=params, stats=stats)
