@@ -44,7 +44,7 @@ from miner.records import CapturedGraph, KernelRef
 COMPUTE = ("pointwise", "reduction")
 
 DEFAULTS = dict(min_support=2, min_models=1, max_nodes=8, max_views=2, max_fanout=4, closed_only=True,
-                max_extra_outputs=2, max_stored=4)
+                max_extra_outputs=2, max_stored=3)
 
 
 # --------------------------------------------------------------------------- graph index
@@ -400,20 +400,23 @@ def inductor_view(nodes_p, occs: Sequence[Occurrence]) -> InductorView:
     splits: Counter = Counter()
     one = recomputed = 0
     prods = _compute_producers(nodes_p)
+    mapped = 0
     for o in occs:
-        if not o.kernels:
+        whole = o.in_one_kernel
+        if whole is None:
             continue
+        mapped += 1
         hist[str(o.n_kernels)] += 1
-        one += o.n_kernels == 1
+        one += whole
         recomputed += bool(o.recomputed)
-        if o.n_kernels > 1:
+        if not whole:
             for j, ps in enumerate(prods):
                 for i in ps:
                     ki, kj = set(o.node_kernels[i]), set(o.node_kernels[j])
                     if ki and kj and ki.isdisjoint(kj):
                         splits[f"n{i}:{nodes_p[i].short} -> n{j}:{nodes_p[j].short}"] += 1
     return InductorView(kernels_hist=dict(sorted(hist.items(), key=lambda kv: int(kv[0]))), one_kernel=one,
-                        missed_fusion=any(int(k) > 1 for k in hist), splits=dict(splits.most_common()),
+                        missed_fusion=mapped > 0 and (mapped - one) * 2 > mapped, splits=dict(splits.most_common()),
                         recomputed=recomputed)
 
 
@@ -449,7 +452,7 @@ def _score(p: Pattern) -> tuple:
 
 def mine(graphs: Sequence[CapturedGraph], *, min_support: int = 2, min_models: int = 1, max_nodes: int = 8,
          max_views: int = 2, max_fanout: int = 4, closed_only: bool = True, max_extra_outputs: int = 2,
-         max_stored: int = 4, verify: bool = False) -> MiningResult:
+         max_stored: int = 3, verify: bool = False) -> MiningResult:
     """Mine frequent pointwise/reduction patterns of ``graphs``.
 
     Parameters

@@ -172,6 +172,15 @@ class Occurrence:
         return len(self.kernels)
 
     @property
+    def in_one_kernel(self) -> bool | None:
+        """True when one kernel holds every mapped node (Inductor fused it all, recomputing
+        producers where needed); None when no node was mapped to a kernel."""
+        sets = [set(ks) for ks in self.node_kernels if ks]
+        if not sets:
+            return None
+        return bool(set.intersection(*sets))
+
+    @property
     def recomputed(self) -> tuple[str, ...]:
         """FX nodes of this occurrence that Inductor put in more than one kernel (recomputed)."""
         return tuple(n for n, ks in zip(self.nodes, self.node_kernels) if len(set(ks)) > 1)
@@ -217,11 +226,13 @@ class Counts:
 class InductorView:
     """How Inductor compiled the pattern's (non-overlapping) occurrences.
 
-    ``kernels_hist``: {number of distinct kernels -> number of occurrences} (keys are strings
-    in JSON). ``one_kernel``: occurrences emitted as a single kernel. ``missed_fusion``: True when
-    some occurrence with mapped kernels was split into more than one kernel. ``splits``:
-    {"n<i>:<op> -> n<j>:<op>": count}, the pattern edges whose two ends landed in disjoint kernel
-    sets (where Inductor split). ``recomputed``: occurrences with a node placed in >1 kernel.
+    ``kernels_hist``: {number of distinct kernels its nodes landed in -> number of occurrences}
+    (keys are strings in JSON). ``one_kernel``: occurrences with one kernel holding all their
+    nodes (:attr:`Occurrence.in_one_kernel`; a producer Inductor recomputed in a second kernel
+    does not count as a split). ``missed_fusion``: True when most mapped occurrences have no
+    such kernel. ``splits``: {"n<i>:<op> -> n<j>:<op>": count} over the split occurrences, the
+    pattern edges whose two ends share no kernel (where Inductor split). ``recomputed``:
+    occurrences with a node placed in more than one kernel.
     """
 
     kernels_hist: dict[str, int] = field(default_factory=dict)
@@ -441,12 +452,16 @@ def _arg_source(v: Any, scalars: tuple[Any, ...] | None) -> str:
             return f"torch.device({x!r})"
         if k == "enum":
             return str(x)  # "torch.contiguous_format"
+        if k == "float":
+            return f"float({x!r})"  # non-finite floats are stored as {"float": "-inf"}
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_arg_source(x, scalars) for x in v) + "]"
     return _literal_source(v)
 
 
 def _literal_source(v: Any) -> str:
+    if isinstance(v, dict) and set(v) == {"float"}:
+        return f"float({v['float']!r})"
     if isinstance(v, float):
         if v != v:
             return "float('nan')"
@@ -546,12 +561,20 @@ def patterns_path(workspace: Any) -> Path:
 
 def save_patterns(workspace: Any, patterns: Iterable[Pattern], params: dict | None = None,
                   stats: dict | None = None) -> Path:
-    """Write ``mined/patterns.json`` atomically; returns its path."""
-    from miner.workspace import write_json
+    """Write ``mined/patterns.json`` atomically (one compact pattern per line); returns its path."""
+    from miner.workspace import write_text
 
     result = MiningResult(patterns=tuple(patterns), params=dict(params or {}), stats=dict(stats or {}))
-    return write_json(patterns_path(workspace), {"schema": PATTERNS_SCHEMA, "kind": "MiningResult",
-                                                 "result": to_json(result)})
+    data = {"schema": PATTERNS_SCHEMA, "kind": "MiningResult", "result": to_json(result)}
+    # One pattern per line, compact: thousands of patterns stay small and diff line by line.
+    head = json.dumps({k: v for k, v in data.items() if k != "result"})[:-1]
+    res = data["result"]
+    lines = [head + ', "result": {"params": ' + json.dumps(res["params"]) + ', "stats": '
+             + json.dumps(res["stats"], separators=(",", ":")) + ', "patterns": [']
+    lines += [json.dumps(p, separators=(",", ":")) + ("," if i < len(res["patterns"]) - 1 else "")
+              for i, p in enumerate(res["patterns"])]
+    lines.append("]}}")
+    return write_text(patterns_path(workspace), "\n".join(lines) + "\n")
 
 
 def load_mining(workspace: Any) -> MiningResult:

@@ -12,7 +12,8 @@ row kernel can do):
 users
     An interior node used outside the occurrence must also be returned by the fused op: it is
     recorded as an extra output; more than ``max_extra_outputs`` of them reject. A multi-output
-    node (``var_mean``) read outside through a getitem that is not in the pattern rejects.
+    node (``var_mean``) read outside through a getitem that is not in the pattern rejects. A
+    non-convex occurrence (a path leaves it and comes back) rejects: one op cannot replace it.
 aliasing
     The fused op returns fresh tensors: an interior *view* used outside, an output that is
     itself a view, or an output that is a graph output aliased by another graph output would
@@ -115,7 +116,8 @@ def _graph_facts(graph: CapturedGraph) -> dict[str, Any]:
         out_bases: dict[str, list[str]] = {}
         for o in outputs:
             out_bases.setdefault(_base(graph, o), []).append(o)
-        facts = {"outputs": set(outputs), "out_bases": out_bases, "written": written, "bases": {}}
+        facts = {"outputs": set(outputs), "out_bases": out_bases, "written": written, "bases": {},
+                 "pos": {n.name: i for i, n in enumerate(graph.nodes)}}
         object.__setattr__(graph, "_safety_facts", facts)
     return facts
 
@@ -140,7 +142,34 @@ def check_users(occ: Occurrence, graph: CapturedGraph, *, max_extra_outputs: int
     if len(extra) > max_extra_outputs:
         reasons.append(f"users: {len(extra)} interior nodes are used outside ("
                        + ", ".join(f"n{j}" for j in extra) + f"); more than {max_extra_outputs} extra outputs")
+    back = _re_entry(c)
+    if back is not None:
+        reasons.append(f"users: not convex: {c.ref(back)} depends on an outside node that depends on the pattern "
+                       "(one fused op would form a cycle)")
     return Finding(tuple(reasons), tuple(extra))
+
+
+def _re_entry(c: _Ctx) -> str | None:
+    """A pattern node reached again by a path that leaves the occurrence, or None (convex).
+
+    Graph order is topological, so only outside nodes placed before the occurrence's last
+    node can lie on such a path.
+    """
+    pos = c.facts["pos"]
+    last = max(pos[n] for n in c.occ.nodes)
+    stack = [u for rec in c.recs for u in rec.users if u not in c.inside and pos.get(u, last) < last]
+    seen: set[str] = set()
+    while stack:
+        u = stack.pop()
+        if u in seen:
+            continue
+        seen.add(u)
+        for w in c.graph.node(u).users:
+            if w in c.inside:
+                return w
+            if pos.get(w, last) < last:
+                stack.append(w)
+    return None
 
 
 def check_aliasing(occ: Occurrence, graph: CapturedGraph, *, ctx: _Ctx | None = None, **_) -> Finding:

@@ -281,14 +281,20 @@ def test_inductor_view_one_kernel_vs_missed_fusion():
     fused = with_kernels(g, {n: ["k_fused"] for n in chain}, kind="reduction")
     split = with_kernels(rekey(g, index=1), {n: (["k_div"] if _op(names[n]) == "div" else ["k_red"])
                                              for n in chain}, kind="reduction")
-    r = mine([fused, split])
-    (p,) = [p for p in r.patterns if p.ops == "amax -> sub -> exp -> sum -> div"]
-    assert p.inductor.kernels_hist == {"1": 1, "2": 1} and p.inductor.one_kernel == 1
-    assert p.inductor.missed_fusion
-    assert p.inductor.splits == {"n2:exp -> n4:div": 1, "n3:sum -> n4:div": 1}
+    def softmax_pattern(graphs):
+        (p,) = [p for p in mine(graphs).patterns if p.ops == "amax -> sub -> exp -> sum -> div"]
+        return p.inductor
+
+    half = softmax_pattern([fused, split])
+    assert half.kernels_hist == {"1": 1, "2": 1} and half.one_kernel == 1
+    assert not half.missed_fusion  # split in 1 of 2 occurrences: not most of them
+    ind = softmax_pattern([fused, split, rekey(split, index=2)])
+    assert ind.missed_fusion and ind.one_kernel == 1
+    assert ind.splits == {"n2:exp -> n4:div": 2, "n3:sum -> n4:div": 2}
+    # A producer recomputed in a second kernel is not a split: one kernel still holds every node.
     recomputed = with_kernels(g, {n: (["k1", "k2"] if _op(names[n]) == "exp" else ["k1"]) for n in chain})
     occ = pattern_at(recomputed, sorted(chain)).occurrences[0]
-    assert occ.n_kernels == 2 and len(occ.recomputed) == 1
+    assert occ.n_kernels == 2 and len(occ.recomputed) == 1 and occ.in_one_kernel
 
 
 # --------------------------------------------------------------------------- the patterns file

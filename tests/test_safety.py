@@ -235,3 +235,15 @@ def test_every_rule_is_registered_and_reasons_name_their_rule():
     assert set(safety.RULES) == {"users", "aliasing", "mutation", "meta", "randomness"}
     v, _ = _verdict(lambda x: torch.exp(x.t()).sum(0), X)
     assert v.reasons and all(r.split(":")[0] in safety.RULES for r in v.reasons)
+
+
+def test_non_convex_occurrence_rejects():
+    def f(x, w):
+        a = torch.exp(x)
+        m = a @ w  # leaves the pattern ...
+        return torch.tanh(a + m)  # ... and comes back
+
+    v, _ = _verdict(f, X, W)
+    assert not v.ok and any("not convex" in r for r in v.reasons)
+    twin, _ = _verdict(lambda x, w: torch.tanh(torch.exp(x) + x @ w), X, W)
+    assert twin.ok, twin.reasons

@@ -19,8 +19,12 @@ def add_arguments(p) -> None:
     p.add_argument("--all", action="store_true", help="keep non-closed patterns too (default: closed only)")
     p.add_argument("--max-extra-outputs", type=int, default=2, metavar="N",
                    help="interior values used outside an occurrence it may also return (default 2)")
-    p.add_argument("--max-stored", type=int, default=4, metavar="N",
-                   help="occurrences stored per pattern in patterns.json; counts cover all (default 4)")
+    p.add_argument("--max-stored", type=int, default=3, metavar="N",
+                   help="occurrences stored per pattern in patterns.json; counts cover all (default 3)")
+    p.add_argument("--limit", type=int, default=0, metavar="N",
+                   help="save only the N best-ranked patterns (default 0: all)")
+    p.add_argument("--max-fanout", type=int, default=4, metavar="N",
+                   help="a node with more fusable users connects patterns only through its operands (default 3)")
     p.add_argument("--top", type=int, default=10, metavar="N", help="patterns to print (default 10)")
 
 
@@ -44,8 +48,11 @@ def run(args) -> int:
                             else "; run `miner scan` first"))
     result = mine(graphs, min_support=args.min_support, min_models=args.min_models, max_nodes=args.max_nodes,
                   max_views=args.max_views, closed_only=not args.all, max_extra_outputs=args.max_extra_outputs,
-                  max_stored=args.max_stored)
-    path = save_patterns(ws, result.patterns, result.params, result.stats)
+                  max_stored=args.max_stored, max_fanout=args.max_fanout)
+    saved = result.patterns[:args.limit] if args.limit else result.patterns
+    stats = dict(result.stats, saved_patterns=len(saved))
+    params = dict(result.params, limit=args.limit)
+    path = save_patterns(ws, saved, params, stats)
     s = result.stats
     print(f"mined {s['graphs']} graphs ({s['nodes']} nodes, {s['fusable_nodes']} fusable) of "
           f"{len(result.params['models'])} models in {s['seconds']['total']:.1f} s: "
@@ -54,5 +61,6 @@ def run(args) -> int:
           f"{sum(p.inductor.missed_fusion for p in result.patterns)} with missed fusions")
     from miner.commands.patterns import table
     print(table(result.patterns[:args.top]))
-    print(f"wrote {path}")
+    print(f"wrote {path}" + (f" ({len(saved)} best-ranked of {len(result.patterns)} patterns)"
+                             if len(saved) < len(result.patterns) else ""))
     return 0
