@@ -224,6 +224,18 @@ class Review:
     problems: tuple[str, ...] = ()
     mining: dict = field(default_factory=dict)  # params and stats of miner mine
     run_tables: tuple[RunTable, ...] = ()  # every reports/gpu/*/bench.json, used or not
+    skipped: dict[str, str] = field(default_factory=dict)  # pattern id -> why no candidate was generated
+
+    @property
+    def candidate_families(self) -> tuple[families.Family, ...]:
+        ids = {r.id for r in self.rows if r.candidate is not None}
+        return tuple(f for f in self.families if f.id in ids)
+
+    @property
+    def pattern_families(self) -> tuple[families.Family, ...]:
+        """Families of mined patterns that have no candidate (yet)."""
+        ids = {r.id for r in self.rows if r.candidate is None}
+        return tuple(f for f in self.families if f.id in ids)
 
     def find(self, ident: str) -> Ranked:
         for r in self.rows:
@@ -348,6 +360,16 @@ def bench_points(path: Path) -> tuple[list[BenchPoint], list[BenchRun]]:
                                  tuple(row.case.models), row.case.source, times, errors,
                                  row.bytes_moved, row.roofline_ms, run.key))
     return points, list(runs.values())
+
+
+def skipped_reasons(ws: Workspace) -> dict[str, str]:
+    """pattern id -> why ``miner generate`` wrote no candidate for it (``candidates/index.json``)."""
+    path = ws.candidates / "index.json"
+    try:
+        data = read_json(path) if path.exists() else {}
+    except WorkspaceError:
+        return {}
+    return {str(s.get("id")): str(s.get("reason", "")) for s in data.get("skipped", []) or [] if isinstance(s, dict)}
 
 
 @dataclass(frozen=True)
@@ -614,11 +636,15 @@ def rank(patterns: Sequence[Pattern], candidates: Sequence[CandidateInfo], runs:
         rows = [r for r in rows if r.occurrences]
     rows.sort(key=_sort_key)
     # A family is led by its best usable member: a failed candidate leads only a family of failures.
-    leaders_first = sorted(rows, key=lambda r: r.status == "failed")
-    fams = families.cluster([(r.id, [n.target for n in r.pattern.nodes], [n.category for n in r.pattern.nodes])
-                             for r in leaders_first])
+    # Candidates and mined-only patterns form separate families; a family is led by its best usable
+    # member (a failed candidate leads only a family of failures).
     order = {r.id: i for i, r in enumerate(rows)}
-    fams = sorted(fams, key=lambda f: order[f.id])
+    fams = []
+    for group in ([r for r in rows if r.candidate], [r for r in rows if not r.candidate]):
+        leaders_first = sorted(group, key=lambda r: r.status == "failed")
+        fams += sorted(families.cluster([(r.id, [n.target for n in r.pattern.nodes],
+                                          [n.category for n in r.pattern.nodes]) for r in leaders_first]),
+                       key=lambda f: order[f.id])
     fam_of = {m: f for f in fams for m in f.members}
     rows = [replace(r, family=fam_of[r.id]) for r in rows]
     return Review(tuple(rows), tuple(fams), model, tuple(runs), scale, only_model,
@@ -656,7 +682,7 @@ def review(workspace: Workspace | str | Path, *, only_model: str | None = None, 
                              + (f" (did you mean {', '.join(close)}?)" if close else ""))
     tables = run_tables(ws, problems)
     return replace(rank(patterns, candidates, runs, scale=scale, only_model=only_model, problems=problems,
-                        mining=mining), run_tables=tuple(tables))
+                        mining=mining), run_tables=tuple(tables), skipped=skipped_reasons(ws))
 
 
 def to_json(review_: Review) -> list[dict]:

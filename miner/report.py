@@ -59,31 +59,43 @@ def ops_chain(r: Ranked) -> str:
     return ">".join(short_op(n.target) for n in r.pattern.nodes if n.category != "view")
 
 
-def render_table(review: Review, top: int | None = 20, members: bool = False) -> str:
-    """The ranked review list: one row per family (its best member), or every member."""
+def render_table(review: Review, top: int | None = 20, members: bool = False, patterns: bool = False) -> str:
+    """The ranked review list: one row per family (its best member), or every member.
+
+    Candidates by default; ``patterns``: the mined patterns that have no candidate, with the
+    reason ``miner generate`` gave (also the fallback while there is no candidate at all).
+    """
     out = [_basis_lines(review)]
     if not review.rows:
         out.append("\nNothing to rank: no mined patterns or candidates in this workspace "
                    "(run `miner scan`, `miner mine`, `miner generate`).")
         return "\n".join(out)
+    all_fams = review.pattern_families if patterns else review.candidate_families
+    if not all_fams and not patterns:
+        out.append("No candidates yet (run `miner generate`): the mined patterns, ranked the same way.\n")
+        all_fams, patterns = review.pattern_families, True
     by_id = {r.id: r for r in review.rows}
-    fams = review.families[:top] if top else review.families
+    fams = all_fams[:top] if top else all_fams
     header = ["#", "id", "family", "ops", "models", "graphs", "occ", "safe", "missed", "kern", "speedup",
-              "saved us/step", "status"]
+              "saved us/step", "why no candidate" if patterns else "status"]
     rows = []
     for i, fam in enumerate(fams, 1):
         for j, mid in enumerate(fam.members if members else fam.members[:1]):
             r = by_id[mid]
             fam_col = (f"+{len(fam.members) - 1} similar" if len(fam.members) > 1 else "") if j == 0 else f"of {fam.id}"
+            last = (_cut(review.skipped.get(r.id, "not generated yet"), 40) if patterns
+                    else r.status + (f" ({r.label})" if r.label else ""))
             rows.append([str(i) if j == 0 else "", r.id, fam_col, _cut(ops_chain(r), 38), str(r.support[0]),
                          str(r.support[1]), str(r.occurrences), _pct(r.safe_share), _pct(r.missed_share),
                          "-" if r.inductor_kernels is None else str(r.inductor_kernels),
-                         "-" if r.speedup is None else r.speedup.fmt(".2f", "x"), _us(_scaled(r.saved_ms)),
-                         r.status + (f" ({r.label})" if r.label else "")])
+                         "-" if r.speedup is None else r.speedup.fmt(".2f", "x"), _us(_scaled(r.saved_ms)), last])
     out.append(_columns(rows, header, {0, 4, 5, 6, 7, 8, 9, 10, 11}))
-    shown = len(fams)
-    if shown < len(review.families):
-        out.append(f"... {len(review.families) - shown} more families (--top 0 shows all)")
+    if len(fams) < len(all_fams):
+        out.append(f"... {len(all_fams) - len(fams)} more families (--top 0 shows all)")
+    n_other = len(review.candidate_families if patterns else review.pattern_families)
+    if n_other:
+        out.append(f"({n_other} families of {'candidates' if patterns else 'mined patterns without a candidate'}: "
+                   f"`miner candidates{'' if patterns else ' --patterns'}`)")
     out.append("")
     out.append(LEGEND)
     out.append("occ: non-overlapping occurrences; safe: share the safety checks accept; missed: share Inductor "
@@ -423,32 +435,38 @@ def _rank_cells(i: str, r: Ranked, detailed: set[str]) -> list[str]:
             _est(r.speedup, ".2f", "×"), _est(r.saved_ms, ".1f", scale=1e3), _badge(r.status)]
 
 
-def ranked_table(review: Review, detailed: set[str], top: int | None = None) -> str:
-    """One row per family (its leader) with the other members folded; the ``top`` best families plus
-    every family holding a candidate."""
+def ranked_table(review: Review, fams: Sequence, detailed: set[str], *, table_id: str, top: int | None = None,
+                 last_column: str = "status") -> str:
+    """One row per family (its leader) with the other members folded; the first ``top`` families.
+
+    ``last_column``: "status" (candidates) or "why" (mined patterns: why no candidate was generated).
+    """
     by_id = {r.id: r for r in review.rows}
-    fams = [f for i, f in enumerate(review.families)
-            if top is None or i < top or any(by_id[m].candidate is not None for m in f.members)]
-    head = "".join(f'<th class="num">{_e(h)}</th>' if i in RANK_NUM else f"<th>{_e(h)}</th>"
-                   for i, h in enumerate(RANK_HEADER))
+    shown = list(fams[:top] if top else fams)
+    header = RANK_HEADER[:-1] + (("status",) if last_column == "status" else ("why no candidate",))
+
+    def cells(i: str, r: Ranked) -> list[str]:
+        c = _rank_cells(i, r, detailed)
+        if last_column != "status":
+            c[-1] = f'<span class="small">{_e(review.skipped.get(r.id, "not generated yet"))}</span>'
+        return c
+
+    head = "".join(f'<th class="num">{_e(h)}</th>' if i in RANK_NUM else f"<th>{_e(h)}</th>" for i, h in enumerate(header))
     body = []
-    rank_of = {f.id: i for i, f in enumerate(review.families, 1)}
-    for fam in fams:
+    for i, fam in enumerate(shown, 1):
         lead = by_id[fam.id]
-        cells = _rank_cells(str(rank_of[fam.id]), lead, detailed)
         body.append('<tr class="family" data-id="{}">'.format(_e(lead.id)) + "".join(
             f'<td class="num">{c}</td>' if j in RANK_NUM else (f'<td class="ops">{c}</td>' if j == 2 else f"<td>{c}</td>")
-            for j, c in enumerate(cells)) + "</tr>")
+            for j, c in enumerate(cells(str(i), lead))) + "</tr>")
         if len(fam.members) > 1:
             members = [by_id[m] for m in fam.members[1:]]
-            inner = _table(RANK_HEADER, [_rank_cells("", m, detailed) for m in members], RANK_NUM)
-            body.append(f'<tr class="members"><td></td><td colspan="{len(RANK_HEADER) - 1}"><details class="members">'
+            inner = _table(header, [cells("", m) for m in members], RANK_NUM)
+            body.append(f'<tr class="members"><td></td><td colspan="{len(header) - 1}"><details class="members">'
                         f"<summary>{len(members)} more in family “{_e(fam.name)}”</summary>{inner}</details></td></tr>")
-    more = len(review.families) - len(fams)
-    tail = (f'<p class="small">{more} more families of mined patterns not shown; '
-            "<code>miner candidates --top 0</code> lists them all.</p>") if more > 0 else ""
-    return f'<table id="ranked"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>{tail}'
-
+    more = len(fams) - len(shown)
+    tail = (f'<p class="small">{more} more families not shown; <code>miner candidates '
+            f'{"--patterns " if last_column != "status" else ""}--top 0</code> lists them all.</p>') if more > 0 else ""
+    return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>{tail}'
 
 
 def per_model(review: Review) -> dict[str, tuple[int, int, Estimate]]:
@@ -626,8 +644,8 @@ def candidate_html(r: Ranked) -> str:
     return "".join(parts)
 
 
-def render_html(review: Review, ws: Workspace, *, title: str = "miner review", detail_top: int = 25,
-                table_top: int = 100) -> str:
+def render_html(review: Review, ws: Workspace, *, title: str = "miner review", detail_top: int = 10,
+                table_top: int = 50) -> str:
     from miner.templates import CSS
 
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -640,8 +658,8 @@ def render_html(review: Review, ws: Workspace, *, title: str = "miner review", d
     body = [f"<header><h1>{_e(title)}</h1><div class=\"sub\">miner {__version__} · generated {now} · "
             f"{len(review.rows)} patterns, {n_cand} candidates, {len(review.families)} families · "
             f"{_e(', '.join(f'{v} {k}' for k, v in counts.items()))}</div></header><main>",
-            '<nav class="toc"><a href="#summary">Models</a><a href="#ranking">Ranking</a><a href="#costmodel">'
-            'Cost model</a><a href="#provenance">Provenance</a><a href="#details">Candidates</a></nav>',
+            '<nav class="toc"><a href="#summary">Models</a><a href="#ranking">Candidates</a><a href="#patterns">Mined patterns</a><a href="#costmodel">'
+            'Cost model</a><a href="#provenance">Provenance</a><a href="#details">Details</a></nav>',
             f'<div class="{banner_cls}">{_e(review.basis)}</div>',
             f'<p class="legend">{_e(LEGEND)}</p>']
     body += [f"<div class=\"banner\">{_e(p)}</div>" for p in review.problems]
@@ -651,12 +669,21 @@ def render_html(review: Review, ws: Workspace, *, title: str = "miner review", d
                 "<p>One row per family of near-identical patterns (same ops up to casts/views or one op); "
                 "unfold a family to see its other members. Score: expected µs saved per step, summed over every "
                 "safe occurrence in the zoo; ties broken by support.</p>"
-                + (ranked_table(review, detailed, table_top) if review.rows else
+                + (ranked_table(review, review.candidate_families, detailed, table_id="ranked")
+                   if review.candidate_families else
+                   '<p class="banner">No candidates yet: run <code>miner generate</code> (the mined patterns are '
+                   'ranked below).</p>' if review.rows else
                    '<p class="banner">Nothing to rank yet: no mined patterns or candidates.</p>')
                 + f'<p class="legend">{_e(LEGEND)} occ = non-overlapping occurrences; safe = share accepted by the '
                   "safety checks; missed = share of occurrences Inductor splits into more than one kernel; kernels = "
                   "Inductor kernels per occurrence (typical); speedup = over Inductor (call-weighted geometric mean); "
                   "saved = expected µs saved per step, summed over every safe occurrence.</p></section>")
+    if review.pattern_families:
+        body.append('<section id="patterns"><h2>Mined patterns without a candidate</h2>'
+                    "<p>Ranked the same way (all predicted), with the reason <code>miner generate</code> gave for not "
+                    "writing a candidate. Sub-patterns overlap: their savings do not add up.</p>"
+                    + ranked_table(review, review.pattern_families, detailed, table_id="patterns-table", top=table_top,
+                                   last_column="why") + "</section>")
     body.append(f'<section id="costmodel"><h2>Cost model</h2>{accuracy_html(review)}</section>')
     body.append(f'<section id="provenance"><h2>Provenance of the measurements</h2>{provenance_html(review)}</section>')
     body.append('<div id="details">')

@@ -351,10 +351,14 @@ def test_find_unknown_id_suggests_close_ones(ws):
 
 
 def test_cli_candidates_table_and_show(ws, capsys):
-    assert main(["--workspace", str(ws.root), "candidates", "--top", "3"]) == 0
+    assert main(["--workspace", str(ws.root), "candidates", "--top", "2"]) == 0
     out = capsys.readouterr().out
     sm = patterns_zoo()["softmax"].id
-    assert sm in out and "promoted (softmax_like)" in out and "more families" in out
+    assert sm in out and "promoted (softmax_like)" in out and "1 more families" in out
+    assert patterns_zoo()["gelu"].id not in out and "miner candidates --patterns" in out
+    assert main(["--workspace", str(ws.root), "candidates", "--patterns"]) == 0
+    out = capsys.readouterr().out
+    assert patterns_zoo()["gelu"].id in out and sm not in out and "why no candidate" in out
     assert rank.PREDICTED_MARK in out and "predicted" in out
     assert main(["--workspace", str(ws.root), "candidates", "show", sm]) == 0
     out = capsys.readouterr().out

@@ -22,10 +22,10 @@ CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "goog
 PROBE = """<script>
 window.addEventListener('load', () => {
   const imgs = [...document.images];
-  const rows = [...document.querySelectorAll('#ranked > tbody > tr.family')].map(r => r.dataset.id);
+  const ids = sel => [...document.querySelectorAll(sel + ' > tbody > tr.family')].map(r => r.dataset.id);
   const out = {images: imgs.length,
                broken: imgs.filter(i => !i.complete || i.naturalWidth === 0).map(i => i.alt),
-               rows: rows,
+               rows: ids('#ranked'), patternRows: ids('#patterns-table'),
                detailSections: document.querySelectorAll('#details > section').length,
                width: document.body.scrollWidth};
   const pre = document.createElement('pre'); pre.id = 'probe'; pre.textContent = JSON.stringify(out);
@@ -72,7 +72,8 @@ def test_page_renders_in_headless_chromium(page, ws, tmp_path):
     # a drawing per detailed pattern, a chart per benchmarked candidate
     n_bench = sum(1 for r in rv.rows if r.candidate and r.candidate.bench)
     assert probe["images"] == probe["detailSections"] + n_bench
-    assert probe["rows"] == [f.id for f in rv.families]
+    assert probe["rows"] == [f.id for f in rv.candidate_families]
+    assert probe["patternRows"] == [f.id for f in rv.pattern_families]
     assert set(probe["rows"]) >= {patterns_zoo()["softmax"].id, patterns_zoo()["rmsnorm"].id}
     assert probe["width"] <= 1400, "the page overflows horizontally"
 

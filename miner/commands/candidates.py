@@ -16,6 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top", type=int, default=20, metavar="N", help="show the N best families (default 20; 0: all)")
     parser.add_argument("--model", metavar="NAME", help="only occurrences in this zoo model (e.g. bert)")
     parser.add_argument("--members", action="store_true", help="list every member of a family, not only its leader")
+    parser.add_argument("--patterns", action="store_true",
+                        help="rank the mined patterns that have no candidate, with the reason generate gave")
     parser.add_argument("--scale", choices=rank.SCALES, default="published",
                         help="score at each model's published size (default) or at the captured shapes")
     parser.add_argument("--json", action="store_true", help="print the ranking as JSON")
@@ -36,5 +38,5 @@ def run(args: argparse.Namespace) -> int:
     elif args.json:
         print(rank.dumps(review))
     else:
-        print(render_table(review, top=args.top or None, members=args.members))
+        print(render_table(review, top=args.top or None, members=args.members, patterns=args.patterns))
     return 0

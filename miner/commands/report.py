@@ -17,8 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", metavar="NAME", help="only occurrences in this zoo model")
     parser.add_argument("--scale", choices=rank.SCALES, default="published",
                         help="score at each model's published size (default) or at the captured shapes")
-    parser.add_argument("--detail-top", type=int, default=25, metavar="N",
-                        help="detail sections for every candidate plus the N best patterns without one (default 25)")
+    parser.add_argument("--detail-top", type=int, default=10, metavar="N",
+                        help="detail sections for every candidate plus the N best patterns without one (default 10)")
 
 
 def run(args: argparse.Namespace) -> int:
