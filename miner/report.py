@@ -507,16 +507,17 @@ def model_summary(ws: Workspace, review: Review) -> str:
         seen.add(s.model)
         pats, cands, saved = mined.get(s.model, (0, 0, None))
         saved = saved if cands else None
-        rows.append([_e(s.model), _e(s.preset), _e(s.mode), _e(s.device),
+        rows.append([_e(s.model), _e(s.preset), _e(s.mode),
                      '<span class="good">ok</span>' if s.ok else f'<span class="bad">failed</span> {_e(s.error or "")}',
                      str(len(s.graphs)), str(nodes), pr, str(s.kernels), str(s.graph_breaks), f"{s.seconds:.0f}",
                      str(pats) if first else "″", str(cands) if first else "″",
                      (_est(saved, ".1f", scale=1e3) if saved is not None else "-") if first else "″"])
-    return _table(("model", "preset", "mode", "device", "scan", "graphs", "nodes", "pointwise / reduction",
-                   "kernels", "graph breaks", "scan s", "patterns", "candidates", "candidates save µs / step"), rows,
-                  {5, 6, 7, 8, 9, 10, 11, 12, 13}) + (
-        '<p class="small">patterns: mined patterns occurring in the model (they overlap); candidates save: the sum '
-        "over its non-failed candidates' expected savings per step (an upper bound where candidates overlap).</p>")
+    return _table(("model", "preset", "mode", "scan", "graphs", "nodes", "pw / red", "kernels", "breaks",
+                   "scan s", "patterns", "candidates", "saved µs/step"), rows,
+                  {4, 5, 6, 7, 8, 9, 10, 11, 12}) + (
+        '<p class="small">nodes: post-grad FX nodes; pw / red: pointwise / reduction nodes; kernels: Inductor kernel '
+        "launches; patterns: mined patterns occurring in the model (they overlap); saved: the sum of its non-failed "
+        "candidates' expected savings per step (an upper bound where candidates overlap).</p>")
 
 
 def accuracy_html(review: Review) -> str:
