@@ -116,7 +116,8 @@ _BINARY = {
     "pow": "_pow({0}, {1})", "clamp_min": "tl.maximum({0}, {1})", "clamp_max": "tl.minimum({0}, {1})",
 }
 _COMPARE = {"eq": "==", "ne": "!=", "gt": ">", "ge": ">=", "lt": "<", "le": "<="}
-_LOGICAL = {"logical_and": "({0} & {1})", "logical_or": "({0} | {1})", "logical_xor": "({0} ^ {1})"}
+_LOGICAL = {"logical_and": "({0} & {1})", "logical_or": "({0} | {1})", "logical_xor": "({0} ^ {1})",
+            "bitwise_and": "({0} & {1})", "bitwise_or": "({0} | {1})", "bitwise_xor": "({0} ^ {1})"}
 _REDUCTIONS = {"sum": "sum", "mean": "mean", "amax": "max", "amin": "min", "any": "any",
                "var_mean": "var_mean", "var": "var"}
 _POW_SPECIAL = {2: "({0} * {0})", 3: "({0} * {0} * {0})", 1: "{0}", 0.5: "tl.sqrt({0})",
@@ -263,6 +264,8 @@ def _lower_pointwise(name, target, base, overload, args, operand) -> Value:
         return _combine(name, f"({e0} {_COMPARE[base]} {e1})", [v0, v1], is_bool=True)
     if base in _LOGICAL:
         (e0, v0), (e1, v1) = operand(args["self"]), operand(args["other"])
+        if base.startswith("bitwise") and not all(v is None or v.is_bool for v in (v0, v1)):
+            raise Unsupported(f"{target} on non-bool values")
         return _combine(name, _LOGICAL[base].format(e0, e1), [v0, v1], is_bool=True)
     if base == "pow" and overload == "Tensor_Scalar":
         e, v = operand(args["self"])

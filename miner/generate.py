@@ -438,7 +438,7 @@ def _kernel():
     if _KERNEL is None:
         from pathlib import Path
 
-        _KERNEL = rewrite.load_module(Path(__file__).with_name("kernel.py"), f"miner_candidates.{PATTERN_ID}.kernel")
+        _KERNEL = rewrite.load_module(Path(__file__).with_name("kernel.py"), rewrite.module_name(__file__, "kernel"))
     return _KERNEL'''
 
 
@@ -490,9 +490,48 @@ def generate_one(pattern, workspace: Workspace, command: str) -> Generated | Ski
     return Generated(pattern.id, label, folder, len(observed))
 
 
-def generate(workspace: Workspace, patterns: Iterable, command: str = "miner generate") -> tuple[list, list]:
+def supported(pattern) -> str | None:
+    """None if the generator supports the pattern, else the reason it does not."""
+    if not any(o.verdict.ok for o in pattern.occurrences):
+        return "no safe occurrence"
+    try:
+        codegen.lower(spec_from_pattern(pattern))
+    except Unsupported as e:
+        return f"not generated: {e}"
+    return None
+
+
+def score(pattern) -> int:
+    """Selection order for ``--top``: safe occurrences x compute nodes (bigger, more frequent first)."""
+    return pattern.counts.safe * pattern.n_compute
+
+
+def select(patterns: Iterable, top: int | None) -> tuple[list, list[Skipped]]:
+    """The supported patterns worth a candidate, best ``score`` first (``top``: how many), and the rest.
+
+    Worth it: a reduction inside, or at least three compute ops (two pointwise ops are left to
+    Inductor, which always fuses them).
+    """
+    chosen, skipped = [], []
+    for p in patterns:
+        why = supported(p)
+        if why is None and not any(n.category == "reduction" for n in p.nodes) and p.n_compute < 3:
+            why = "not generated: fewer than 3 pointwise ops and no reduction (Inductor fuses those)"
+        if why:
+            skipped.append(Skipped(p.id, p.ops, why))
+        else:
+            chosen.append(p)
+    chosen.sort(key=lambda p: (-score(p), p.id))
+    if top:
+        skipped += [Skipped(p.id, p.ops, f"below --top {top}") for p in chosen[top:]]
+        chosen = chosen[:top]
+    return chosen, skipped
+
+
+def generate(workspace: Workspace, patterns: Iterable, command: str = "miner generate",
+             pre_skipped: Iterable[Skipped] = ()) -> tuple[list, list]:
     """Generate every pattern; writes ``candidates/index.json``. Returns (generated, skipped)."""
-    done, skipped = [], []
+    done, skipped = [], list(pre_skipped)
     for p in patterns:
         r = generate_one(p, workspace, command)
         (done if isinstance(r, Generated) else skipped).append(r)
@@ -544,7 +583,7 @@ def load_candidate(workspace: Workspace, cid: str) -> Candidate:
     path = candidate_dir(workspace, cid)
     meta = read_json(path / "candidate.json")
     pid = meta["id"]
-    pattern_module = rewrite.load_module(path / "pattern.py", f"miner_candidates.{pid}.pattern")
+    pattern_module = rewrite.load_module(path / "pattern.py", rewrite.module_name(path / "pattern.py", "pattern"))
     kernel_module = pattern_module._kernel()
     return Candidate(pid, path, meta, pattern_module, kernel_module)
 

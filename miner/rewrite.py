@@ -9,7 +9,7 @@ A pattern module (``candidates/<id>/pattern.py`` or ``fusions/<name>/pattern.py`
   always fresh tensors (no aliasing). Defining the same op twice (a module imported under two
   names, e.g. by ``miner bench`` and ``miner validate``) returns the first definition.
 - ``FusionPass``: ONE ``CustomGraphPass`` that runs every registered pattern (torch 2.11 accepts a
-  single pass object per slot). ``uuid()`` hashes the pattern and kernel sources, so editing a
+  single pass object per slot). ``uuid()`` hashes the pattern and kernel sources (and this file), so editing a
   fusion invalidates Inductor's FX graph cache. Each pattern has its own ``PatternMatcherPass``,
   so ``counts[name]`` says how often each one fired.
 - ``inductor_options(pass)``: the ``torch.compile(options=...)`` dict. The pass goes in both
@@ -26,6 +26,7 @@ value and passes it to the op.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import sys
@@ -36,7 +37,7 @@ from types import ModuleType
 from typing import Any, Callable, Iterable
 
 import torch
-from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
+from torch._inductor.custom_graph_pass import CustomGraphPass
 
 FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -88,6 +89,13 @@ def define_op(qualname: str, n_inputs: int, n_scalars: int, n_outputs: int,
     op.register_fake(_fake)
     _OPS[qualname] = getattr(getattr(torch.ops, ns), name).default
     return _OPS[qualname]
+
+
+def module_name(path: str | Path, role: str) -> str:
+    """A module name for a candidate file, unique per folder (the same pattern id may live in two workspaces)."""
+    folder = Path(path).resolve().parent
+    digest = hashlib.sha1(str(folder).encode()).hexdigest()[:8]
+    return f"miner_candidates.{folder.name}_{digest}.{role}"
 
 
 def load_module(path: str | Path, name: str) -> ModuleType:
@@ -175,8 +183,13 @@ class FusionPass(CustomGraphPass):
                 graph.eliminate_dead_code()
 
     def uuid(self) -> bytes:
+        # As torch's get_hash_for_files, but uncached: that one is lru_cached per path tuple, so an
+        # edit within one process would keep the old hash.
         files = tuple(sorted({f for e in self.entries for f in e.files} | {__file__}))
-        return get_hash_for_files(files, extra=",".join(e.name for e in self.entries))
+        h = hashlib.sha256(",".join(e.name for e in self.entries).encode())
+        for f in files:
+            h.update(Path(f).read_bytes())
+        return h.digest()
 
     def __deepcopy__(self, memo):  # torch.compile deep-copies the inductor config
         return self
@@ -193,10 +206,10 @@ def inductor_options(graph_pass: FusionPass) -> dict[str, Any]:
 def entry_for(pattern_path: str | Path, name: str, module: ModuleType | None = None) -> Entry:
     """An Entry for a pattern module file (its sibling kernel.py is hashed too)."""
     path = Path(pattern_path)
-    module = module or load_module(path, f"miner_rewrite_{name}")
+    module = module or load_module(path, module_name(path, "pattern"))
     files = tuple(str(p) for p in (path, path.with_name("kernel.py")) if p.exists())
     return Entry(name, module, files)
 
 
 __all__ = ["Entry", "FusionPass", "define_op", "entry_for", "inductor_options", "interpreter_enabled",
-           "load_module", "match_inputs_ok", "op_schema", "scalar_trace_values"]
+           "load_module", "match_inputs_ok", "module_name", "op_schema", "scalar_trace_values"]

@@ -32,6 +32,7 @@ from miner.workspace import Workspace, read_json, write_json
 TOLERANCES = {"float32": (1e-5, 1e-5), "bfloat16": (1.6e-2, 1e-2), "float16": (1e-3, 1e-3)}
 MODEL_TOL = {"loss": (1e-4, 1e-5), "logits": (1e-4, 1e-4), "grads": (1e-3, 1e-4)}  # (rtol, atol)
 CPU_MAX_ROWS = 256  # rows per numeric case on the interpreter (~1 ms per program)
+LOOPED_MAX_ROWS = 16  # rows per looped-kernel case on the interpreter (one program per row)
 ODD_COLS = 37  # a row length that is no power of two
 MODEL_ORDER = ("gpt2", "bert", "llama", "t5")  # cheapest compile first
 
@@ -106,6 +107,10 @@ def _shrink(entry: dict, max_rows: int) -> dict:
     return _reshape(entry, lead=new)
 
 
+def _desc(entry: dict) -> str:
+    return " ".join(f"{tuple(i['shape'])}:{i['dtype']}" for i in entry["inputs"])
+
+
 def numeric_cases(meta: dict, on_cpu: bool) -> list[tuple[str, dict, str | None]]:
     """(label, observed-like entry, variant) for every numeric check of a candidate."""
     observed = [o for o in meta.get("observed", []) if o.get("outputs")]
@@ -119,10 +124,11 @@ def numeric_cases(meta: dict, on_cpu: bool) -> list[tuple[str, dict, str | None]
         if key in seen:
             continue
         seen.add(key)
-        desc = " ".join(f"{tuple(i['shape'])}:{i['dtype']}" for i in e["inputs"])
+        desc = _desc(e)
         shrunk = " (shrunk)" if e is not o else ""
         cases.append((f"observed {o['model']}/{o['phase']} {desc}{shrunk}", e, None))
-        cases.append((f"observed {o['model']}/{o['phase']} {desc}{shrunk} looped", e, "looped"))
+        small = _shrink(o, LOOPED_MAX_ROWS) if on_cpu else o  # one program per row in the looped kernel
+        cases.append((f"observed {o['model']}/{o['phase']} {_desc(small)} looped", small, "looped"))
     first = _shrink(observed[0], 16)
     lead, _ = _rows(first)
     one_pass_max = meta.get("kernel", {}).get("one_pass_max", 8192)
