@@ -462,7 +462,10 @@ def find_candidates(root: Path, ids: Sequence[str] | None = None) -> list[Path]:
     if missing:
         raise UsageError(f"unknown candidate(s) {', '.join(missing)}; candidates in {root}: "
                          f"{', '.join(by_id) or '(none)'}")
-    return [p for p in found if any(p.name == i or p.name.startswith(i) for i in ids)]
+    ordered = []  # in the order asked for
+    for i in ids:
+        ordered += [p for p in found if (p.name == i or p.name.startswith(i)) and p not in ordered]
+    return ordered
 
 
 def plan_cases(cand: Candidate, shapes: str = "all", models: Sequence[str] | None = None) -> list[BenchCase]:

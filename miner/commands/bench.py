@@ -84,8 +84,7 @@ def run(args) -> int:
 
     def on_row(row):  # keep what is measured even if the run is cut short
         done.append(row)
-        if len(done) % 5 == 0:
-            save(done, row.env)
+        save(done, row.env)
 
     env, rows = bench.run_bench(cands, device=device, variants=variants, shapes=args.shapes, models=models,
                                 replays=args.replays, time_budget_s=args.time_budget, on_row=on_row)
