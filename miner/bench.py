@@ -24,6 +24,7 @@ so in its ``source`` and names the role it gave each dimension.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import importlib.util
 import itertools
@@ -607,6 +608,27 @@ def compare(outs: Sequence, refs: Sequence) -> tuple[float, float, bool]:
 
 # --------------------------------------------------------------------------- timing
 
+@contextlib.contextmanager
+def gpu_timing_lock():
+    """Hold the file lock named by ``$MINER_GPU_LOCK`` (if set) while timing on the GPU.
+
+    Lets ``miner bench`` and ``miner verify`` share one GPU: their compiles overlap on the CPU,
+    their timed regions never do. Without the variable this does nothing.
+    """
+    path = os.environ.get("MINER_GPU_LOCK")
+    if not path:
+        yield
+        return
+    import fcntl
+
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
         import torch
@@ -761,7 +783,7 @@ def bench_case(cand: Candidate, case: BenchCase, env: Env, *, variants: Sequence
     for name in variants:
         t0 = time.perf_counter()
         try:
-            with torch.no_grad():
+            with torch.no_grad(), gpu_timing_lock():
                 fn = build_variant(name, cand)
                 out = as_tuple(fn(*first))  # compiles, for the compiled variants
                 _sync(device)
@@ -789,7 +811,8 @@ def bench_case(cand: Candidate, case: BenchCase, env: Env, *, variants: Sequence
     del arg_sets, first, ref
     if device.startswith("cuda"):
         try:
-            results.append(VariantResult(COPY, time_copy(nbytes, env, replays=replays)))
+            with gpu_timing_lock():
+                results.append(VariantResult(COPY, time_copy(nbytes, env, replays=replays)))
         except Exception as e:
             results.append(VariantResult(COPY, error=f"{type(e).__name__}: {e}"[:300]))
         torch.cuda.empty_cache()
@@ -943,7 +966,7 @@ def gpu_slug(env: Env) -> str:
 
 
 def save_results(rows: Sequence[BenchRow], env: Env, *, candidate_dirs: dict[str, Path] | None,
-                 report_dir: Path | None) -> list[Path]:
+                 report_dir: Path | None, json_only: bool = False) -> list[Path]:
     """``candidates/<id>/bench.json`` per candidate (its rows replace that GPU's earlier ones) and the run table.
 
     ``candidate_dirs`` maps a candidate id to its folder.
@@ -970,6 +993,8 @@ def save_results(rows: Sequence[BenchRow], env: Env, *, candidate_dirs: dict[str
         data = {"schema": BENCH_SCHEMA, "kind": "BenchRun", "env": asdict(env),
                 "rows": [row_to_json(r) for r in rows], "where_it_wins": wins_table(rows)}
         written.append(write_json(report_dir / "bench.json", data))
+        if json_only:
+            return written
         written.append(write_json(report_dir / "wins.json", wins_table(rows)))
         md = (f"# miner bench\n\n{env_header(env)}\n\n"
               "Times are medians per call from CUDA-graph replays over rotating input sets (20/80% quantiles "

@@ -334,16 +334,20 @@ def verify_model(build: Callable[[], Any], *, model: str, mode: str, preset: str
         log(f"  {model} {mode} {name}: first step {v.first_step_s:.1f} s; matches "
             f"{ {k: n for k, n in v.matches.items() if n} }")
         variants.append(v)
-    for v in variants:
-        parity_step(v, mode=mode, device=device, seed=seed)
+    from miner.bench import gpu_timing_lock
+
+    with gpu_timing_lock():
+        for v in variants:
+            parity_step(v, mode=mode, device=device, seed=seed)
     rounds = max(1, min(rounds, steps))
     for r in range(rounds):
         for v in (variants if r % 2 == 0 else variants[::-1]):
-            for _ in range(steps // rounds + (r < steps % rounds)):
-                _zero_grads(v.built.model)
-                ms, peak = time_step(v.step, device)
-                v.times.append(ms)
-                v.peak = max(v.peak, peak)
+            with gpu_timing_lock():  # a block of one model's steps: never beside another process's timing
+                for _ in range(steps // rounds + (r < steps % rounds)):
+                    _zero_grads(v.built.model)
+                    ms, peak = time_step(v.step, device)
+                    v.times.append(ms)
+                    v.peak = max(v.peak, peak)
     stats = {}
     for v in variants:
         m, lo, hi = rl.summarize(v.times)

@@ -361,3 +361,18 @@ def test_import_a_run_table_into_candidate_folders(tmp_path, capsys):
     assert cli.main(["--workspace", str(tmp_path), "bench", "--import", str(run / "bench.json")]) == 0
     assert bench.load_rows(tmp_path / "candidates" / "softmaxlike0" / "bench.json") == [row]
     assert "at least 1.0x Inductor: 1 of 1" in capsys.readouterr().out
+
+
+def test_gpu_timing_lock_is_exclusive(tmp_path, monkeypatch):
+    import fcntl
+
+    lock = tmp_path / "gpu.lock"
+    monkeypatch.setenv("MINER_GPU_LOCK", str(lock))
+    with bench.gpu_timing_lock():
+        with open(lock, "a") as f, pytest.raises(BlockingIOError):
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with open(lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released
+    monkeypatch.delenv("MINER_GPU_LOCK")
+    with bench.gpu_timing_lock():
+        pass

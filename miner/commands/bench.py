@@ -30,6 +30,7 @@ def add_arguments(p) -> None:
                    help="also time candidates whose validation failed (skipped by default)")
     p.add_argument("--out", metavar="DIR", help="run table folder (default reports/gpu/<date>-<gpu>/)")
     p.add_argument("--no-save", action="store_true", help="print the table, write nothing")
+    p.add_argument("--json-only", action="store_true", help="write only the run's bench.json (render later with --import)")
     p.add_argument("--import", dest="import_run", metavar="BENCH_JSON",
                    help="no timing: file the rows of a run table (e.g. one made on another machine) into "
                         "candidates/<id>/bench.json and re-render that run's bench.md, wins.json and plot")
@@ -80,7 +81,7 @@ def run(args) -> int:
         if args.no_save or not rows:
             return []
         out = Path(args.out) if args.out else bench.today_dir(env, ws.reports)
-        return bench.save_results(rows, env, candidate_dirs=dirs_by_id, report_dir=out)
+        return bench.save_results(rows, env, candidate_dirs=dirs_by_id, report_dir=out, json_only=args.json_only)
 
     def on_row(row):  # keep what is measured even if the run is cut short
         done.append(row)
