@@ -440,10 +440,33 @@ def _sample(occs: list[Occurrence], cap: int) -> tuple[Occurrence, ...]:
     return tuple(picked)
 
 
+def _bounded(G: GraphIndex, nodes: Sequence[int], inputs: Sequence[int]) -> bool:
+    """A whole fusable region: no input made, and no value read, by a fusable node outside it."""
+    inside = set(nodes)
+    kind = G.kind
+
+    # Looking through views: a view between the block and a matmul does not make it a window.
+    def made_outside(u: int, depth: int = 3) -> bool:
+        if kind[u] != "view" or depth == 0:
+            return kind[u] is None
+        return all(made_outside(x, depth - 1) for x in G.operands[u])
+
+    def read_outside(w: int, depth: int = 3) -> bool:
+        if kind[w] != "view" or depth == 0:
+            return kind[w] is None
+        return all(read_outside(x, depth - 1) for x in G.users[w])
+
+    return all(made_outside(u) for u in inputs) and \
+        all(read_outside(w) for v in nodes for w in G.users[v] if w not in inside)
+
+
 def _score(p: Pattern) -> tuple:
-    # Rank: patterns shared by more models first, then by the traffic a fusion could save
-    # (safe occurrences x (compute nodes - 1) intermediate tensors), missed fusions first on ties.
-    return (-p.support.n_models, -(p.counts.safe * (p.n_compute - 1)), not p.inductor.missed_fusion,
+    # Rank: natural blocks first (most occurrences a whole fusable region, like a GELU between
+    # two matmuls, not a window cut out of a larger region), then by the traffic a fusion could
+    # save (safe occurrences x (compute nodes - 1) intermediate tensors), then patterns shared
+    # by more models, missed fusions first on ties.
+    block = p.counts.bounded * 2 >= p.counts.non_overlapping > 0
+    return (not block, -(p.counts.safe * (p.n_compute - 1)), -p.support.n_models, not p.inductor.missed_fusion,
             -p.support.n_graphs, p.id)
 
 
@@ -517,6 +540,7 @@ def mine(graphs: Sequence[CapturedGraph], *, min_support: int = 2, min_models: i
         occs = [build_occurrence(indexes[p.embs[i][0]], p.embs[i][1], p.embs[i][2], slots, sinks,
                                  max_extra_outputs=max_extra_outputs) for i in chosen]
         safe = [o for o in occs if o.verdict.ok]
+        bounded = sum(_bounded(indexes[p.embs[i][0]], p.embs[i][1], p.embs[i][2]) for i in chosen)
         rejections = Counter(r for o in occs for r in o.verdict.reasons)
         gset = sorted({str(indexes[gi].key) for gi in p.graphs})
         out.append(Pattern(
@@ -525,7 +549,7 @@ def mine(graphs: Sequence[CapturedGraph], *, min_support: int = 2, min_models: i
             ops=ops_summary(nodes_p),
             support=Support(models=tuple(sorted({models[gi] for gi in p.graphs})), graphs=tuple(gset)),
             counts=Counts(total=len(p.embs), non_overlapping=len(occs), safe=len(safe),
-                          by_phase=dict(sorted(Counter(o.phase for o in occs).items()))),
+                          by_phase=dict(sorted(Counter(o.phase for o in occs).items())), bounded=bounded),
             inductor=inductor_view(nodes_p, occs),
             rejections=dict(rejections.most_common()),
             occurrences=_sample(occs, max_stored),

@@ -209,13 +209,17 @@ class Counts:
     ``total``: distinct embeddings (distinct node sets); ``non_overlapping``: a greedy maximal
     set of pairwise node-disjoint embeddings (embeddings taken in graph order, each kept if it
     shares no node with one already kept; greedy, not a maximum independent set);
-    ``safe``: the non-overlapping ones whose verdict is ok; ``by_phase``: non-overlapping per phase.
+    ``safe``: the non-overlapping ones whose verdict is ok; ``by_phase``: non-overlapping per phase;
+    ``bounded``: non-overlapping ones that are a whole fusable region (every input made and every
+    output read by a non-fusable op: a matmul, a graph input or output, ...), i.e. a natural
+    block such as a GELU between two matmuls rather than a window cut out of a larger region.
     """
 
     total: int = 0
     non_overlapping: int = 0
     safe: int = 0
     by_phase: dict[str, int] = field(default_factory=dict)
+    bounded: int = 0  # non-overlapping occurrences that are a whole fusable region (see mine._bounded)
 
     @property
     def safe_share(self) -> float:
@@ -522,9 +526,30 @@ def occurrence_from_json(d: dict) -> Occurrence:
         output_meta=tuple(_meta(m) for m in d.get("output_meta", ())),
         phase=d.get("phase", ""),
         verdict=verdict_from_json(d.get("verdict", {"ok": True})),
-        node_kernels=tuple(tuple(k) for k in d.get("node_kernels", ())),
+        node_kernels=_node_kernels_from_json(d.get("node_kernels", ()), d.get("kernels", ())),
         kernels=tuple(KernelRef(**k) for k in d.get("kernels", ())),
     )
+
+
+def _node_kernels_from_json(node_kernels: Any, kernels: Any) -> tuple[tuple[str, ...], ...]:
+    # Stored as indices into the occurrence's ``kernels`` (kernel names are long and repeat).
+    names = [k["name"] for k in kernels]
+    return tuple(tuple(names[x] if isinstance(x, int) else x for x in ks) for ks in node_kernels)
+
+
+def occurrence_to_json(o: Occurrence) -> dict:
+    """:func:`to_json` of an occurrence, with ``node_kernels`` as indices into ``kernels``."""
+    d = to_json(o)
+    index = {k.name: i for i, k in enumerate(o.kernels)}
+    d["node_kernels"] = [[index.get(k, k) for k in ks] for ks in o.node_kernels]
+    return d
+
+
+def pattern_to_json(p: Pattern) -> dict:
+    """:func:`to_json` of a pattern, occurrences compacted (:func:`occurrence_to_json`)."""
+    d = to_json(p)
+    d["occurrences"] = [occurrence_to_json(o) for o in p.occurrences]
+    return d
 
 
 def pattern_from_json(d: dict) -> Pattern:
@@ -540,7 +565,8 @@ def pattern_from_json(d: dict) -> Pattern:
         ops=d.get("ops", ""),
         support=Support(models=tuple(sup.get("models", ())), graphs=tuple(sup.get("graphs", ()))),
         counts=Counts(total=cnt.get("total", 0), non_overlapping=cnt.get("non_overlapping", 0),
-                      safe=cnt.get("safe", 0), by_phase=dict(cnt.get("by_phase", {}))),
+                      safe=cnt.get("safe", 0), by_phase=dict(cnt.get("by_phase", {})),
+                      bounded=cnt.get("bounded", 0)),
         inductor=InductorView(kernels_hist=dict(ind.get("kernels_hist", {})), one_kernel=ind.get("one_kernel", 0),
                               missed_fusion=bool(ind.get("missed_fusion", False)),
                               splits=dict(ind.get("splits", {})), recomputed=ind.get("recomputed", 0)),
@@ -565,7 +591,9 @@ def save_patterns(workspace: Any, patterns: Iterable[Pattern], params: dict | No
     from miner.workspace import write_text
 
     result = MiningResult(patterns=tuple(patterns), params=dict(params or {}), stats=dict(stats or {}))
-    data = {"schema": PATTERNS_SCHEMA, "kind": "MiningResult", "result": to_json(result)}
+    data = {"schema": PATTERNS_SCHEMA, "kind": "MiningResult",
+            "result": {"params": to_json(result.params), "stats": to_json(result.stats),
+                       "patterns": [pattern_to_json(p) for p in result.patterns]}}
     # One pattern per line, compact: thousands of patterns stay small and diff line by line.
     head = json.dumps({k: v for k, v in data.items() if k != "result"})[:-1]
     res = data["result"]

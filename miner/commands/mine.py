@@ -13,16 +13,17 @@ def add_arguments(p) -> None:
                    help="... and in at least N distinct models (default 1)")
     p.add_argument("--max-nodes", type=int, default=8, metavar="N",
                    help="at most N pointwise/reduction nodes per pattern (default 8)")
-    p.add_argument("--max-views", type=int, default=4, metavar="N",
-                   help="at most N view/getitem nodes between them (default 4)")
+    p.add_argument("--max-views", type=int, default=2, metavar="N",
+                   help="at most N view/getitem nodes between them (default 2)")
     p.add_argument("--models", metavar="A,B", help="only the captures of these models (default: all)")
     p.add_argument("--all", action="store_true", help="keep non-closed patterns too (default: closed only)")
     p.add_argument("--max-extra-outputs", type=int, default=2, metavar="N",
                    help="interior values used outside an occurrence it may also return (default 2)")
-    p.add_argument("--max-stored", type=int, default=3, metavar="N",
-                   help="occurrences stored per pattern in patterns.json; counts cover all (default 3)")
-    p.add_argument("--limit", type=int, default=0, metavar="N",
-                   help="save only the N best-ranked patterns (default 0: all)")
+    p.add_argument("--max-stored", type=int, default=2, metavar="N",
+                   help="occurrences stored per pattern in patterns.json; counts cover all (default 2)")
+    p.add_argument("--limit", type=int, default=400, metavar="N",
+                   help="save only the N best-ranked patterns, to keep patterns.json small "
+                        "(default 400; 0 = all)")
     p.add_argument("--max-fanout", type=int, default=4, metavar="N",
                    help="a node with more fusable users connects patterns only through its operands (default 3)")
     p.add_argument("--top", type=int, default=10, metavar="N", help="patterns to print (default 10)")
