@@ -5,25 +5,32 @@
 1. **Index** each graph (:class:`GraphIndex`): which nodes are *fusable* (pointwise and
    reduction "compute" nodes; views, and ``getitem`` of a multi-output compute node, as
    connectors), each node's label (``miner.canon.template_of``), operands and users. Matmuls,
-   random ops, "other" ops and graph inputs are never fusable: they bound the patterns.
-2. **Grow** patterns level by level (Apriori / gSpan-like, one node per level): every
-   embedding of a frequent pattern is extended by one fusable neighbour. Extensions are
-   grouped by (parent pattern, extension descriptor): all embeddings in a group are
-   isomorphic children with the same alignment, so the child's canonical form is computed
-   once per group (``miner.canon.structure_order``), not once per embedding. Children are
-   keyed by their exact canonical code (never by a hash), embeddings deduplicated by node set.
+   random ops, "other" ops and graph inputs are never fusable: they bound the patterns. A node
+   with more than ``max_fanout`` fusable users (a hub) connects patterns only through its
+   operands (:func:`_neighbours`).
+2. **Grow** patterns level by level, one node per level. Each connected node set is generated
+   exactly once (ESU, :func:`_grow`). Extensions are grouped by (parent pattern, extension
+   descriptor): all embeddings in a group are isomorphic children with the same alignment, so
+   the child's exact canonical form (``miner.canon.structure_order``) is computed once per
+   group. A cheap invariant (label and labelled-edge multisets) drops groups whose child
+   cannot be frequent before that. Children are keyed by their exact canonical code, never by
+   a hash.
 3. **Prune** by support: a pattern found in fewer than ``min_support`` graphs or
    ``min_models`` models is dropped and never extended. Support is anti-monotone (a
    super-pattern is never in more graphs than its sub-patterns), so nothing frequent is lost.
 4. **Report** the valid patterns (>= 2 compute nodes; a view only *between* two pattern
    nodes; a getitem only after its producer; a multi-output node never an output itself),
-   closed ones only by default: a pattern is dropped when every one of its embeddings extends
-   into an embedding of a larger pattern with the same support (models and graphs).
+   closed ones only by default: a pattern is dropped when every one of its embeddings lies
+   inside an embedding of one larger pattern with the same support (models and graphs).
 5. Per reported pattern: greedy non-overlapping occurrences, their safety verdicts
-   (``miner.safety.check``), shapes and dtypes, and Inductor's view from the kernel map.
+   (``miner.safety.check``), shapes and dtypes, Inductor's view from the kernel map, and a
+   rank (:func:`_score`: natural blocks first, then the traffic a fusion could save).
 
-Complexity: linear in the number of embeddings of frequent patterns (each is extended once);
-the canonical form is computed per extension group, i.e. per distinct (pattern, extension).
+Cost: linear in the number of embeddings of frequent patterns (each is extended once) plus
+one canonical form per surviving extension group. Measured (2-core CPU shared with other
+jobs, see ``benchmarks/bench_mining.py``): bert-base + gpt2-base training graphs (4 graphs,
+6926 nodes) in 12 s wall / 8 s CPU; the 12 tiny bert/gpt2/llama/t5 train+infer graphs in
+47 s / 32 s (train-forward and inference graphs are near copies: everything is frequent).
 """
 
 from __future__ import annotations

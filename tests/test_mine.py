@@ -390,3 +390,32 @@ def test_real_tiny_models_show_their_blocks_with_walked_counts(model, block, wal
     p = r.by_id()[pid]
     assert p.counts.total == n and p.counts.non_overlapping == n
     assert set(p.support.graphs) == where
+
+
+def test_committed_reference_patterns_show_the_known_blocks():
+    path = REPO / "mined" / "patterns.json"
+    if not path.exists():
+        pytest.skip("no committed mined/patterns.json")
+    assert path.stat().st_size < 5_000_000  # kept small: capped patterns and stored occurrences
+    result = load_mining(Workspace(REPO))  # also checks every id against its canonical form
+    ops = {p.ops: p for p in result.patterns}
+    for block in ("mul -> mul -> erf -> add -> mul",                      # GELU (erf), bert
+                  "mul -> pow -> mul -> add -> mul -> tanh -> add -> mul",  # GELU (tanh), gpt2
+                  "neg -> exp -> add -> div -> mul",                      # SiLU(gate) * up, llama
+                  "pow -> mean -> add -> rsqrt -> mul -> mul",            # RMS norm, llama and t5
+                  "var_mean -> sub -> add -> rsqrt -> mul -> mul -> add",  # layer norm, bert and gpt2
+                  "amax -> sub -> exp -> sum -> log -> sub"):             # log-softmax (the loss)
+        assert block in ops, block
+        assert ops[block].counts.safe > 0
+    assert any("amax -> sub -> exp -> sum -> div" in p.ops for p in result.patterns)  # softmax (+ dropout)
+    assert result.stats["reported_patterns"] >= len(result.patterns) == result.params["limit"]
+
+
+def test_pattern_function_is_traceable_by_make_fx():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    g = fx_graph(gelu_erf_fn, torch.randn(4, 8), torch.randn(8, 8))
+    p = pattern_at(g, sorted(walk_gelu_erf(g)[0]))
+    gm = make_fx(p.to_fx_function(scalars=p.occurrences[0].scalars))(torch.randn(4, 8))
+    targets = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+    assert targets == [f"aten.{n.target.split('.', 1)[1]}" for n in p.nodes]
