@@ -576,7 +576,9 @@ def candidate_html(r: Ranked) -> str:
              ("saved per step", _est(r.saved_ms, ".1f", " µs", 1e3))]
     if c is not None:
         facts.append(("files", f"<code>{_e(c.path.name)}/</code>"))
-    parts = [f'<section id="c-{_e(r.id)}"><h2>{_e(r.id)} {("· " + _e(r.label)) if r.label else ""}</h2>',
+    kind = "candidate" if c is not None else "mined pattern"
+    parts = [f'<section id="c-{_e(r.id)}"><h2><span class="small">{kind}</span> {_e(r.id)} '
+             f'{("· " + _e(r.label)) if r.label else ""}</h2>',
              '<div class="cand"><div>', f'<img alt="pattern {_e(r.id)}" src="{draw_pattern(p)}">',
              '<p class="small">square boxes: inputs used by several ops (an input used once is named in its '
              'op\'s box); blue: pointwise; orange: reduction; grey: view; green border: outputs.</p></div><div>',
@@ -701,15 +703,8 @@ def render_html(review: Review, ws: Workspace, *, title: str = "miner review", d
 
 
 def _detailed(review: Review, top: int) -> list[Ranked]:
-    """Every candidate, plus the best ``top`` patterns without one (in ranking order)."""
-    out, mined = [], 0
-    for r in review.rows:
-        if r.candidate is not None:
-            out.append(r)
-        elif mined < top:
-            out.append(r)
-            mined += 1
-    return out
+    """Every candidate (in ranking order), then the best ``top`` patterns without one."""
+    return [r for r in review.rows if r.candidate is not None] + [r for r in review.rows if r.candidate is None][:top]
 
 
 def default_run_name() -> str:
