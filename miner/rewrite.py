@@ -174,12 +174,17 @@ class FusionPass(CustomGraphPass):
         return passes
 
     def __call__(self, graph: torch.fx.Graph) -> None:
+        from torch._inductor.pattern_matcher import stable_topological_sort
+
         if self._passes is None:
             self._passes = self._build()
         for name, p in self._passes.items():
             n = p.apply(graph)
             if n:
                 self.counts[name] += n
+                # The matcher inserts the replacement at the pattern's first node; an input defined
+                # later (a dropout mask drawn after the row max) must move above it.
+                stable_topological_sort(graph)
                 graph.eliminate_dead_code()
 
     def uuid(self) -> bytes:

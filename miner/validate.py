@@ -201,62 +201,93 @@ def _max_diff(a, b) -> float:
     return float((a.detach().double() - b.detach().double()).abs().max()) if a.numel() else 0.0
 
 
-def check_rewrite(cand: Candidate, model_name: str, mode: str, device: str = "cpu") -> Check:
-    """Compile ``model_name`` (tiny) with only this candidate's pass; count > 0 and parity with eager."""
+def _step(built, mode, model, fn):
     import torch
 
-    import models
+    torch.manual_seed(0)
+    out = fn(**built.inputs)
+    logits = out["logits"] if isinstance(out, dict) or hasattr(out, "keys") else out[0]
+    loss = built.loss(out) if mode == "train" else None
+    if loss is not None:
+        loss.backward()
+    grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    return loss, logits, grads
+
+
+def _compiled_step(built, mode, model, graph_pass, fallback_random: bool):
+    import torch
+
     from miner import rewrite
 
-    t0 = time.perf_counter()
-    label = f"{model_name}/tiny/{mode}"
-    built = models.resolve(model_name).build("tiny", mode, device)
-    eager_model = built.model
-    compiled_model = copy.deepcopy(eager_model)
-
-    def step(model, fn):
-        torch.manual_seed(0)
-        out = fn(**built.inputs)
-        logits = out["logits"] if isinstance(out, dict) or hasattr(out, "keys") else out[0]
-        loss = built.loss(out) if mode == "train" else None
-        if loss is not None:
-            loss.backward()
-        grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
-        return loss, logits, grads
-
-    e_loss, e_logits, e_grads = step(eager_model, eager_model)
-    graph_pass = rewrite.FusionPass([rewrite.entry_for(cand.path / "pattern.py", cand.id, cand.pattern_module)])
     torch._dynamo.reset()
     try:
-        with torch._inductor.config.patch(force_disable_caches=True, fallback_random=True):
-            fn = torch.compile(compiled_model, options=rewrite.inductor_options(graph_pass), dynamic=False)
-            c_loss, c_logits, c_grads = step(compiled_model, fn)
-    except Exception as e:  # noqa: BLE001
-        return Check("rewrite", label, False, f"compile failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}",
-                     matches=graph_pass.total(), seconds=time.perf_counter() - t0)
+        options = rewrite.inductor_options(graph_pass) if graph_pass is not None else None
+        with torch._inductor.config.patch(force_disable_caches=True, fallback_random=fallback_random):
+            return _step(built, mode, model, torch.compile(model, options=options, dynamic=False))
     finally:
         torch._dynamo.reset()
-    n = graph_pass.total()
-    problems = []
-    worst = 0.0
-    if n == 0:
-        problems.append("the rewrite did not fire (0 matches)")
+
+
+def _parity(reference, got) -> tuple[list[str], float]:
+    import torch
+
+    (e_loss, e_logits, e_grads), (c_loss, c_logits, c_grads) = reference, got
     pairs = [("logits", e_logits, c_logits)]
     if e_loss is not None:
         pairs.append(("loss", e_loss, c_loss))
     pairs += [("grads", e_grads[k], c_grads.get(k)) for k in e_grads]
+    worst = 0.0
     for kind, a, b in pairs:
         if b is None:
-            problems.append(f"{kind}: missing in the compiled run")
-            continue
+            return [f"{kind}: missing in the compiled run"], worst
         rtol, atol = MODEL_TOL[kind]
         d = _max_diff(a, b)
         worst = max(worst, d)
         if not torch.allclose(a.detach().double(), b.detach().double(), rtol=rtol, atol=atol):
-            problems.append(f"{kind} differ from eager (max abs {d:.3g}, rtol={rtol} atol={atol})")
-            break
-    detail = "; ".join(problems) or f"{n} match(es); loss/logits/{len(e_grads)} grads match eager"
+            return [f"{kind} differ (max abs {d:.3g}, rtol={rtol} atol={atol})"], worst
+    return [], worst
+
+
+def check_rewrite(cand: Candidate, model_name: str, mode: str, device: str = "cpu") -> Check:
+    """Compile ``model_name`` (tiny) with only this candidate's pass; count > 0 and parity.
+
+    Parity is against eager, with Inductor drawing the same dropout numbers as eager
+    (``fallback_random``). That changes how dropout appears in the graph, so a pattern that holds
+    a dropout mask may not fire there: then the model is compiled with Inductor's own random ops,
+    and the reference is the same compile without the fusion (same seed, same random numbers).
+    """
+    from miner import rewrite
+
+    t0 = time.perf_counter()
+    label = f"{model_name}/tiny/{mode}"
+    built = models_build(model_name, mode, device)
+    eager = _step(built, mode, built.model, built.model)
+    reference_name = "eager"
+    graph_pass = rewrite.FusionPass([rewrite.entry_for(cand.path / "pattern.py", cand.id, cand.pattern_module)])
+    try:
+        got = _compiled_step(built, mode, copy.deepcopy(built.model), graph_pass, fallback_random=True)
+        reference = eager
+        if graph_pass.total() == 0 and mode == "train":
+            reference_name = "inductor without the fusion (Inductor's random ops)"
+            got = _compiled_step(built, mode, copy.deepcopy(built.model), graph_pass, fallback_random=False)
+            reference = _compiled_step(built, mode, copy.deepcopy(built.model), None, fallback_random=False)
+    except Exception as e:  # noqa: BLE001
+        return Check("rewrite", label, False, f"compile failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}",
+                     matches=graph_pass.total(), seconds=time.perf_counter() - t0)
+    n = graph_pass.total()
+    problems, worst = _parity(reference, got)
+    if n == 0:
+        problems.insert(0, "the rewrite did not fire (0 matches)")
+    detail = "; ".join(problems) or (f"{n} match(es); loss/logits/{len(eager[2])} grads match {reference_name}")
+    if problems and reference_name != "eager":
+        detail += f" (reference: {reference_name})"
     return Check("rewrite", label, not problems, detail, max_abs=worst, matches=n, seconds=time.perf_counter() - t0)
+
+
+def models_build(model_name: str, mode: str, device: str):
+    import models
+
+    return models.resolve(model_name).build("tiny", mode, device)
 
 
 # --------------------------------------------------------------------------- the stage

@@ -1,0 +1,57 @@
+# Written by miner 0.1.0 (`miner promote` rewrites it from the folders under fusions/).
+"""Promoted fusions: Inductor pattern rewrites whose replacement is a generated Triton kernel.
+
+Use::
+
+    import fusions
+    model = torch.compile(model, options=fusions.inductor_options())          # every fusion
+    model = torch.compile(model, options=fusions.inductor_options(["softmax_like"]))
+
+Each fusion ``fusions/<name>/`` has ``pattern.py`` (search pattern in aten ops, replacement by the
+custom op ``miner::<name>``, extra check) and ``kernel.py`` (the Triton kernel and its launcher).
+The pass is one ``CustomGraphPass`` running every selected fusion; its ``uuid()`` hashes their
+sources, so editing a fusion invalidates Inductor's caches. ``graph_pass().counts`` says how
+often each fusion matched. Kernels run on CUDA, or on CPU tensors under ``TRITON_INTERPRET=1``
+(elsewhere the extra check declines and the graph is left as it was).
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+REGISTRY: dict[str, str] = {
+    "softmax_like": "fusions.softmax_like",
+}
+
+
+def names() -> list[str]:
+    return sorted(REGISTRY)
+
+
+def load(name: str):
+    """The pattern module of fusion ``name``; an unknown name raises, listing the valid ones."""
+    if name not in REGISTRY:
+        from miner.errors import UsageError
+
+        raise UsageError(f"unknown fusion {name!r}; fusions: {', '.join(names()) or '(none)'}")
+    return importlib.import_module(f"{REGISTRY[name]}.pattern")
+
+
+def graph_pass(selected: list[str] | None = None):
+    """One ``miner.rewrite.FusionPass`` running the selected fusions (default: all)."""
+    from miner.rewrite import Entry, FusionPass
+
+    entries = []
+    for name in (names() if selected is None else selected):
+        module = load(name)
+        folder = Path(module.__file__).parent
+        entries.append(Entry(name, module, (str(folder / "pattern.py"), str(folder / "kernel.py"))))
+    return FusionPass(entries)
+
+
+def inductor_options(selected: list[str] | None = None, graph_pass_=None) -> dict:
+    """``torch.compile(options=...)`` installing the fusions' pass (``graph_pass_``: reuse one, e.g. to read counts)."""
+    from miner.rewrite import inductor_options as _options
+
+    return _options(graph_pass_ if graph_pass_ is not None else graph_pass(selected))
