@@ -83,20 +83,22 @@ def label_for(ops: str) -> str:
     """A readable name guess from the op summary (``"amax -> sub -> exp -> sum -> div"``)."""
     s = [o.strip() for o in ops.split("->")]
     has = set(s)
-    if {"exp", "sum"} <= has and "log" in has:
+    if {"amax", "exp", "sum", "log"} <= has:
         return "log_softmax"
-    if {"exp", "sum", "div"} <= has:
+    if {"amax", "exp", "sum", "div"} <= has or s[:3] == ["exp", "sum", "div"]:
         return "softmax_like"
     if "var_mean" in has and "rsqrt" in has:
         return "layer_norm"
-    if "mean" in has and "rsqrt" in has and ("pow" in has or "mul" in has):
+    if {"pow", "mean", "rsqrt"} <= has:
         return "rms_norm"
     if "erf" in has:
         return "gelu_erf"
     if "tanh" in has:
         return "gelu_tanh"
-    if {"neg", "exp", "div"} <= has or "sigmoid" in has:
-        return "silu_mul" if s.count("mul") >= 1 else "silu"
+    if s[:4] == ["neg", "exp", "add", "div"]:
+        return "silu_mul" if "mul" in s[4:] else "silu"
+    if "sigmoid" in has:
+        return "silu_mul" if "mul" in has else "silu"
     return "fused_" + "_".join(dict.fromkeys(s))[:40]
 
 
@@ -507,7 +509,10 @@ def score(pattern) -> int:
 
 
 def select(patterns: Iterable, top: int | None) -> tuple[list, list[Skipped]]:
-    """The supported patterns worth a candidate, best ``score`` first (``top``: how many), and the rest.
+    """The supported patterns worth a candidate, best first (``top``: how many), and the rest.
+
+    Order: the two best (by ``score``) of each named family (``label_for``: softmax_like, layer_norm,
+    rms_norm, gelu_erf, ...), then everything else by ``score``.
 
     Worth it: a reduction inside, or at least three compute ops (two pointwise ops are left to
     Inductor, which always fuses them).
@@ -522,6 +527,14 @@ def select(patterns: Iterable, top: int | None) -> tuple[list, list[Skipped]]:
         else:
             chosen.append(p)
     chosen.sort(key=lambda p: (-score(p), p.id))
+    # Named families first (softmax, norms, activations: best two of each), then by score.
+    named: dict[str, list] = {}
+    for p in chosen:
+        label = label_for(p.ops)
+        if not label.startswith("fused_") and len(named.setdefault(label, [])) < 2:
+            named[label].append(p)
+    first = [p for group in named.values() for p in group]
+    chosen = first + [p for p in chosen if p not in first]
     if top:
         skipped += [Skipped(p.id, p.ops, f"below --top {top}") for p in chosen[top:]]
         chosen = chosen[:top]
