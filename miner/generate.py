@@ -449,7 +449,7 @@ def _kernel():
 def generate_one(pattern, workspace: Workspace, command: str) -> Generated | Skipped:
     """Write ``candidates/<id>/`` for one pattern, or say why it is outside the class."""
     if not any(o.verdict.ok for o in pattern.occurrences):
-        return Skipped(pattern.id, pattern.ops, "no safe occurrence")
+        return Skipped(pattern.id, pattern.ops, no_safe_reason(pattern))
     spec = spec_from_pattern(pattern)
     try:
         prog = codegen.lower(spec)
@@ -492,10 +492,18 @@ def generate_one(pattern, workspace: Workspace, command: str) -> Generated | Ski
     return Generated(pattern.id, label, folder, len(observed))
 
 
+def no_safe_reason(pattern) -> str:
+    """Why a pattern without a safe stored occurrence gets no candidate (shapes come from those)."""
+    if pattern.counts.safe:
+        return (f"{pattern.counts.safe} safe occurrence(s), but none among the {len(pattern.occurrences)} stored "
+                "(shapes come from stored ones: re-run `miner mine` storing more occurrences)")
+    return "no safe occurrence"
+
+
 def supported(pattern) -> str | None:
     """None if the generator supports the pattern, else the reason it does not."""
     if not any(o.verdict.ok for o in pattern.occurrences):
-        return "no safe occurrence"
+        return no_safe_reason(pattern)
     try:
         codegen.lower(spec_from_pattern(pattern))
     except Unsupported as e:

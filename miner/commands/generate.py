@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         print(describe(g))
     if not args.quiet:
         for s in skipped:
-            if not s.reason.startswith("below --top") and s.reason != "no safe occurrence":
+            if not s.reason.startswith(("below --top", "not selected")) and s.reason != "no safe occurrence":
                 print(describe(s))
     print(f"{len(done)} candidate(s) written to {ws.candidates}, {len(skipped)} pattern(s) not generated "
           f"(each with its reason in {ws.candidates / 'index.json'})", file=sys.stderr)
