@@ -444,6 +444,8 @@ def ranked_table(review: Review, fams: Sequence, detailed: set[str], *, table_id
     by_id = {r.id: r for r in review.rows}
     shown = list(fams[:top] if top else fams)
     header = RANK_HEADER[:-1] + (("status",) if last_column == "status" else ("why no candidate",))
+    if last_column != "status":
+        header = (header[0], "pattern") + header[2:]
 
     def cells(i: str, r: Ranked) -> list[str]:
         c = _rank_cells(i, r, detailed)
