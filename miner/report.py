@@ -154,6 +154,8 @@ def render_show(review: Review, r: Ranked) -> str:
         lines.append(_columns([_call_cells(e) for e in r.calls],
                               ["model", "phase", "inputs", "count", "kern", "Inductor ms", "speedup", "saved us/call"],
                               {3, 4, 5, 6, 7}))
+    if c is None:
+        lines += ["", f"no candidate: {review.skipped.get(r.id, 'not generated yet (miner generate)')}"]
     if c is not None:
         lines += ["", f"candidate files: {c.path}"]
         for key in ("op", "regenerate", "signature", "kernel", "promoted_as"):
@@ -564,7 +566,8 @@ def provenance_html(review: Review) -> str:
     return out
 
 
-def candidate_html(r: Ranked) -> str:
+def candidate_html(r: Ranked, skipped: dict[str, str] | None = None) -> str:
+    skipped = skipped or {}
     p, c = r.pattern, r.candidate
     facts = [("ops", f"<code>{_e(p.ops)}</code>"), ("status", _badge(r.status) + (f" fusion <code>{_e(c.fusion)}</code>"
                                                                                   if c and c.fusion else "")),
@@ -578,6 +581,8 @@ def candidate_html(r: Ranked) -> str:
              ("saved per step", _est(r.saved_ms, ".1f", " µs", 1e3))]
     if c is not None:
         facts.append(("files", f"<code>{_e(c.path.name)}/</code>"))
+    else:
+        facts.append(("no candidate", _e(skipped.get(r.id, "not generated yet"))))
     kind = "candidate" if c is not None else "mined pattern"
     parts = [f'<section id="c-{_e(r.id)}"><h2><span class="small">{kind}</span> {_e(r.id)} '
              f'{("· " + _e(r.label)) if r.label else ""}</h2>',
@@ -692,7 +697,7 @@ def render_html(review: Review, ws: Workspace, *, title: str = "miner review", d
     body.append(f'<section id="costmodel"><h2>Cost model</h2>{accuracy_html(review)}</section>')
     body.append(f'<section id="provenance"><h2>Provenance of the measurements</h2>{provenance_html(review)}</section>')
     body.append('<div id="details">')
-    body += [candidate_html(r) for r in detailed_rows]
+    body += [candidate_html(r, review.skipped) for r in detailed_rows]
     body.append("</div>")
     if len(detailed_rows) < len(review.rows):
         body.append(f'<p class="small">Details are shown for every candidate and the top {detail_top} mined patterns; '
