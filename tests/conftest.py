@@ -1,10 +1,12 @@
-"""Shared test setup: Triton runs on the CPU through its interpreter; GPU tests skip without CUDA."""
+"""Shared test setup: without CUDA, Triton runs on the CPU through its interpreter and GPU tests skip."""
 
 import os
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # must be set before triton is imported
+import pytest
+import torch  # torch does not import triton: the interpreter switch below still takes effect
 
-import pytest  # noqa: E402
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # must be set before triton is imported
 
 
 def pytest_collection_modifyitems(config, items):
