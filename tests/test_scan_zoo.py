@@ -12,7 +12,7 @@ from miner.workspace import Workspace
 @pytest.fixture(scope="module")
 def scanned(tmp_path_factory):
     root = tmp_path_factory.mktemp("zoo")
-    assert main(["--workspace", str(root), "scan", "--models", "bert,gpt2", "--jobs", "2"]) == 0
+    assert main(["--workspace", str(root), "scan", "--models", "bert,gpt2"]) == 0
     return Workspace(root)
 
 

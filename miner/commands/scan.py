@@ -25,7 +25,8 @@ def add_arguments(p) -> None:
     p.add_argument("--seq", type=int, default=None, help="override the preset's sequence length")
     p.add_argument("--force", action="store_true", help="recompile even if saved graphs exist")
     p.add_argument("--jobs", type=int, default=None,
-                   help="models scanned at once, each in its own process (default: CPU count, at most 4)")
+                   help="models scanned at once, each in its own process (default: one per 4 CPUs, at most 4; "
+                        "Inductor's compile already uses every core, so more only oversubscribe)")
     p.add_argument("--timeout", type=float, default=None, help="seconds per model before it is killed (default 1800)")
 
 
@@ -60,7 +61,7 @@ def run(args) -> int:
           f"workspace {args.workspace}", flush=True)
     results = scan(names, preset=preset, modes=modes, device=args.device, dtype=args.dtype,
                    batch=args.batch, seq=args.seq,
-                   workspace=Workspace(args.workspace), force=args.force, jobs=args.jobs or min(4, os.cpu_count() or 1),
+                   workspace=Workspace(args.workspace), force=args.force, jobs=args.jobs or min(4, max(1, (os.cpu_count() or 1) // 4)),
                    timeout=args.timeout or DEFAULT_TIMEOUT_S, echo=lambda s: print(s, flush=True))
     print()
     print(format_table(results))
