@@ -43,6 +43,10 @@ def expand_models(spec: str) -> list[str]:
     return names
 
 
+def default_jobs() -> int:
+    return min(4, max(1, (os.cpu_count() or 1) // 4))
+
+
 def run(args) -> int:
     from miner.scan import DEFAULT_TIMEOUT_S, format_table, scan
 
@@ -61,7 +65,7 @@ def run(args) -> int:
           f"workspace {args.workspace}", flush=True)
     results = scan(names, preset=preset, modes=modes, device=args.device, dtype=args.dtype,
                    batch=args.batch, seq=args.seq,
-                   workspace=Workspace(args.workspace), force=args.force, jobs=args.jobs or min(4, max(1, (os.cpu_count() or 1) // 4)),
+                   workspace=Workspace(args.workspace), force=args.force, jobs=args.jobs or default_jobs(),
                    timeout=args.timeout or DEFAULT_TIMEOUT_S, echo=lambda s: print(s, flush=True))
     print()
     print(format_table(results))
