@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from miner.errors import WorkspaceError
-from miner.records import GraphKey, KernelRef, TensorMeta
+from miner.records import GraphKey, KernelRef, TensorMeta, to_json
 
 PATTERNS_SCHEMA = 1
 PATTERNS_FILE = "patterns.json"
@@ -477,17 +477,6 @@ def _literal_source(v: Any) -> str:
 # --------------------------------------------------------------------------- JSON
 
 
-def to_json(record: Any) -> Any:
-    """A pattern record (or a structure of them) as plain JSON values."""
-    if dataclasses.is_dataclass(record) and not isinstance(record, type):
-        return {f.name: to_json(getattr(record, f.name)) for f in dataclasses.fields(record)}
-    if isinstance(record, (list, tuple)):
-        return [to_json(r) for r in record]
-    if isinstance(record, dict):
-        return {str(k): to_json(v) for k, v in record.items()}
-    return record
-
-
 def _tuple(v: Any) -> Any:
     """JSON lists back to tuples, recursively (args, shapes); dicts kept."""
     if isinstance(v, list):
@@ -607,15 +596,10 @@ def save_patterns(workspace: Any, patterns: Iterable[Pattern], params: dict | No
 
 def load_mining(workspace: Any) -> MiningResult:
     """Read ``mined/patterns.json``; raises ``WorkspaceError`` naming the file if it is unusable."""
-    from miner.workspace import read_json
+    from miner.workspace import read_envelope
 
     path = patterns_path(workspace)
-    data = read_json(path)
-    if not isinstance(data, dict) or data.get("kind") != "MiningResult":
-        raise WorkspaceError(f"{path}: not a miner patterns file")
-    if data.get("schema") != PATTERNS_SCHEMA:
-        raise WorkspaceError(f"{path}: schema {data.get('schema')}, this miner reads {PATTERNS_SCHEMA}; "
-                             "re-run `miner mine`")
+    data = read_envelope(path, "MiningResult", PATTERNS_SCHEMA, "miner mine")
     try:
         r = data["result"]
         return MiningResult(patterns=tuple(pattern_from_json(p) for p in r["patterns"]),

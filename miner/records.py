@@ -167,7 +167,7 @@ def to_json(record: Any) -> Any:
     if isinstance(record, (list, tuple)):
         return [to_json(r) for r in record]
     if isinstance(record, dict):
-        return {k: to_json(v) for k, v in record.items()}
+        return {str(k): to_json(v) for k, v in record.items()}
     return record
 
 

@@ -62,6 +62,16 @@ def safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "model"
 
 
+def read_envelope(path: Path, kind: str, schema: int, rerun: str) -> Any:
+    """The payload of a versioned workspace file ``{"schema", "kind", ...}``; ``WorkspaceError`` otherwise."""
+    data = read_json(path)
+    if not isinstance(data, dict) or data.get("kind") != kind:
+        raise WorkspaceError(f"{path}: not a miner {kind} file")
+    if data.get("schema") != schema:
+        raise WorkspaceError(f"{path}: schema {data.get('schema')}, this miner reads {schema}; re-run `{rerun}`")
+    return data
+
+
 class Workspace:
     def __init__(self, root: str | Path = "."):
         self.root = Path(root)
@@ -100,12 +110,7 @@ class Workspace:
 
     def load_graph(self, path_or_key: Path | GraphKey) -> CapturedGraph:
         path = self.graph_path(path_or_key) if isinstance(path_or_key, GraphKey) else Path(path_or_key)
-        data = read_json(path)
-        if not isinstance(data, dict) or data.get("kind") != "CapturedGraph":
-            raise WorkspaceError(f"{path}: not a miner graph file")
-        if data.get("schema") != SCHEMA_VERSION:
-            raise WorkspaceError(f"{path}: schema {data.get('schema')}, this miner reads {SCHEMA_VERSION}; "
-                                 "re-run `miner scan --force`")
+        data = read_envelope(path, "CapturedGraph", SCHEMA_VERSION, "miner scan --force")
         try:
             return from_json(CapturedGraph, data["graph"])
         except (ValueError, TypeError, KeyError) as e:
@@ -131,9 +136,7 @@ class Workspace:
         return self._read_scan(path) if path.exists() else None
 
     def _read_scan(self, path: Path) -> ScanResult:
-        data = read_json(path)
-        if not isinstance(data, dict) or data.get("kind") != "ScanResult" or data.get("schema") != SCHEMA_VERSION:
-            raise WorkspaceError(f"{path}: not a scan result of schema {SCHEMA_VERSION}; re-run with --force")
+        data = read_envelope(path, "ScanResult", SCHEMA_VERSION, "miner scan --force")
         try:
             return from_json(ScanResult, data["scan"])
         except (ValueError, TypeError, KeyError) as e:
