@@ -26,11 +26,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import importlib.util
 import itertools
 import math
 import os
-import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -374,18 +372,14 @@ class Candidate:
     meta: dict = field(default_factory=dict)
 
 
-def _import_file(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise UsageError(f"{path}: cannot be imported")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
+def _import_file(path: Path, role: str):
+    """Import a candidate file under the one module name ``miner.rewrite`` gives it (imported once)."""
+    from miner import rewrite
+
     try:
-        spec.loader.exec_module(module)
+        return rewrite.load_module(path, rewrite.module_name(path, role))
     except Exception as e:
-        del sys.modules[name]
         raise UsageError(f"{path}: import failed: {type(e).__name__}: {e}") from e
-    return module
 
 
 def _first_attr(module, names: Sequence[str], what: str, path: Path) -> Callable:
@@ -444,9 +438,8 @@ def load_candidate(path: Path) -> Candidate:
 
     meta = read_json(meta_path)
     cid = str(meta.get("id", path.name))
-    safe = "".join(c if c.isalnum() else "_" for c in cid)
-    pattern = _import_file(path / "pattern.py", f"miner_bench_candidates.c_{safe}.pattern")
-    kernel = _import_file(path / "kernel.py", f"miner_bench_candidates.c_{safe}.kernel")
+    pattern = _import_file(path / "pattern.py", "pattern")
+    kernel = _import_file(path / "kernel.py", "kernel")
     return Candidate(id=cid, name=str(meta.get("label") or meta.get("name") or cid), path=path,
                      reference=_first_attr(pattern, REFERENCE_NAMES, "reference subgraph function", path / "pattern.py"),
                      kernel=_first_attr(kernel, KERNEL_NAMES, "kernel launcher", path / "kernel.py"),
