@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 import torch.fx
+from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from miner.ops import categorize, target_name
 from miner.records import CapturedGraph, GraphKey, KernelRef, NodeRecord, TensorMeta
@@ -168,7 +169,7 @@ class _Pending:
     kernels: dict[str, list[str]] | None = None
 
 
-class CapturePass:
+class CapturePass(CustomGraphPass):
     """The post-grad custom pass: records each graph it sees. Chains to an ``inner`` pass first."""
 
     def __init__(self, mode: str, inner: Callable | None = None):
@@ -186,22 +187,6 @@ class CapturePass:
 
     def __deepcopy__(self, memo):  # torch.compile deep-copies the inductor config
         return self
-
-
-def _as_custom_pass(p: CapturePass):
-    from torch._inductor.custom_graph_pass import CustomGraphPass
-
-    class _Captured(CustomGraphPass):
-        def __call__(self, graph):
-            p(graph)
-
-        def uuid(self):
-            return p.uuid()
-
-        def __deepcopy__(self, memo):
-            return self
-
-    return _Captured()
 
 
 @contextlib.contextmanager
@@ -225,7 +210,7 @@ def capturing(mode: str) -> Iterator[CapturePass]:
 
     GraphLowering.compile_to_module = compile_to_module
     try:
-        with inductor_config.patch({"post_grad_custom_post_pass": _as_custom_pass(cap),
+        with inductor_config.patch({"post_grad_custom_post_pass": cap,
                                     "force_disable_caches": True,
                                     "trace.provenance_tracking_level": 1}):
             yield cap
