@@ -100,6 +100,7 @@ class BenchCase:
     derived_from: tuple[TensorSpec, ...] = ()
     phases: tuple[str, ...] = ()
     count: int = 0  # occurrences with this signature in the scanned graphs
+    cast: str | None = None  # floating inputs cast to this dtype (``--dtypes``); None: as observed
 
     @property
     def key(self) -> tuple:
@@ -218,7 +219,7 @@ def row_from_json(d: dict) -> BenchRow:
                      models=tuple(c.get("models", ())), source=c.get("source", "captured"),
                      preset=c.get("preset", "tiny"), roles=tuple(c.get("roles", ())),
                      derived_from=tuple(_spec(s) for s in c.get("derived_from", ())),
-                     phases=tuple(c.get("phases", ())), count=c.get("count", 0))
+                     phases=tuple(c.get("phases", ())), count=c.get("count", 0), cast=c.get("cast"))
     variants = tuple(VariantResult(**{**v, "timing": Timing(**v["timing"]) if v.get("timing") else None})
                      for v in d["variants"])
     return BenchRow(candidate=d["candidate"], name=d.get("name", d["candidate"]), case=case,
@@ -462,10 +463,28 @@ def find_candidates(root: Path, ids: Sequence[str] | None = None) -> list[Path]:
     return ordered
 
 
-def plan_cases(cand: Candidate, shapes: str = "all", models: Sequence[str] | None = None) -> list[BenchCase]:
+FLOAT_DTYPES = ("float64", "float32", "bfloat16", "float16")
+
+
+def cast_case(case: BenchCase, dtype: str) -> BenchCase:
+    """``case`` with its floating-point inputs in ``dtype`` (bool and integer inputs kept).
+
+    The captures of a CPU scan are float32; under bf16 autocast on a GPU the same chains see
+    bf16 (activations) or keep float32 (norms, softmax): ``--dtypes float32,bfloat16`` times both.
+    """
+    if dtype not in FLOAT_DTYPES:
+        raise ValueError(f"not a floating dtype: {dtype!r} (one of {', '.join(FLOAT_DTYPES)})")
+    inputs = tuple(replace(s, dtype=dtype) if s.dtype in FLOAT_DTYPES else s for s in case.inputs)
+    return case if inputs == case.inputs else replace(case, inputs=inputs, cast=dtype)
+
+
+def plan_cases(cand: Candidate, shapes: str = "all", models: Sequence[str] | None = None,
+               dtypes: Sequence[str] = ("captured",)) -> list[BenchCase]:
     """The cases to time: observed ones (``captured``), their base-size scaling (``derived``), or both.
 
-    A model whose base-preset shapes were captured gets those instead of derived ones.
+    A model whose base-preset shapes were captured gets those instead of derived ones. Each case
+    is timed once per entry of ``dtypes``: ``captured`` as observed, a dtype name with its
+    floating inputs cast to it.
     """
     captured = [c for c in cand.cases if models is None or set(c.models) & set(models)]
     out: list[BenchCase] = []
@@ -485,6 +504,7 @@ def plan_cases(cand: Candidate, shapes: str = "all", models: Sequence[str] | Non
                     out.append(derive_case(c, m, tiny))
                 except ValueError:
                     continue
+    out = [c if d == "captured" else cast_case(c, d) for d in dtypes for c in out]
     return merge_cases(out)
 
 
@@ -1013,6 +1033,7 @@ def load_rows(path: Path) -> list[BenchRow]:
 
 def run_bench(cands: Sequence[Candidate], *, device: str, variants: Sequence[str] = VARIANTS,
               shapes: str = "all", models: Sequence[str] | None = None, replays: int = 25,
+              dtypes: Sequence[str] = ("captured",),
               copy_gbps: float | None = None, time_budget_s: float | None = None,
               on_row: Callable[[BenchRow], None] | None = None,
               log: Callable[[str], None] = print) -> tuple[Env, list[BenchRow]]:
@@ -1026,11 +1047,13 @@ def run_bench(cands: Sequence[Candidate], *, device: str, variants: Sequence[str
     log(env_header(env))
     plan = []
     for cand in cands:
-        cases = plan_cases(cand, shapes, models)
+        cases = plan_cases(cand, shapes, models, dtypes)
         if not cases:
             log(f"{cand.id} ({cand.name}): no observed shapes to time")
         plan += [(cand, c) for c in cases]
-    plan.sort(key=lambda cc: 0 if cc[1].preset == "base" else 1)  # stable: candidates keep their order
+    order = {d: i for i, d in enumerate(dtypes)}
+    # stable: base-size cases first, then in the order of ``dtypes``; candidates keep their order
+    plan.sort(key=lambda cc: (0 if cc[1].preset == "base" else 1, order.get(cc[1].cast or "captured", 0)))
     t0 = time.perf_counter()
     rows, skipped = [], []
     for cand, case in plan:

@@ -20,6 +20,9 @@ def add_arguments(p) -> None:
     p.add_argument("--shapes", choices=("captured", "base", "all"), default="all",
                    help="captured: as the scan observed them; base: scaled to the published model sizes "
                         "(or base-preset captures); all: both (default)")
+    p.add_argument("--dtypes", default="captured", metavar="D,...",
+                   help="time each case once per entry: captured (as observed) or a floating dtype its "
+                        "float inputs are cast to, e.g. captured,bfloat16 (default: captured)")
     p.add_argument("--variants", default="eager,inductor,max-autotune,candidate",
                    help="comma list of eager, inductor, max-autotune, candidate, candidate-looped "
                         "(default: the first four)")
@@ -55,6 +58,11 @@ def run(args) -> int:
     unknown = [v for v in variants if v not in known]
     if unknown:
         raise UsageError(f"unknown variant(s) {', '.join(unknown)}; variants: {', '.join(known)}")
+    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    bad = [d for d in dtypes if d != "captured" and d not in bench.FLOAT_DTYPES]
+    if bad or not dtypes:
+        raise UsageError(f"unknown dtype(s) {', '.join(bad) or '(none)'}; --dtypes takes captured, "
+                         f"{', '.join(bench.FLOAT_DTYPES)}")
     if args.import_run:
         return _import_run(args, bench, Workspace(args.workspace))
     if args.allow_cpu:
@@ -88,6 +96,7 @@ def run(args) -> int:
         save(done, row.env)
 
     env, rows = bench.run_bench(cands, device=device, variants=variants, shapes=args.shapes, models=models,
+                                dtypes=dtypes,
                                 replays=args.replays, time_budget_s=args.time_budget, on_row=on_row)
     print()
     print(bench.env_header(env))
