@@ -8,11 +8,13 @@ Use::
     model = torch.compile(model, options=fusions.inductor_options(["softmax_like"]))
 
 Each fusion ``fusions/<name>/`` has ``pattern.py`` (search pattern in aten ops, replacement by the
-custom op ``miner::<name>``, extra check) and ``kernel.py`` (the Triton kernel and its launcher).
-The pass is one ``CustomGraphPass`` running every selected fusion; its ``uuid()`` hashes their
-sources, so editing a fusion invalidates Inductor's caches. ``graph_pass().counts`` says how
-often each fusion matched. Kernels run on CUDA, or on CPU tensors under ``TRITON_INTERPRET=1``
-(elsewhere the extra check declines and the graph is left as it was).
+custom op ``miner::<name>``, extra check), ``kernel.py`` (the Triton kernel and its launcher) and,
+once timed on a GPU, ``wins.json`` (where it beats Inductor: on CUDA the extra check fires only
+there). The pass is one ``CustomGraphPass`` running every selected fusion; its ``uuid()`` hashes
+their sources and wins.json, so editing a fusion or measuring it again invalidates Inductor's
+caches. ``graph_pass().counts`` says how often each fusion matched. Kernels run on CUDA, or on
+CPU tensors under ``TRITON_INTERPRET=1`` (elsewhere the extra check declines and the graph is left
+as it was).
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ def graph_pass(selected: list[str] | None = None):
     for name in (names() if selected is None else selected):
         module = load(name)
         folder = Path(module.__file__).parent
-        entries.append(Entry(name, module, (str(folder / "pattern.py"), str(folder / "kernel.py"))))
+        files = (folder / "pattern.py", folder / "kernel.py", folder / "wins.json")  # wins.json may be absent
+        entries.append(Entry(name, module, tuple(map(str, files))))
     return FusionPass(entries)
 
 

@@ -367,7 +367,14 @@ def example_shapes(observed: list[dict], n_inputs: int) -> list[tuple[list[int],
     return out
 
 
-def render_pattern_py(prog: Program, head: str, op_name: str, kernel_import: str, examples, doc: str) -> str:
+def render_pattern_py(prog: Program, head: str, op_name: str, kernel_import: str, examples, doc: str,
+                      gated: bool = False) -> str:
+    """pattern.py of a candidate, or of a fusion (``gated``: ``extra_check`` also asks the measured-wins gate).
+
+    A gated module loads ``wins.json`` beside it at import (absent: None, unmeasured) as ``WINS``
+    and ANDs ``rewrite.wins_gate`` into its extra check, so on CUDA it fires only where ``miner
+    bench`` measured it to win. Candidates are not gated: they are what gets measured.
+    """
     spec = prog.spec
     params = codegen.signature_params(spec)
     n_out = len(spec.outputs)
@@ -375,6 +382,16 @@ def render_pattern_py(prog: Program, head: str, op_name: str, kernel_import: str
     ret_search = "pattern({0})[0]" if n_out == 1 else "pattern({0})"
     p = ", ".join(params)
     op_attr = op_name.split("::")[1]
+    gate_doc, gate_import, wins, check = "", "", "", "rewrite.match_inputs_ok(match, N_INPUTS, INPUT_KINDS, RANK)"
+    if gated:
+        from miner.rewrite import WINS_FILE
+
+        gate_doc = (f"\n``WINS`` is ``{WINS_FILE}`` beside this file (GPU timings per shape, from ``miner bench``;"
+                    "\nNone: unmeasured); on CUDA ``extra_check`` fires only where they say the kernel is at"
+                    "\nleast as fast as Inductor (``miner.rewrite.wins_gate``).\n")
+        gate_import = "from pathlib import Path\n\n"
+        wins = f'\nWINS = rewrite.load_wins(Path(__file__).with_name("{WINS_FILE}"))  # None: unmeasured'
+        check = f"({check}\n            and rewrite.wins_gate(match, WINS, N_INPUTS))"
     return f'''{head}"""{doc}
 
 ``pattern`` is the subgraph as it appears in Inductor's post-grad graphs (aten/prims ops, the
@@ -382,9 +399,9 @@ eager reference); ``replacement`` calls the custom op ``{op_name}``, whose imple
 the generated Triton kernel (``kernel.launch``) and whose fake implementation gives the same
 shapes/dtypes as ``pattern`` (fresh contiguous outputs, no aliasing). ``register(pass_dict)``
 adds pattern -> replacement to an Inductor ``PatternMatcherPass``.
-"""
+{gate_doc}"""
 
-import torch
+{gate_import}import torch
 
 from miner import rewrite
 
@@ -394,7 +411,7 @@ N_INPUTS, N_SCALARS, N_OUTPUTS = {spec.n_inputs}, {spec.n_consts}, {n_out}
 INPUT_KINDS = {kinds!r}
 RANK = {spec.rank if any(v.reduce for v in prog.values.values()) else None!r}  # broadcast rank the reductions' dims assume
 EXAMPLE_INPUTS = {examples!r}  # (shape, dtype) per input for the initial trace
-SCALAR_TRACE_VALUES = rewrite.scalar_trace_values(N_SCALARS)
+SCALAR_TRACE_VALUES = rewrite.scalar_trace_values(N_SCALARS){wins}
 
 
 {codegen.reference_source(spec, name="pattern")}
@@ -419,7 +436,7 @@ def replacement({p}):
 
 
 def extra_check(match):
-    return rewrite.match_inputs_ok(match, N_INPUTS, INPUT_KINDS, RANK)
+    return {check}
 
 
 def register(pass_dict):

@@ -4,16 +4,23 @@ The fusion's files are rendered again from the candidate's pattern (the same gen
 kernel is the validated one) with the fusion's own names: the op is ``miner::<name>``, the kernel
 is imported as ``fusions.<name>.kernel``. ``fusions/__init__.py`` (the registry) is rewritten
 from the folders under ``fusions/``. A candidate that is not validated is refused.
+
+``fusions/<name>/wins.json`` holds the candidate's GPU verdicts (``miner.bench.wins_table`` of
+its latest run in ``candidates/<id>/bench.json``); the fusion's extra check reads it
+(``miner.rewrite.wins_gate``) so that on CUDA it fires only where it was measured to win.
+Without a bench.json there is no wins.json and the fusion fires as unmeasured;
+``miner bench --import`` refreshes it (``refresh_wins``).
 """
 
 from __future__ import annotations
 
 import keyword
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from miner import __version__, codegen
+from miner import __version__, codegen, rewrite
 from miner.errors import UsageError
 from miner.generate import (candidate_dir, example_shapes, header, render_kernel_py, render_pattern_py,
                             spec_from_pattern)
@@ -66,18 +73,66 @@ def promote(workspace: Workspace, cid: str, name: str, root: Path | None = None)
         write_text(folder / "kernel.py", render_kernel_py(prog, header(meta["id"], command, what))),
         write_text(folder / "pattern.py", render_pattern_py(
             prog, header(meta["id"], command, what), f"miner::{name}", kernel_import,
-            example_shapes(meta["observed"], spec.n_inputs), f"Fusion {name}: {meta['ops']}.")),
+            example_shapes(meta["observed"], spec.n_inputs), f"Fusion {name}: {meta['ops']}.", gated=True)),
         write_json(folder / "fusion.json", {
             "name": name, "pattern_id": meta["id"], "ops": meta["ops"], "miner_version": __version__,
             "promoted_by": command, "observed": meta["observed"], "occurrences": meta["occurrences"],
             "validation": read_json(path / "validation.json")}),
     ]
+    wins = write_wins(workspace, folder, meta["id"])
+    files += [wins] if wins else []
     files.append(write_registry(workspace))
     tests_root = (root or workspace.root) / "tests" / "fusions"
     files.append(write_text(tests_root / f"test_{name}.py", render_test(name, meta, spec, command)))
     meta["promoted_as"] = name
     write_json(path / "candidate.json", meta)
     return Promoted(name, meta["id"], tuple(files))
+
+
+def measured_wins(workspace: Workspace, cid: str) -> dict | None:
+    """A fusion's wins.json from ``candidates/<cid>/bench.json``; None when it has no timed row.
+
+    The latest run (by date) decides: a bench.json keeps one run per GPU and the gate cannot tell
+    which GPU the model will run on, so the newest measurement stands. The payload is that run's
+    ``wins_table`` entry plus the run's GPU, torch, triton and date and the bench file's path.
+    """
+    from miner import bench
+
+    path = workspace.candidates / cid / "bench.json"
+    if not path.exists():
+        return None
+    runs = [r for r in read_json(path).get("runs", []) if r.get("rows")]
+    if not runs:
+        return None
+    run = max(runs, key=lambda r: r["env"].get("date", ""))
+    entry = bench.wins_table([bench.row_from_json(r) for r in run["rows"]]).get(cid)
+    if entry is None:
+        return None
+    env = run["env"]
+    return {"schema": rewrite.WINS_SCHEMA, "kind": rewrite.WINS_KIND, "candidate": cid, **entry,
+            "gpu": env.get("gpu"), "torch": env.get("torch"), "triton": env.get("triton"), "date": env.get("date"),
+            "source": Path(os.path.relpath(path, workspace.root)).as_posix()}
+
+
+def write_wins(workspace: Workspace, folder: Path, cid: str) -> Path | None:
+    """Write ``folder/wins.json`` from the candidate's measurements, or remove a stale one if there are none."""
+    target = folder / rewrite.WINS_FILE
+    wins = measured_wins(workspace, cid)
+    if wins is None:
+        target.unlink(missing_ok=True)
+        return None
+    return write_json(target, wins)
+
+
+def refresh_wins(workspace: Workspace, cids: set[str]) -> list[Path]:
+    """Rewrite wins.json of every promoted fusion whose candidate is in ``cids`` (``miner bench --import``)."""
+    written = []
+    for fusion_json in sorted(workspace.fusions.glob("*/fusion.json")):
+        cid = read_json(fusion_json).get("pattern_id")
+        if cid in cids:
+            path = write_wins(workspace, fusion_json.parent, cid)
+            written += [path] if path else []
+    return written
 
 
 def write_registry(workspace: Workspace) -> Path:
@@ -98,11 +153,13 @@ Use::
     model = torch.compile(model, options=fusions.inductor_options(["softmax_like"]))
 
 Each fusion ``fusions/<name>/`` has ``pattern.py`` (search pattern in aten ops, replacement by the
-custom op ``miner::<name>``, extra check) and ``kernel.py`` (the Triton kernel and its launcher).
-The pass is one ``CustomGraphPass`` running every selected fusion; its ``uuid()`` hashes their
-sources, so editing a fusion invalidates Inductor's caches. ``graph_pass().counts`` says how
-often each fusion matched. Kernels run on CUDA, or on CPU tensors under ``TRITON_INTERPRET=1``
-(elsewhere the extra check declines and the graph is left as it was).
+custom op ``miner::<name>``, extra check), ``kernel.py`` (the Triton kernel and its launcher) and,
+once timed on a GPU, ``wins.json`` (where it beats Inductor: on CUDA the extra check fires only
+there). The pass is one ``CustomGraphPass`` running every selected fusion; its ``uuid()`` hashes
+their sources and wins.json, so editing a fusion or measuring it again invalidates Inductor's
+caches. ``graph_pass().counts`` says how often each fusion matched. Kernels run on CUDA, or on
+CPU tensors under ``TRITON_INTERPRET=1`` (elsewhere the extra check declines and the graph is left
+as it was).
 """
 
 from __future__ import annotations
@@ -135,7 +192,8 @@ def graph_pass(selected: list[str] | None = None):
     for name in (names() if selected is None else selected):
         module = load(name)
         folder = Path(module.__file__).parent
-        entries.append(Entry(name, module, (str(folder / "pattern.py"), str(folder / "kernel.py"))))
+        files = (folder / "pattern.py", folder / "kernel.py", folder / "wins.json")  # wins.json may be absent
+        entries.append(Entry(name, module, tuple(map(str, files))))
     return FusionPass(entries)
 
 
@@ -271,7 +329,10 @@ def compile_and_run(model, xs, train):
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
-def test_torch_compile_uses_the_fusion_and_matches_eager(device):
+def test_torch_compile_uses_the_fusion_and_matches_eager(device, monkeypatch):
+    # The rewrite itself, ungated: on CUDA the measured-wins gate (tests/test_gate.py) may
+    # rightly decline these small shapes.
+    monkeypatch.setattr(pattern, "WINS", None)
     xs = make_inputs(FIRST_SHAPES, torch.float32, device)
     model = ChainModel(FIRST_SHAPES[FLOAT_INPUT][-1]).to(device)
     got, matches = compile_and_run(model, xs, train=False)

@@ -12,6 +12,9 @@ A pattern module (``candidates/<id>/pattern.py`` or ``fusions/<name>/pattern.py`
   single pass object per slot). ``uuid()`` hashes the pattern and kernel sources (and this file), so editing a
   fusion invalidates Inductor's FX graph cache. Each pattern has its own ``PatternMatcherPass``,
   so ``counts[name]`` says how often each one fired.
+- ``wins_gate`` / ``decide``: the measured-wins gate of a promoted fusion's ``extra_check``: on CUDA
+  a fusion fires only on shapes where its GPU benchmark (``fusions/<name>/wins.json``) says it is
+  at least as fast as Inductor.
 - ``inductor_options(pass)``: the ``torch.compile(options=...)`` dict. The pass goes in both
   post-grad slots: the *pre* slot runs before Inductor's own pattern passes (on CUDA Inductor
   rewrites ``amax/sub/exp/sum`` into its online-softmax prim there, which would hide the chain),
@@ -28,7 +31,10 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import logging
+import math
 import os
+import statistics
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -40,6 +46,10 @@ import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+WINS_FILE = "wins.json"  # a fusion's measured verdicts, next to its pattern.py
+WINS_KIND, WINS_SCHEMA = "FusionWins", 1
+
+log = logging.getLogger(__name__)
 
 
 def interpreter_enabled() -> bool:
@@ -115,6 +125,18 @@ def load_module(path: str | Path, name: str) -> ModuleType:
     return module
 
 
+def match_vals(match, n_inputs: int) -> list[torch.Tensor] | None:
+    """The ``meta["val"]`` tensors of the match's inputs ``x0..x{n-1}``; None when one is not a tensor."""
+    vals = []
+    for k in range(n_inputs):
+        node = match.kwargs.get(f"x{k}")
+        val = getattr(node, "meta", {}).get("val") if node is not None else None
+        if not isinstance(val, torch.Tensor):
+            return None
+        vals.append(val)
+    return vals
+
+
 def match_inputs_ok(match, n_inputs: int, input_kinds: tuple[str, ...], rank: int | None) -> bool:
     """The shared part of every ``extra_check``: devices, dtypes, static shapes, rank.
 
@@ -122,13 +144,9 @@ def match_inputs_ok(match, n_inputs: int, input_kinds: tuple[str, ...], rank: in
     inputs bool; all on one device; static sizes; the broadcast rank equals ``rank`` when the
     pattern's reductions name a positive dim.
     """
-    vals = []
-    for k in range(n_inputs):
-        node = match.kwargs.get(f"x{k}")
-        val = getattr(node, "meta", {}).get("val") if node is not None else None
-        if not isinstance(val, torch.Tensor):
-            return False
-        vals.append(val)
+    vals = match_vals(match, n_inputs)
+    if vals is None:
+        return False
     device = vals[0].device
     if device.type == "cpu" and not interpreter_enabled() or device.type not in ("cpu", "cuda"):
         return False
@@ -144,6 +162,115 @@ def match_inputs_ok(match, n_inputs: int, input_kinds: tuple[str, ...], rank: in
     except RuntimeError:
         return False
     return rank is None or len(shape) == rank
+
+
+# --------------------------------------------------------------------------- the measured-wins gate
+#
+# ``miner bench`` times a candidate against Inductor per (input shapes, dtypes) on a GPU; a fusion
+# that loses on some shapes should leave those to Inductor. ``wins.json`` (written by ``miner
+# promote`` / ``miner bench --import`` from ``candidates/<id>/bench.json``) holds that run's
+# ``miner.bench.wins_table`` entry: ``wins`` and ``loses``, each a list of ``{"inputs": [{shape,
+# dtype, stride}], "speedup_vs_inductor", ...}``.
+
+Signature = tuple[tuple[tuple[int, ...], str], ...]  # per input: (shape, dtype name as in bench rows)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.bfloat16`` -> ``"bfloat16"``: the dtype spelling of bench rows."""
+    return str(dtype).removeprefix("torch.")
+
+
+def signature_of(vals: Iterable[torch.Tensor]) -> Signature:
+    """Per input (shape, dtype name): what a measurement is looked up by (strides are not)."""
+    return tuple((tuple(int(s) for s in v.shape), dtype_name(v.dtype)) for v in vals)
+
+
+def load_wins(path: str | Path) -> dict | None:
+    """A fusion's ``wins.json`` (its measured verdicts), or None when it has none (unmeasured)."""
+    from miner.workspace import read_envelope
+
+    path = Path(path)
+    if not path.exists():
+        return None
+    return read_envelope(path, WINS_KIND, WINS_SCHEMA, "miner bench --import <run>/bench.json")
+
+
+def measurements(wins: dict | None) -> list[tuple[Signature, float]]:
+    """(signature, speedup over Inductor) of every measured row in ``wins`` (won and lost)."""
+    rows = [*(wins or {}).get("wins", ()), *(wins or {}).get("loses", ())]
+    return [(tuple((tuple(i["shape"]), i["dtype"]) for i in r["inputs"]), float(r["speedup_vs_inductor"]))
+            for r in rows]
+
+
+def _size(signature: Signature) -> tuple[int, int]:
+    """(row length, element count) of the largest input: the row a row kernel reduces, and its work.
+
+    Row length as ``BenchCase.row_length`` defines it (last dim of the largest input).
+    """
+    shape = max((s for s, _ in signature), key=math.prod, default=())
+    return (shape[-1] if shape else 1), math.prod(shape)
+
+
+def _distance(a: Signature, b: Signature) -> float:
+    """Log distance in row length plus log distance in element count (sizes 0 count as 1)."""
+    (ra, na), (rb, nb) = _size(a), _size(b)
+    return abs(math.log(max(ra, 1) / max(rb, 1))) + abs(math.log(max(na, 1) / max(nb, 1)))
+
+
+def _label(signature: Signature) -> str:
+    return " ".join(f"{d}[{','.join(map(str, s))}]" for s, d in signature)
+
+
+def decide(signature: Signature, wins: dict | None) -> tuple[bool, str]:
+    """Whether a fusion should fire on inputs ``signature``, given its measurements; and why.
+
+    - no measurement (``wins`` None, or no rows in it): fire; "unmeasured: fires wherever the
+      extra check allows" (a fusion is promoted because it validated; timing it is a later step);
+    - the exact (shapes, dtypes) was measured: fire iff its speedup over Inductor is >= 1.0
+      (several rows, e.g. other strides: their median);
+    - otherwise, among the rows with the same input dtypes, follow the one nearest in row length
+      and element count of the largest input (log distance: a 2x longer row counts as far as a 2x
+      shorter one); on a tie the slower row decides (fire only where measured to win);
+    - no row with these dtypes: do not fire; "no measurement for these dtypes" (bf16 and fp32
+      kernels win and lose in different places, one says nothing about the other).
+
+    Pure (no torch, no FX): ``wins_gate`` computes the signature from a match.
+    """
+    signature = tuple((tuple(shape), dtype) for shape, dtype in signature)
+    rows = measurements(wins)
+    if not rows:
+        return True, "unmeasured: fires wherever the extra check allows"
+    exact = [s for sig, s in rows if sig == signature]
+    if exact:
+        s = statistics.median(exact)
+        return s >= 1.0, f"measured on these shapes: {s:.2f}x Inductor"
+    dtypes = tuple(d for _, d in signature)
+    same = [(sig, s) for sig, s in rows if tuple(d for _, d in sig) == dtypes]
+    if not same:
+        return False, "no measurement for these dtypes"
+    sig, s = min(same, key=lambda r: (_distance(r[0], signature), r[1]))
+    return s >= 1.0, f"nearest measured {_label(sig)}: {s:.2f}x Inductor"
+
+
+def wins_gate(match, wins: dict | None, n_inputs: int) -> bool:
+    """The measured-wins part of a fusion's ``extra_check``: ``decide`` on the match's input metas.
+
+    Applies only when the matched tensors are on CUDA: the measurements are GPU timings, so on
+    the CPU (the Triton interpreter: tests, validation) the gate passes and only the rest of the
+    extra check decides. A match whose inputs are not static tensors is declined (the rest of the
+    check declines those too). Each decision is logged at DEBUG on ``miner.rewrite``.
+    """
+    vals = match_vals(match, n_inputs)
+    if vals is None:
+        return False
+    if any(v.device.type != "cuda" for v in vals):
+        return True
+    if not all(isinstance(s, int) for v in vals for s in v.shape):
+        return False
+    signature = signature_of(vals)
+    fire, reason = decide(signature, wins)
+    log.debug("%s %s: %s", "fire" if fire else "decline", _label(signature), reason)
+    return fire
 
 
 @dataclass
@@ -190,10 +317,13 @@ class FusionPass(CustomGraphPass):
     def uuid(self) -> bytes:
         # As torch's get_hash_for_files, but uncached: that one is lru_cached per path tuple, so an
         # edit within one process would keep the old hash.
+        # A listed file may be absent (a fusion's wins.json before any GPU run): hashed as absent, so
+        # the measurement appearing later changes the uuid too.
         files = tuple(sorted({f for e in self.entries for f in e.files} | {__file__}))
         h = hashlib.sha256(",".join(e.name for e in self.entries).encode())
         for f in files:
-            h.update(Path(f).read_bytes())
+            path = Path(f)
+            h.update(path.read_bytes() if path.exists() else f"absent:{path.name}".encode())
         return h.digest()
 
     def __deepcopy__(self, memo):  # torch.compile deep-copies the inductor config
@@ -209,12 +339,13 @@ def inductor_options(graph_pass: FusionPass) -> dict[str, Any]:
 
 
 def entry_for(pattern_path: str | Path, name: str, module: ModuleType | None = None) -> Entry:
-    """An Entry for a pattern module file (its sibling kernel.py is hashed too)."""
+    """An Entry for a pattern module file (its sibling kernel.py and wins.json are hashed too)."""
     path = Path(pattern_path)
     module = module or load_module(path, module_name(path, "pattern"))
-    files = tuple(str(p) for p in (path, path.with_name("kernel.py")) if p.exists())
+    files = tuple(str(p) for p in (path, path.with_name("kernel.py"), path.with_name(WINS_FILE)) if p.exists())
     return Entry(name, module, files)
 
 
-__all__ = ["Entry", "FusionPass", "define_op", "entry_for", "inductor_options", "interpreter_enabled",
-           "load_module", "match_inputs_ok", "module_name", "op_schema", "scalar_trace_values"]
+__all__ = ["Entry", "FusionPass", "Signature", "WINS_FILE", "decide", "define_op", "dtype_name", "entry_for",
+           "inductor_options", "interpreter_enabled", "load_module", "load_wins", "match_inputs_ok", "match_vals",
+           "measurements", "module_name", "op_schema", "scalar_trace_values", "signature_of", "wins_gate"]

@@ -1,10 +1,18 @@
-"""promote: refuses what is not validated, writes the fusion folder, its test and the registry."""
+"""promote: refuses what is not validated, writes the fusion folder, its test, the registry and wins.json."""
 
+import dataclasses
+import importlib
 import json
+import sys
+from types import SimpleNamespace
 
 import pytest
+import torch
+from torch._subclasses import FakeTensorMode
 
 import test_codegen_fixtures as F
+from miner import bench
+from miner.bench import BenchCase, BenchRow, Env, TensorSpec, Timing, VariantResult
 from miner.errors import UsageError
 from miner.generate import generate_one
 from miner.promote import promote
@@ -46,14 +54,19 @@ def test_refuses_bad_names_and_unknown_ids(ws):
         promote(ws, "p0", "softmax_like")
 
 
-def test_promote_writes_fusion_test_and_registry(ws):
+def validated(ws):
+    """A promotable candidate (exp / sum / div over (6, 20) float32 rows)."""
     r = generate_one(F.exp_softmax(), ws, "x")
-    v = validate(ws, r.id, device="cpu", model=False)
+    assert validate(ws, r.id, device="cpu", model=False).ok
     # The model check is slow (tests/test_validate.py covers it); record one as validate would.
     saved = json.loads((r.path / "validation.json").read_text())
     saved["checks"].append({"kind": "rewrite", "case": "bert/tiny/train", "ok": True, "detail": "1 match(es)"})
     (r.path / "validation.json").write_text(json.dumps(saved))
-    assert v.ok
+    return r
+
+
+def test_promote_writes_fusion_test_and_registry(ws):
+    r = validated(ws)
     out = promote(ws, r.id, "softmax_like")
     folder = ws.fusions / "softmax_like"
     pattern = (folder / "pattern.py").read_text()
@@ -67,4 +80,92 @@ def test_promote_writes_fusion_test_and_registry(ws):
     assert "@pytest.mark.gpu" in test and "@pytest.mark.slow" in test
     compile(test, "test_softmax_like.py", "exec")
     assert json.loads((r.path / "candidate.json").read_text())["promoted_as"] == "softmax_like"
-    assert len(out.files) == 6
+    assert len(out.files) == 6 and not (folder / "wins.json").exists()  # never timed: unmeasured
+    assert "and rewrite.wins_gate(match, WINS, N_INPUTS)" in pattern
+
+
+# --------------------------------------------------------------------------- the measured-wins gate
+
+ENV = Env(device="cuda", gpu="NVIDIA H200", torch="2.11.0", triton="3.6.0", date="2026-12-02T12:00:00Z",
+          copy_gbps=4000.0, l2_bytes=60 * 2**20, sm_count=132, cuda="13.0")
+
+
+def bench_row(cid, shape, speedup, env=ENV):
+    """A timed float32 row of the candidate: Inductor 10 us, the candidate 10 / speedup us."""
+    variants = (VariantResult("inductor", Timing(0.010, 0.010, 0.010, 25, 100)),
+                VariantResult("candidate", Timing(0.010 / speedup, 0.010 / speedup, 0.010 / speedup, 25, 100)))
+    spec = TensorSpec(tuple(shape), "float32")
+    return BenchRow(candidate=cid, name="exp_softmax", case=BenchCase(inputs=(spec,), models=("bert",)),
+                    outputs=(spec,), bytes_moved=8 * spec.nbytes, roofline_ms=0.001, rotation=4,
+                    variants=variants, env=env)
+
+
+def fake_match(shape, dtype, device):
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        val = torch.empty(shape, dtype=dtype, device=device)
+    return SimpleNamespace(kwargs={"x0": SimpleNamespace(meta={"val": val})})
+
+
+@pytest.fixture()
+def workspace_fusions(ws, monkeypatch):
+    """Import ``fusions`` from the tmp workspace; the repository's ``fusions`` comes back afterwards."""
+    saved = {k: v for k, v in sys.modules.items() if k == "fusions" or k.startswith("fusions.")}
+    for k in saved:
+        del sys.modules[k]
+    monkeypatch.syspath_prepend(str(ws.root))
+    yield lambda: importlib.import_module("fusions")
+    for k in [k for k in sys.modules if k == "fusions" or k.startswith("fusions.")]:
+        del sys.modules[k]
+    sys.modules.update(saved)
+
+
+def test_promote_writes_wins_json_and_the_fusion_fires_only_where_it_wins(ws, workspace_fusions):
+    r = validated(ws)
+    rows = [bench_row(r.id, (64, 1024), 1.25), bench_row(r.id, (6, 20), 0.5)]
+    older = [bench_row(r.id, (6, 20), 2.0, env=dataclasses.replace(ENV, gpu="NVIDIA H100", date="2026-11-01"))]
+    bench.save_results(older, older[0].env, candidate_dirs={r.id: r.path}, report_dir=None)
+    bench.save_results(rows, ENV, candidate_dirs={r.id: r.path}, report_dir=None)
+    out = promote(ws, r.id, "gated_exp")
+    wins = json.loads((ws.fusions / "gated_exp" / "wins.json").read_text())
+    assert ws.fusions / "gated_exp" / "wins.json" in out.files
+    assert (wins["gpu"], wins["torch"], wins["triton"], wins["date"]) == ("NVIDIA H200", "2.11.0", "3.6.0", ENV.date)
+    assert wins["source"] == f"candidates/{r.id}/bench.json" and wins["candidate"] == r.id
+    assert [w["inputs"][0]["shape"] for w in wins["wins"]] == [[64, 1024]]  # the latest run (H200) only
+    assert [w["inputs"][0]["shape"] for w in wins["loses"]] == [[6, 20]]
+
+    fusions = workspace_fusions()
+    module = fusions.load("gated_exp")
+    assert module.WINS == wins
+    assert not module.extra_check(fake_match((6, 20), torch.float32, "cuda"))  # measured loss
+    assert module.extra_check(fake_match((64, 1024), torch.float32, "cuda"))  # measured win
+    assert module.extra_check(fake_match((128, 1024), torch.float32, "cuda"))  # nearest is the win
+    assert not module.extra_check(fake_match((6, 20), torch.bfloat16, "cuda"))  # no bf16 measurement
+    assert module.extra_check(fake_match((6, 20), torch.float32, "cpu"))  # GPU timings: not on CPU
+
+    # the pass's uuid follows wins.json: a new measurement invalidates Inductor's caches
+    graph_pass = fusions.graph_pass(["gated_exp"])
+    before = graph_pass.uuid()
+    bench.save_results([bench_row(r.id, (6, 20), 1.1)], ENV, candidate_dirs={r.id: r.path}, report_dir=None)
+    from miner.promote import refresh_wins
+
+    assert refresh_wins(ws, {r.id}) == [ws.fusions / "gated_exp" / "wins.json"]
+    after = graph_pass.uuid()
+    assert after != before
+    (ws.fusions / "gated_exp" / "wins.json").unlink()
+    assert graph_pass.uuid() not in (before, after)
+
+
+def test_bench_import_refreshes_a_promoted_fusions_wins(ws, capsys):
+    from miner import cli
+
+    r = validated(ws)
+    promote(ws, r.id, "gated_exp")
+    target = ws.fusions / "gated_exp" / "wins.json"
+    assert not target.exists()
+    run = ws.root / "reports" / "gpu" / "run"
+    bench.save_results([bench_row(r.id, (6, 20), 0.5), bench_row("pother", (6, 20), 2.0)], ENV,
+                       candidate_dirs=None, report_dir=run, json_only=True)
+    assert cli.main(["--workspace", str(ws.root), "bench", "--import", str(run / "bench.json")]) == 0
+    assert f"refreshed {target}" in capsys.readouterr().out
+    wins = json.loads(target.read_text())
+    assert wins["wins"] == [] and wins["loses"][0]["speedup_vs_inductor"] == 0.5

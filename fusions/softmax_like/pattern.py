@@ -7,7 +7,13 @@ eager reference); ``replacement`` calls the custom op ``miner::softmax_like``, w
 the generated Triton kernel (``kernel.launch``) and whose fake implementation gives the same
 shapes/dtypes as ``pattern`` (fresh contiguous outputs, no aliasing). ``register(pass_dict)``
 adds pattern -> replacement to an Inductor ``PatternMatcherPass``.
+
+``WINS`` is ``wins.json`` beside this file (GPU timings per shape, from ``miner bench``;
+None: unmeasured); on CUDA ``extra_check`` fires only where they say the kernel is at
+least as fast as Inductor (``miner.rewrite.wins_gate``).
 """
+
+from pathlib import Path
 
 import torch
 
@@ -20,6 +26,7 @@ INPUT_KINDS = ('bool', 'float', 'float')
 RANK = 4  # broadcast rank the reductions' dims assume
 EXAMPLE_INPUTS = [([2, 2, 2, 8], 'bool'), ([2, 2, 2, 8], 'float32'), ([2, 2, 2, 8], 'float32')]  # (shape, dtype) per input for the initial trace
 SCALAR_TRACE_VALUES = rewrite.scalar_trace_values(N_SCALARS)
+WINS = rewrite.load_wins(Path(__file__).with_name("wins.json"))  # None: unmeasured
 
 
 def pattern(x0, x1, x2):
@@ -58,7 +65,8 @@ def replacement(x0, x1, x2):
 
 
 def extra_check(match):
-    return rewrite.match_inputs_ok(match, N_INPUTS, INPUT_KINDS, RANK)
+    return (rewrite.match_inputs_ok(match, N_INPUTS, INPUT_KINDS, RANK)
+            and rewrite.wins_gate(match, WINS, N_INPUTS))
 
 
 def register(pass_dict):

@@ -120,5 +120,10 @@ def _import_run(args, bench, ws) -> int:
     out = Path(args.out) if args.out else path.parent
     for p in bench.save_results(rows, rows[0].env, candidate_dirs=dirs, report_dir=out):
         print(f"wrote {p}")
+    # promoted fusions gate on their candidate's measurements: new rows mean a new wins.json
+    from miner.promote import refresh_wins
+
+    for p in refresh_wins(ws, {r.candidate for r in rows} & set(dirs)):
+        print(f"refreshed {p} (the fusion's measured-wins gate)")
     print("\n".join(bench.targets(rows)))
     return 0
