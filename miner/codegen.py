@@ -272,7 +272,8 @@ def _lower_pointwise(name, target, base, overload, args, operand) -> Value:
         exp = args["exponent"]
         if not isinstance(exp, dict) and float(exp) in _POW_SPECIAL:
             return _combine(name, _POW_SPECIAL[float(exp)].format(e), [v], is_bool=False)
-        return _combine(name, f"_pow({e}, {operand(exp)[0]})", [v], is_bool=False)
+        # an abstracted exponent is a constexpr kernel parameter: _pow_c specializes x ** 2 etc.
+        return _combine(name, f"_pow_c({e}, {operand(exp)[0]})", [v], is_bool=False)
     if base == "clamp" and overload == "default":
         e, v = operand(args["self"])
         expr = e
@@ -395,6 +396,26 @@ def _pow(x, e):
     odd = e_int & (tl.floor(e * 0.5) * 2.0 != e)
     r = tl.where(x < 0, tl.where(e_int, tl.where(odd, -r, r), float("nan")), r)
     return tl.where(e == 0, 1.0, r)
+
+
+@triton.jit
+def _pow_c(x, E: tl.constexpr):
+    # x ** E for a compile-time exponent: small integer and half powers without exp/log
+    if E == 1.0:
+        r = x
+    elif E == 2.0:
+        r = x * x
+    elif E == 3.0:
+        r = x * x * x
+    elif E == 0.5:
+        r = tl.sqrt(x)
+    elif E == -0.5:
+        r = tl.rsqrt(x)
+    elif E == -1.0:
+        r = 1.0 / x
+    else:
+        r = _pow(x, x * 0.0 + E)
+    return r
 '''
 
 
@@ -418,14 +439,23 @@ class _Emitter:
             stack.extend(val.deps)
         return [n for n in self.v if n in need]  # topological order
 
-    def _vec_lines(self, names: list[str]) -> list[str]:
+    def _vec_lines(self, names: list[str], aligned: bool = False) -> list[str]:
+        """Loads and pointwise lines. ``aligned`` (looped kernel): ``cols`` count from the row's
+        16-aligned start ``abase``; an input laid out like the rows (``X{k}_ALIGNED``) is read at
+        ``abase + cols`` (vectorizable), any other at its logical column ``cols - lead``."""
         lines = []
         for n in names:
             val = self.v[n]
             if n in self.p.inputs:
                 k = self.p.inputs.index(n)
-                load = f"tl.load(x{k}_row + cols * x{k}_sc, mask=mask, other=0)"
-                lines.append(f"{n} = {load}" + ("" if val.is_bool else ".to(tl.float32)"))
+                cast = "" if val.is_bool else ".to(tl.float32)"
+                if aligned:
+                    lines += [f"if X{k}_ALIGNED:",
+                              f"    {n} = tl.load(x{k}_ptr + abase + cols, mask=mask, other=0){cast}",
+                              "else:",
+                              f"    {n} = tl.load(x{k}_row + (cols - lead) * x{k}_sc, mask=mask, other=0){cast}"]
+                else:
+                    lines.append(f"{n} = tl.load(x{k}_row + cols * x{k}_sc, mask=mask, other=0){cast}")
             else:
                 lines.append(f"{n} = {val.expr}")
         return lines
@@ -468,26 +498,31 @@ class _Emitter:
             return f"tl.where(mask, {x}, 0).to(tl.int32)"
         raise AssertionError(r.reduce)
 
-    def _stores(self, kinds: str) -> list[str]:
+    def _stores(self, kinds: str, aligned: bool = False) -> list[str]:
         lines = []
         for i, o in enumerate(self.p.outputs):
             val = self.v[o]
             if val.kind != kinds:
                 continue
             if kinds == "vec":
-                lines.append(f"tl.store(out{i}_ptr + rows * n_cols + cols, {o}.to(out{i}_ptr.dtype.element_ty), mask=mask)")
+                at = "abase + cols" if aligned else "rows * n_cols + cols"
+                lines.append(f"tl.store(out{i}_ptr + {at}, {o}.to(out{i}_ptr.dtype.element_ty), mask=mask)")
             else:
                 lines.append(f"tl.store(out{i}_ptr + rows, {o}.to(out{i}_ptr.dtype.element_ty), mask=row_mask)")
         return lines
 
     # -- signature and prologue shared by both kernels
-    def signature(self, name: str) -> str:
+    def signature(self, name: str, aligned: bool = False) -> str:
         n_in, n_out = len(self.p.inputs), len(self.p.outputs)
         params = [f"x{k}_ptr" for k in range(n_in)] + [f"out{i}_ptr" for i in range(n_out)]
-        params += [f"c{c}" for c in range(self.p.spec.n_consts)]
+        # scalar constants are compile-time: one specialization per value (eps, scales and
+        # exponents are fixed per model), folded into the arithmetic
+        params += [f"c{c}: tl.constexpr" for c in range(self.p.spec.n_consts)]
         params += ["n_rows", "n_cols", "d1", "d2"]
         params += [f"x{k}_s{d}" for k in range(n_in) for d in ("0", "1", "2", "c")]
         params += ["ROWS: tl.constexpr", "BLOCK: tl.constexpr"]
+        if aligned:
+            params += [f"X{k}_ALIGNED: tl.constexpr" for k in range(n_in)]
         return f"@triton.jit\ndef {name}(\n    " + ",\n    ".join(
             ", ".join(params[i:i + 6]) for i in range(0, len(params), 6)) + ",\n):"
 
@@ -524,8 +559,33 @@ class _Emitter:
         body += self._stores("vec") + self._stores("row")
         return self.signature("one_pass_kernel") + "\n" + _indent(body)
 
+    def _chunked(self, lines: list[str]) -> list[str]:
+        """``lines`` over one row in BLOCK chunks of columns counted from the row's 16-aligned start.
+
+        The row [lead, end) is read as a masked head chunk, unmasked full chunks whose loads
+        and stores start on 16-element boundaries (so Triton vectorizes them even when n_cols
+        is odd, e.g. a 50257-word vocabulary), and a masked tail chunk.
+        """
+        body = ["cols = tl.arange(0, BLOCK)[None, :]",
+                "mask = row_mask & (cols >= lead) & (cols < end)"] + lines
+        body += ["for start in range(BLOCK, n_main, BLOCK):",
+                 "    cols = start + tl.arange(0, BLOCK)[None, :]",
+                 "    mask = row_mask & (cols < n_main)"] + ["    " + ln for ln in lines]
+        body += ["if tail < end:",
+                 "    cols = tail + tl.arange(0, BLOCK)[None, :]",
+                 "    mask = row_mask & (cols < end)"] + ["    " + ln for ln in lines]
+        return body
+
     def looped(self) -> str:
-        body = self.prologue()
+        body = self.prologue() + [
+            "# one row per program (ROWS == 1); columns are counted from the row's 16-aligned start",
+            "row_start = tl.program_id(0).to(tl.int64) * n_cols",
+            "abase = (row_start // 16) * 16",
+            "lead = (row_start - abase).to(tl.int32)",
+            "end = lead + n_cols",
+            "n_main = (end // BLOCK) * BLOCK",
+            "tail = tl.maximum(n_main, BLOCK)",
+        ]
         done: set[str] = set()
         for level in range(1, self.p.levels + 1):
             reds = [v for v in self.v.values() if v.kind == "row" and v.reduce and v.level == level]
@@ -547,11 +607,12 @@ class _Emitter:
                     inits += [f'{acc} = tl.full([ROWS, BLOCK], float("-inf"), tl.float32)',
                               f"{sacc} = tl.zeros([ROWS, BLOCK], tl.float32)"]
                     x = r.operand
-                    updates += [f'm_new = tl.maximum({acc}, tl.where(mask, {x}, float("-inf")))',
-                                '# rescale the running sum to the new max; an all -inf lane stays 0',
-                                'm_safe = tl.where(m_new == float("-inf"), 0.0, m_new)',
-                                f"{sacc} = {sacc} * tl.exp({acc} - m_safe) + tl.where(mask, tl.exp({x} - m_safe), 0.0)",
-                                f"{acc} = m_new"]
+                    updates += [f'xm = tl.where(mask, {x}, float("-inf"))',
+                                "# online sum of exp(x - max) per lane with ONE exp: the larger of x and the",
+                                "# running max gets exp(0) = 1, the other exp(-|x - max|); -inf lanes add 0",
+                                'd = tl.exp(-tl.abs(tl.where(xm == float("-inf"), float("-inf"), xm - ' + acc + ')))',
+                                f"{sacc} = tl.where(xm > {acc}, {sacc} * d + 1.0, {sacc} + d)",
+                                f"{acc} = tl.maximum({acc}, xm)"]
                     finals += [self._finalize(r, acc),
                                f'{r.name}_safe = tl.where({r.name} == float("-inf"), 0.0, {r.name})',
                                f"{partner.name} = tl.sum({sacc} * tl.exp({acc} - {r.name}_safe), axis=1)[:, None]"]
@@ -564,19 +625,16 @@ class _Emitter:
                            "any": "tl.maximum({a}, {x})"}.get(r.reduce, "{a} + {x}")
                 updates.append(f"{acc} = " + combine.format(a=acc, x=self._masked(r)))
                 finals.append(self._finalize(r, acc))
-            loop = ["cols = start + tl.arange(0, BLOCK)[None, :]", "mask = row_mask & (cols < n_cols)"]
-            loop += self._vec_lines(self._vec_closure(roots)) + updates
-            body += inits + ["for start in range(0, n_cols, BLOCK):"] + ["    " + ln for ln in loop] + finals
+            body += inits + self._chunked(self._vec_lines(self._vec_closure(roots), aligned=True) + updates) + finals
             done.update(r.name for r in reds)
             body += self._row_pointwise_after(level, done)
         vec_outs = [o for o in self.p.outputs if self.v[o].kind == "vec"]
         if vec_outs:
             body.append("# last pass: recompute and store the full-row outputs")
-            loop = ["cols = start + tl.arange(0, BLOCK)[None, :]", "mask = row_mask & (cols < n_cols)"]
-            loop += self._vec_lines(self._vec_closure(vec_outs)) + self._stores("vec")
-            body += ["for start in range(0, n_cols, BLOCK):"] + ["    " + ln for ln in loop]
+            body += self._chunked(self._vec_lines(self._vec_closure(vec_outs), aligned=True)
+                                  + self._stores("vec", aligned=True))
         body += self._stores("row")
-        return self.signature("looped_kernel") + "\n" + _indent(body)
+        return self.signature("looped_kernel", aligned=True) + "\n" + _indent(body)
 
 
 def _indent(lines: list[str]) -> str:

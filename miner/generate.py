@@ -347,9 +347,15 @@ def launch({", ".join(params)}, *, variant=None):
     (d1, d2), strides, xs = _layout(shape, xs)
     variant = variant or ("one_pass" if n_cols <= ONE_PASS_MAX else "looped")
     rows, block, warps = config(n_rows, n_cols, variant)
-    kernel = one_pass_kernel if variant == "one_pass" else looped_kernel
-    kernel[(triton.cdiv(n_rows, rows),)](*xs, *outs, *scalars, n_rows, n_cols, d1, d2, *strides,
-                                         ROWS=rows, BLOCK=block, num_warps=warps)
+    if variant == "one_pass":
+        one_pass_kernel[(triton.cdiv(n_rows, rows),)](*xs, *outs, *scalars, n_rows, n_cols, d1, d2, *strides,
+                                                      ROWS=rows, BLOCK=block, num_warps=warps)
+        return outs
+    # inputs laid out exactly like the rows (contiguous, full shape) are read from the row's
+    # 16-aligned start, so their loads vectorize even when n_cols is not a multiple of 16
+    aligned = {{f"X{{k}}_ALIGNED": x.shape == shape and x.is_contiguous() for k, x in enumerate(xs)}}
+    looped_kernel[(n_rows,)](*xs, *outs, *scalars, n_rows, n_cols, d1, d2, *strides,
+                             ROWS=1, BLOCK=block, num_warps=warps, **aligned)
     return outs
 '''
 

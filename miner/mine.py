@@ -428,9 +428,10 @@ def inductor_view(nodes_p, occs: Sequence[Occurrence]) -> InductorView:
 
 
 def _sample(occs: list[Occurrence], cap: int) -> tuple[Occurrence, ...]:
-    """Up to ``cap`` occurrences spread over graphs, plus one example of each rejection reason."""
+    """Up to ``cap`` occurrences spread over graphs, safe ones first (generation takes its
+    shapes from stored safe occurrences), plus one example of each rejection reason."""
     by_graph: dict[str, list[Occurrence]] = defaultdict(list)
-    for o in occs:
+    for o in sorted(occs, key=lambda o: not o.verdict.ok):  # stable: graph order kept
         by_graph[str(o.graph)].append(o)
     picked: list[Occurrence] = []
     queues = list(by_graph.values())

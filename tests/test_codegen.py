@@ -111,3 +111,27 @@ def test_pow_and_tanh_helpers_match_torch(workspace):
     (out,) = cand.kernel_module.launch(x, *cs)
     ref = cand.pattern_module.pattern(x.double(), *cs)[0]
     torch.testing.assert_close(out.double(), ref, rtol=2e-6, atol=5e-7)  # fp32 cancellation in 1 + tanh near -1
+
+
+@pytest.mark.parametrize("name", ["log_softmax", "layer_norm", "rms_norm", "scaled_masked_softmax"])
+def test_looped_kernel_on_rows_that_start_off_the_16_element_grid(workspace, name):
+    # n_cols = 4101: row r starts at element 4101 * r, so every row has a different lead before
+    # its 16-aligned start (head chunk, full chunks, tail chunk); inputs laid out like the rows
+    # take the aligned loads, broadcast ones (weights, masks) their logical columns.
+    cand = load_candidate(workspace, generate_one(F.ALL[name](), workspace, "test").id)
+    observed = cand.meta["observed"][0]
+    rank = len(max((i["shape"] for i in observed["inputs"]), key=len))
+    torch.manual_seed(0)
+    xs = []
+    for spec in observed["inputs"]:
+        shape = list(spec["shape"])
+        if len(shape) == rank:  # 5 rows of 4101 (leading dims 5, 1, ...); a broadcast last dim stays 1
+            shape = [5] + [1] * (rank - 2) + [4101 if shape[-1] != 1 else 1]
+        else:  # a weight: one row
+            shape = shape[:-1] + [4101]
+        xs.append(torch.randn(shape) if spec["dtype"] != "bool" else torch.rand(shape) > 0.5)
+    cs = list(observed.get("scalars", []))
+    outs = cand.kernel_module.launch(*xs, *cs, variant="looped")
+    ref = cand.pattern_module.pattern(*[x.double() if x.is_floating_point() else x for x in xs], *cs)
+    for o, r in zip(outs, ref):
+        torch.testing.assert_close(o.double(), r, rtol=1e-5, atol=1e-5)

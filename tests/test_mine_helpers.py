@@ -138,3 +138,18 @@ def test_shuffled_is_a_renamed_topological_reordering():
         seen.add(n.name)
     assert sorted(n.target for n in s.nodes if n.op == "call_function") == \
         sorted(n.target for n in g.nodes if n.op == "call_function")
+
+
+def test_stored_occurrences_put_safe_ones_first():
+    # generation takes a candidate's shapes from stored *safe* occurrences: a pattern whose first
+    # occurrences in each graph are unsafe must still store its safe ones
+    from miner.mine import _sample
+    from miner.pattern import Occurrence, Verdict
+
+    bad = Verdict(ok=False, reasons=("users: escapes",))
+    occs = [Occurrence(GraphKey(m, "tiny", "train", "forward", 0), (f"{m}{i}",), verdict=bad if i < 2 else Verdict(ok=True))
+            for m in ("bert", "gpt2") for i in range(3)]
+    picked = _sample(occs, 2)
+    assert [o.verdict.ok for o in picked[:2]] == [True, True]
+    assert {o.graph.model for o in picked[:2]} == {"bert", "gpt2"}  # still spread over graphs
+    assert any(not o.verdict.ok for o in picked)  # one example of the rejection reason is kept
