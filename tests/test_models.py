@@ -221,9 +221,10 @@ def test_zoo_table_from_scan_results(tmp_path):
     assert "| BertForMaskedLM | suite | BertForMaskedLM (masked-lm) | - | yes | 2 | 400 | 0 | 21.5 |  |" in text
     assert "| yes | no |" in rows["qwen2"] and "boom \\| bang" in rows["qwen2"]
     assert "not scanned" in rows["mistral"]
-    assert "## hf-suite (PyTorch's HF dynamo benchmark list): 1/55 captured on the CPU (1 scanned)" in text
+    assert "## hf-suite (PyTorch's HF dynamo benchmark list): 1/55 (2%) captured on the CPU (1 scanned)" in text
+    assert "CPU totals: 1 scanned, 1 captured, 0 failed; 2 graphs, 400 nodes; 0.4 min of scans" in text
     assert "cuda" not in text
     gpu = [ScanResult("BertForMaskedLM", "tiny", "train", "cuda", False, error="OOM", seconds=1.0)]
     text = render(ws.scans(), "tiny", "train", {}, gpu_scans=gpu)
-    assert "0/55 on CUDA (1 scanned)" in text
+    assert "0/55 (0%) on CUDA (1 scanned)" in text
     assert "| 21.5 | no |  | 1.0 | cuda: OOM |" in text  # CPU ok, CUDA failed: the CUDA error shows
