@@ -439,7 +439,7 @@ class _Emitter:
             stack.extend(val.deps)
         return [n for n in self.v if n in need]  # topological order
 
-    def _vec_lines(self, names: list[str], aligned: bool = False) -> list[str]:
+    def _vec_lines(self, names: list[str], aligned: bool = False, masked: bool = True) -> list[str]:
         """Loads and pointwise lines. ``aligned`` (looped kernel): ``cols`` count from the row's
         16-aligned start ``abase``; an input laid out like the rows (``X{k}_ALIGNED``) is read at
         ``abase + cols`` (vectorizable), any other at its logical column ``cols - lead``."""
@@ -449,11 +449,12 @@ class _Emitter:
             if n in self.p.inputs:
                 k = self.p.inputs.index(n)
                 cast = "" if val.is_bool else ".to(tl.float32)"
+                m = ", mask=mask, other=0" if masked else ""
                 if aligned:
                     lines += [f"if X{k}_ALIGNED:",
-                              f"    {n} = tl.load(x{k}_ptr + abase + cols, mask=mask, other=0){cast}",
+                              f"    {n} = tl.load(x{k}_ptr + abase + cols{m}){cast}",
                               "else:",
-                              f"    {n} = tl.load(x{k}_row + (cols - lead) * x{k}_sc, mask=mask, other=0){cast}"]
+                              f"    {n} = tl.load(x{k}_row + (cols - lead) * x{k}_sc{m}){cast}"]
                 else:
                     lines.append(f"{n} = tl.load(x{k}_row + cols * x{k}_sc, mask=mask, other=0){cast}")
             else:
@@ -484,8 +485,10 @@ class _Emitter:
             return f"{r.name} = tl.sum({acc}, axis=1)[:, None] / {r.divisor}"
         raise AssertionError(r.reduce)
 
-    def _masked(self, r: Value) -> str:
+    def _masked(self, r: Value, masked: bool = True) -> str:
         x = r.operand
+        if not masked:  # a full chunk: every lane is a real column
+            return {"m2": f"({x} - {r.center}) * ({x} - {r.center})", "any": f"{x}.to(tl.int32)"}.get(r.reduce, x)
         if r.reduce in ("sum", "mean"):
             return f"tl.where(mask, {x}, 0.0)"
         if r.reduce == "m2":
@@ -498,7 +501,7 @@ class _Emitter:
             return f"tl.where(mask, {x}, 0).to(tl.int32)"
         raise AssertionError(r.reduce)
 
-    def _stores(self, kinds: str, aligned: bool = False) -> list[str]:
+    def _stores(self, kinds: str, aligned: bool = False, masked: bool = True) -> list[str]:
         lines = []
         for i, o in enumerate(self.p.outputs):
             val = self.v[o]
@@ -506,7 +509,8 @@ class _Emitter:
                 continue
             if kinds == "vec":
                 at = "abase + cols" if aligned else "rows * n_cols + cols"
-                lines.append(f"tl.store(out{i}_ptr + {at}, {o}.to(out{i}_ptr.dtype.element_ty), mask=mask)")
+                m = ", mask=mask" if masked else ""
+                lines.append(f"tl.store(out{i}_ptr + {at}, {o}.to(out{i}_ptr.dtype.element_ty){m})")
             else:
                 lines.append(f"tl.store(out{i}_ptr + rows, {o}.to(out{i}_ptr.dtype.element_ty), mask=row_mask)")
         return lines
@@ -559,21 +563,20 @@ class _Emitter:
         body += self._stores("vec") + self._stores("row")
         return self.signature("one_pass_kernel") + "\n" + _indent(body)
 
-    def _chunked(self, lines: list[str]) -> list[str]:
-        """``lines`` over one row in BLOCK chunks of columns counted from the row's 16-aligned start.
+    def _chunked(self, lines) -> list[str]:
+        """``lines(masked)`` over one row in BLOCK chunks of columns counted from the row's 16-aligned start.
 
-        The row [lead, end) is read as a masked head chunk, unmasked full chunks whose loads
-        and stores start on 16-element boundaries (so Triton vectorizes them even when n_cols
-        is odd, e.g. a 50257-word vocabulary), and a masked tail chunk.
+        The row [lead, end) is read as a masked head chunk, full chunks without masks whose
+        loads and stores start on 16-element boundaries (so Triton vectorizes them even when
+        n_cols is odd, e.g. a 50257-word vocabulary), and a masked tail chunk.
         """
         body = ["cols = tl.arange(0, BLOCK)[None, :]",
-                "mask = row_mask & (cols >= lead) & (cols < end)"] + lines
+                "mask = row_mask & (cols >= lead) & (cols < end)"] + lines(True)
         body += ["for start in range(BLOCK, n_main, BLOCK):",
-                 "    cols = start + tl.arange(0, BLOCK)[None, :]",
-                 "    mask = row_mask & (cols < n_main)"] + ["    " + ln for ln in lines]
+                 "    cols = start + tl.arange(0, BLOCK)[None, :]"] + ["    " + ln for ln in lines(False)]
         body += ["if tail < end:",
                  "    cols = tail + tl.arange(0, BLOCK)[None, :]",
-                 "    mask = row_mask & (cols < end)"] + ["    " + ln for ln in lines]
+                 "    mask = row_mask & (cols < end)"] + ["    " + ln for ln in lines(True)]
         return body
 
     def looped(self) -> str:
@@ -592,8 +595,7 @@ class _Emitter:
             if not reds:
                 continue
             body.append(f"# pass {level}: {', '.join(r.name for r in reds)}")
-            inits, updates, finals = [], [], []
-            roots = []
+            inits, finals, roots = [], [], []
             for r in reds:
                 acc = f"acc_{r.name}"
                 if r.online_max:
@@ -603,36 +605,47 @@ class _Emitter:
                     roots.append(r.center)
                 partner = next((s for s in reds if s.online_max == r.name), None)
                 if r.reduce == "max" and partner is not None:
-                    sacc = f"acc_{partner.name}"
                     inits += [f'{acc} = tl.full([ROWS, BLOCK], float("-inf"), tl.float32)',
-                              f"{sacc} = tl.zeros([ROWS, BLOCK], tl.float32)"]
-                    x = r.operand
-                    updates += [f'xm = tl.where(mask, {x}, float("-inf"))',
-                                "# online sum of exp(x - max) per lane with ONE exp: the larger of x and the",
-                                "# running max gets exp(0) = 1, the other exp(-|x - max|); -inf lanes add 0",
-                                'd = tl.exp(-tl.abs(tl.where(xm == float("-inf"), float("-inf"), xm - ' + acc + ')))',
-                                f"{sacc} = tl.where(xm > {acc}, {sacc} * d + 1.0, {sacc} + d)",
-                                f"{acc} = tl.maximum({acc}, xm)"]
+                              f"acc_{partner.name} = tl.zeros([ROWS, BLOCK], tl.float32)"]
                     finals += [self._finalize(r, acc),
                                f'{r.name}_safe = tl.where({r.name} == float("-inf"), 0.0, {r.name})',
-                               f"{partner.name} = tl.sum({sacc} * tl.exp({acc} - {r.name}_safe), axis=1)[:, None]"]
+                               f"{partner.name} = tl.sum(acc_{partner.name} * tl.exp({acc} - {r.name}_safe), axis=1)[:, None]"]
                     continue
                 init = {"max": 'tl.full([ROWS, BLOCK], float("-inf"), tl.float32)',
                         "min": 'tl.full([ROWS, BLOCK], float("inf"), tl.float32)',
                         "any": "tl.zeros([ROWS, BLOCK], tl.int32)"}.get(r.reduce, "tl.zeros([ROWS, BLOCK], tl.float32)")
                 inits.append(f"{acc} = {init}")
-                combine = {"max": "tl.maximum({a}, {x})", "min": "tl.minimum({a}, {x})",
-                           "any": "tl.maximum({a}, {x})"}.get(r.reduce, "{a} + {x}")
-                updates.append(f"{acc} = " + combine.format(a=acc, x=self._masked(r)))
                 finals.append(self._finalize(r, acc))
-            body += inits + self._chunked(self._vec_lines(self._vec_closure(roots), aligned=True) + updates) + finals
+
+            def pass_lines(masked: bool, reds=reds, roots=roots) -> list[str]:
+                lines = self._vec_lines(self._vec_closure(roots), aligned=True, masked=masked)
+                for r in reds:
+                    acc = f"acc_{r.name}"
+                    if r.online_max:
+                        continue
+                    partner = next((s for s in reds if s.online_max == r.name), None)
+                    if r.reduce == "max" and partner is not None:
+                        sacc, x = f"acc_{partner.name}", r.operand
+                        lines += [f'xm = tl.where(mask, {x}, float("-inf"))' if masked else f"xm = {x}",
+                                  "# online sum of exp(x - max) per lane with ONE exp: the larger of x and the",
+                                  "# running max gets exp(0) = 1, the other exp(-|x - max|); -inf lanes add 0",
+                                  f'd = tl.exp(-tl.abs(tl.where(xm == float("-inf"), float("-inf"), xm - {acc})))',
+                                  f"{sacc} = tl.where(xm > {acc}, {sacc} * d + 1.0, {sacc} + d)",
+                                  f"{acc} = tl.maximum({acc}, xm)"]
+                        continue
+                    combine = {"max": "tl.maximum({a}, {x})", "min": "tl.minimum({a}, {x})",
+                               "any": "tl.maximum({a}, {x})"}.get(r.reduce, "{a} + {x}")
+                    lines.append(f"{acc} = " + combine.format(a=acc, x=self._masked(r, masked)))
+                return lines
+
+            body += inits + self._chunked(pass_lines) + finals
             done.update(r.name for r in reds)
             body += self._row_pointwise_after(level, done)
         vec_outs = [o for o in self.p.outputs if self.v[o].kind == "vec"]
         if vec_outs:
             body.append("# last pass: recompute and store the full-row outputs")
-            body += self._chunked(self._vec_lines(self._vec_closure(vec_outs), aligned=True)
-                                  + self._stores("vec", aligned=True))
+            body += self._chunked(lambda masked: self._vec_lines(self._vec_closure(vec_outs), aligned=True, masked=masked)
+                                  + self._stores("vec", aligned=True, masked=masked))
         body += self._stores("row")
         return self.signature("looped_kernel", aligned=True) + "\n" + _indent(body)
 

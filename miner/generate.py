@@ -26,10 +26,8 @@ from miner import __version__
 from miner import codegen
 from miner.codegen import PNode, PatternSpec, Program, Unsupported
 from miner.errors import UsageError
+from miner.launch import LOOP_BLOCK, ONE_PASS_MAX
 from miner.workspace import Workspace, read_json, write_json, write_text
-
-ONE_PASS_MAX = 8192  # longest row the one-pass kernel holds; longer rows take the looped kernel
-LOOP_BLOCK = 4096  # column chunk of the looped kernel
 
 
 @dataclass(frozen=True)
@@ -257,23 +255,23 @@ def render_kernel_py(prog: Program, head: str) -> str:
     return f'''{head}"""Triton kernels for pattern {spec.id} and their launcher.
 
 ``launch({", ".join(params)})`` returns the pattern's outputs as a tuple of fresh contiguous
-tensors. Rows are the last dim of the inputs' broadcast shape; rows up to ONE_PASS_MAX elements
-take ``one_pass_kernel`` (whole rows in one tile), longer ones ``looped_kernel`` ({prog.levels}
-reduction pass(es) over column chunks, then a storing pass). On CPU tensors it needs
+tensors. Rows are the last dim of the inputs' broadcast shape; short rows take
+``one_pass_kernel`` (whole rows in one tile), long ones ``looped_kernel`` ({prog.levels}
+reduction pass(es) over column chunks, then a storing pass). Layout, the choice of kernel and
+the per-shape tile tuning are ``miner.launch.run``. On CPU tensors it needs
 ``TRITON_INTERPRET=1`` set before triton is imported.
 """
 
 import functools
-import math
-import os
 
 import torch
 import triton
 import triton.language as tl
 
+from miner import launch as _launch
+
 PATTERN_ID = "{spec.id}"
-ONE_PASS_MAX = {ONE_PASS_MAX}
-LOOP_BLOCK = {LOOP_BLOCK}
+LEVELS = {prog.levels}  # reduction passes of the looped kernel (0: pointwise only)
 OUTPUT_KINDS = {prog.output_kinds!r}  # vec: one value per element; row: one per row
 
 
@@ -287,76 +285,9 @@ def _out_meta(shapes, dtypes, scalars):
     return tuple((tuple(o.shape), o.dtype) for o in reference(*xs, *scalars))
 
 
-def _layout(shape, xs):
-    """Leading dims of ``shape`` coalesced into (d0, d1, d2) and each input's strides over them.
-
-    Returns ((d1, d2), [s0, s1, s2, s_col per input], inputs). Broadcast dims get stride 0.
-    When more than three leading dims cannot be coalesced the inputs are made contiguous.
-    """
-    ex = [x.expand(shape) for x in xs]
-    strides = [x.stride() for x in ex]
-    dims = []  # outermost first: (size, [stride per input])
-    for d, size in enumerate(shape[:-1]):
-        if size != 1:
-            dims.append((size, [s[d] for s in strides]))
-    merged = []
-    for size, st in reversed(dims):
-        if merged and all(a == b * merged[-1][0] for a, b in zip(st, merged[-1][1])):
-            merged[-1] = (merged[-1][0] * size, merged[-1][1])
-        else:
-            merged.append((size, st))
-    merged.reverse()
-    if len(merged) > 3:
-        return _layout(shape, [x.contiguous() for x in ex])
-    while len(merged) < 3:
-        merged.insert(0, (1, [0] * len(xs)))
-    flat = []
-    for k, s in enumerate(strides):
-        flat += [merged[0][1][k], merged[1][1][k], merged[2][1][k], s[-1]]
-    return (merged[1][0], merged[2][0]), flat, ex
-
-
-def config(n_rows, n_cols, variant):
-    """(ROWS, BLOCK, num_warps): about 4K elements per program, whole rows for one_pass."""
-    if variant == "one_pass":
-        block = triton.next_power_of_2(n_cols)
-        rows = min(max(1, 4096 // block), 64, triton.next_power_of_2(n_rows))
-    else:
-        block, rows = min(triton.next_power_of_2(n_cols), LOOP_BLOCK), 1
-    tile = rows * block
-    warps = 4 if tile <= 2048 else 8 if tile <= 8192 else 16
-    return rows, block, warps
-
-
-def launch({", ".join(params)}, *, variant=None):
-    xs = ({", ".join(xs)},)
-    scalars = {scalars}
-    device = xs[0].device
-    if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-        raise RuntimeError("{spec.id}: CPU tensors need TRITON_INTERPRET=1 set before triton is imported")
-    metas = _out_meta(tuple(tuple(x.shape) for x in xs), tuple(x.dtype for x in xs), scalars)
-    outs = tuple(torch.empty(s, dtype=d, device=device) for s, d in metas)
-    shape = tuple(torch.broadcast_shapes(*(x.shape for x in xs))) or (1,)
-    n_cols = shape[-1]
-    n_rows = math.prod(shape[:-1])
-    for o, kind in zip(outs, OUTPUT_KINDS):
-        if o.numel() != (n_rows * n_cols if kind == "vec" else n_rows):
-            raise ValueError(f"{{PATTERN_ID}}: output of shape {{tuple(o.shape)}} does not fit rows of {{shape}}")
-    if n_rows * n_cols == 0:
-        return outs
-    (d1, d2), strides, xs = _layout(shape, xs)
-    variant = variant or ("one_pass" if n_cols <= ONE_PASS_MAX else "looped")
-    rows, block, warps = config(n_rows, n_cols, variant)
-    if variant == "one_pass":
-        one_pass_kernel[(triton.cdiv(n_rows, rows),)](*xs, *outs, *scalars, n_rows, n_cols, d1, d2, *strides,
-                                                      ROWS=rows, BLOCK=block, num_warps=warps)
-        return outs
-    # inputs laid out exactly like the rows (contiguous, full shape) are read from the row's
-    # 16-aligned start, so their loads vectorize even when n_cols is not a multiple of 16
-    aligned = {{f"X{{k}}_ALIGNED": x.shape == shape and x.is_contiguous() for k, x in enumerate(xs)}}
-    looped_kernel[(n_rows,)](*xs, *outs, *scalars, n_rows, n_cols, d1, d2, *strides,
-                             ROWS=1, BLOCK=block, num_warps=warps, **aligned)
-    return outs
+def launch({", ".join(params)}, *, variant=None, config=None):
+    return _launch.run(one_pass_kernel, looped_kernel, reference, ({", ".join(xs)},), {scalars}, OUTPUT_KINDS,
+                       pattern_id=PATTERN_ID, levels=LEVELS, variant=variant, out_meta=_out_meta, config=config)
 '''
 
 

@@ -73,7 +73,7 @@ def test_promote_writes_fusion_test_and_registry(ws):
     assert 'OP_NAME = "miner::softmax_like"' in pattern
     assert "from fusions.softmax_like import kernel as _kernel_module" in pattern
     assert pattern.splitlines()[1] == f"# Do not edit; regenerate with: miner promote {r.id} --name softmax_like"
-    assert "def launch(x0, *, variant=None)" in (folder / "kernel.py").read_text()
+    assert "def launch(x0, *, variant=None, config=None)" in (folder / "kernel.py").read_text()
     registry = (ws.fusions / "__init__.py").read_text()
     assert '"softmax_like": "fusions.softmax_like"' in registry
     test = (ws.root / "tests" / "fusions" / "test_softmax_like.py").read_text()

@@ -1,0 +1,72 @@
+"""miner.launch: row layout, the reduction-free re-cut, tile configs and per-shape tuning."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from miner import launch
+
+
+def test_flat_rows_only_for_contiguous_full_size_inputs():
+    x = torch.randn(2, 5, 3072)
+    assert launch.flat_rows(x.shape, [x, torch.randn(2, 5, 3072)], x.numel()) == (30720 // 4096 * 1, 4096) \
+        or launch.flat_rows(x.shape, [x], x.numel())[1] in (4096, 2048, 1024, 512, 256)
+    rows, b = launch.flat_rows(x.shape, [x], x.numel())
+    assert rows * b == x.numel() and b & (b - 1) == 0 and x.numel() % b == 0
+    assert launch.flat_rows(x.shape, [x, torch.randn(3072)], x.numel()) is None  # a broadcast input
+    assert launch.flat_rows(x.shape, [x.transpose(0, 1).contiguous().transpose(0, 1)], x.numel()) is None
+    assert launch.flat_rows((3, 7), [torch.randn(3, 7)], 21) is None  # no power of two >= 256 divides
+
+
+def test_layout_coalesces_leading_dims_and_zero_strides_broadcasts():
+    x, w = torch.randn(2, 3, 4, 8), torch.randn(8)
+    (d1, d2), strides, ex = launch.layout(x.shape, [x, w])
+    assert (d1, d2) == (1, 24)  # 2*3*4 rows coalesced into one dim
+    assert strides[:4] == [0, 0, 8, 1] and strides[4:] == [0, 0, 0, 1]
+
+
+@pytest.mark.parametrize("n_rows, n_cols", [(8192, 768), (8192, 2048), (1, 37), (24576, 512)])
+def test_one_pass_configs_hold_whole_rows_heuristic_first(n_rows, n_cols):
+    cfgs = launch.configs(n_rows, n_cols, "one_pass")
+    rows0, block0, warps0 = cfgs[0]
+    assert block0 >= n_cols and rows0 * block0 <= 4096 * 2 or rows0 == 1
+    assert all(b == block0 for _, b, _ in cfgs) and len(set(cfgs)) == len(cfgs)
+    assert all(r * b <= 16384 for r, b, _ in cfgs[1:])
+
+
+def test_looped_configs_are_one_row_per_program():
+    cfgs = launch.configs(8192, 50257, "looped")
+    assert cfgs[0] == (1, launch.LOOP_BLOCK, 8) and all(r == 1 for r, _, _ in cfgs) and len(cfgs) > 1
+
+
+def test_pick_times_each_config_once_per_key(monkeypatch):
+    import triton.testing
+
+    launched = []
+    times = {(1, 1024, 4): 3.0, (2, 1024, 8): 1.0, (4, 1024, 8): 2.0}
+    monkeypatch.setattr(launch, "interpreting", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, warmup, rep: (fn(), times[launched[-1]])[1])
+    launch.TUNED.pop(("k",), None)
+    best = launch.pick(("k",), list(times), launched.append, "cuda")
+    assert best == (2, 1024, 8) and launch.TUNED[("k",)] == best
+    n = len(launched)
+    assert launch.pick(("k",), list(times), launched.append, "cuda") == best and len(launched) == n  # cached
+    assert launch.pick(("other",), list(times), launched.append, "cpu") == (1, 1024, 4)  # no timing off GPU
+    launch.TUNED.pop(("k",), None)
+
+
+def test_a_config_the_compiler_refuses_is_skipped(monkeypatch):
+    import triton.testing
+
+    monkeypatch.setattr(launch, "interpreting", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, warmup, rep: (fn(), 1.0)[1])
+
+    def run(cfg):
+        if cfg[2] == 16:
+            raise RuntimeError("out of resources: shared memory")
+
+    assert launch.pick(("refused",), [(1, 8192, 16), (1, 4096, 8)], run, "cuda") == (1, 4096, 8)
+    launch.TUNED.pop(("refused",), None)
