@@ -81,26 +81,26 @@ def flat_rows(shape: Sequence[int], xs: Sequence, numel: int) -> tuple[int, ...]
 def configs(n_rows: int, n_cols: int, variant: str) -> list[tuple[int, int, int]]:
     """(ROWS, BLOCK, num_warps) to try, the heuristic one first.
 
-    one_pass: whole rows (BLOCK = next power of two of n_cols), 1..64 rows per program,
-    tiles of 1K..16K elements. looped: one row per program, chunks of 2K..8K columns.
+    At most four, since each is compiled once per shape: one_pass keeps whole rows (BLOCK = next
+    power of two of n_cols) and varies rows per program and warps around the heuristic (tiles up
+    to 16K elements); looped keeps one row per program and varies the chunk (2K..8K) and warps.
     """
     import triton
 
     if variant == "one_pass":
         block = triton.next_power_of_2(n_cols)
-        rows0 = min(max(1, 4096 // block), 64, triton.next_power_of_2(n_rows))
-        out = [(rows0, block, _warps(rows0 * block))]
-        for rows in (1, 2, 4, 8, 16, 32):
-            tile = rows * block
-            if rows > triton.next_power_of_2(n_rows) or not 1024 <= tile <= 16384:
-                continue
-            for warps in sorted({_warps(tile), max(4, _warps(tile) // 2), min(16, _warps(tile) * 2)}):
-                if (rows, block, warps) not in out:
-                    out.append((rows, block, warps))
+        max_rows = min(64, triton.next_power_of_2(n_rows))
+        rows0 = min(max(1, 4096 // block), max_rows)
+        w0 = _warps(rows0 * block)
+        out = [(rows0, block, w0)]
+        for rows, warps in ((rows0, w0 * 2), (max(1, rows0 // 2), max(2, w0 // 2)), (1, max(4, _warps(block)))):
+            cfg = (rows, block, min(warps, 16))
+            if rows <= max_rows and rows * block <= 16384 and cfg not in out:
+                out.append(cfg)
         return out
     block0 = min(triton.next_power_of_2(n_cols), LOOP_BLOCK)
     out = [(1, block0, _warps(block0))]
-    for block, warps in ((2048, 4), (4096, 4), (4096, 16), (8192, 8), (8192, 16)):
+    for block, warps in ((8192, 16), (2048, 4), (4096, 16)):
         if block <= triton.next_power_of_2(n_cols) and (1, block, warps) not in out:
             out.append((1, block, warps))
     return out
