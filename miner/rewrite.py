@@ -51,6 +51,10 @@ WINS_KIND, WINS_SCHEMA = "FusionWins", 1
 
 log = logging.getLogger(__name__)
 
+# "<fusion> fire|decline <inputs>: <reason>" -> how often the gate decided so in this process
+# (``miner verify`` reports the decisions made while compiling, so "matched 0" says why)
+GATE_DECISIONS: Counter[str] = Counter()
+
 
 def interpreter_enabled() -> bool:
     """True when Triton kernels run on CPU tensors (``TRITON_INTERPRET=1`` before triton's import)."""
@@ -269,7 +273,9 @@ def wins_gate(match, wins: dict | None, n_inputs: int) -> bool:
         return False
     signature = signature_of(vals)
     fire, reason = decide(signature, wins)
-    log.debug("%s %s: %s", "fire" if fire else "decline", _label(signature), reason)
+    name = (wins or {}).get("name", "?")
+    GATE_DECISIONS[f"{name} {'fire' if fire else 'decline'} {_label(signature)}: {reason}"] += 1
+    log.debug("%s %s %s: %s", name, "fire" if fire else "decline", _label(signature), reason)
     return fire
 
 

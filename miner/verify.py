@@ -61,6 +61,7 @@ class VerifyResult:
     fused: StepStats | None = None
     parity: Parity | None = None
     matches: dict[str, int] = field(default_factory=dict)  # fusion name -> times it fired
+    gate: dict[str, int] = field(default_factory=dict)  # measured-wins gate decisions while compiling
     error: str | None = None
     env: dict[str, Any] = field(default_factory=dict)
 
@@ -269,6 +270,7 @@ class _Variant:
     grads: dict[str, Any] = field(default_factory=dict)
     times: list[float] = field(default_factory=list)
     peak: int = 0
+    gate: dict[str, int] = field(default_factory=dict)
 
 
 def prepare_variant(name: str, built, *, mode: str, device: str, options: dict | None,
@@ -276,7 +278,10 @@ def prepare_variant(name: str, built, *, mode: str, device: str, options: dict |
     """Compile ``built.model`` (with ``options``) and run the warm-up steps (the first compiles)."""
     import torch
 
+    from miner.rewrite import GATE_DECISIONS
+
     before = match_counts(fusions_mod)
+    gate_before = dict(GATE_DECISIONS)
     if compile_fn is None:
         compiled = torch.compile(built.model, options=options) if options else torch.compile(built.model)
     else:
@@ -289,7 +294,8 @@ def prepare_variant(name: str, built, *, mode: str, device: str, options: dict |
     first_s = time.perf_counter() - t0
     for _ in range(max(0, warmup - 1)):
         step()
-    return _Variant(name, built, step, first_s, _delta(match_counts(fusions_mod), before))
+    gate = {k: n for k, n in _delta(dict(GATE_DECISIONS), gate_before).items() if n}
+    return _Variant(name, built, step, first_s, _delta(match_counts(fusions_mod), before), gate=gate)
 
 
 def parity_step(v: _Variant, *, mode: str, device: str, seed: int) -> None:
@@ -333,6 +339,8 @@ def verify_model(build: Callable[[], Any], *, model: str, mode: str, preset: str
                             warmup=warmup, fusions_mod=fusions_mod)
         log(f"  {model} {mode} {name}: first step {v.first_step_s:.1f} s; matches "
             f"{ {k: n for k, n in v.matches.items() if n} }")
+        for decision, n in sorted(v.gate.items()):
+            log(f"    gate x{n}: {decision}")
         variants.append(v)
     from miner.bench import gpu_timing_lock
 
@@ -358,7 +366,7 @@ def verify_model(build: Callable[[], Any], *, model: str, mode: str, preset: str
     matches = {n: 0 for n in fusion_names}
     matches.update(f.matches)
     result = VerifyResult(model=model, mode=mode, preset=preset, batch=batch, seq=seq, default=stats["default"],
-                          fused=stats["fused"], parity=parity, matches=matches, env=env or {})
+                          fused=stats["fused"], parity=parity, matches=matches, gate=f.gate, env=env or {})
     del variants, d, f
     torch._dynamo.reset()
     if device.startswith("cuda"):
@@ -459,6 +467,11 @@ def save(results: Sequence[VerifyResult], out_dir: Path) -> list[Path]:
           "options=fusions.inductor_options())`, bf16 autocast; train = forward + loss + backward. Median step "
           "time over the timed steps (CUDA events), peak memory of those steps, parity of one seeded step "
           f"(relative norm differences; tolerances {PARITY_TOL}).\n\n" + markdown_table(results))
+    gates = [(r, d, n) for r in results for d, n in sorted(r.gate.items())]
+    if gates:
+        md += ("\n## Measured-wins gate while compiling the fused model\n\nA promoted fusion fires on CUDA only "
+               "where `miner bench` measured it at least as fast as Inductor (`fusions/<name>/wins.json`).\n\n"
+               + "\n".join(f"- {r.model} {r.mode}: x{n} {d}" for r, d, n in gates) + "\n")
     return [write_json(out_dir / "verify.json", data), write_text(out_dir / "verify.md", md)]
 
 

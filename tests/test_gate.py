@@ -109,3 +109,14 @@ def test_gate_declines_a_match_without_tensor_metas():
 def test_kinds_check_still_sees_fake_inputs(device):
     m = match_of(fake((4, 8), torch.float32, device))
     assert match_inputs_ok(m, 1, ("float",), 2)
+
+
+def test_gate_decisions_are_counted_with_their_reason():
+    from miner import rewrite
+
+    small = match_of(*(fake(SMALL, d, "cuda") for d in (torch.bool, torch.bfloat16, torch.bfloat16)))
+    before = dict(rewrite.GATE_DECISIONS)
+    wins_gate(small, {**WINS, "name": "softmax_like"}, 3)
+    new = {k: n - before.get(k, 0) for k, n in rewrite.GATE_DECISIONS.items() if n != before.get(k, 0)}
+    (key,) = new
+    assert key.startswith("softmax_like decline ") and new[key] == 1 and ": " in key
