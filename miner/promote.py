@@ -121,7 +121,8 @@ def write_wins(workspace: Workspace, folder: Path, cid: str) -> Path | None:
     if wins is None:
         target.unlink(missing_ok=True)
         return None
-    return write_json(target, wins)
+    # named after the fusion (the gate's decisions are reported under this name), not the candidate label
+    return write_json(target, {**wins, "name": folder.name, "candidate_label": wins.get("name")})
 
 
 def refresh_wins(workspace: Workspace, cids: set[str]) -> list[Path]:
