@@ -539,17 +539,19 @@ def estimate_call(p: Pattern, call: Call, bench: dict[tuple, BenchPoint], model:
 
 
 def training_samples(items: Sequence[tuple[Pattern, CandidateInfo]]) -> list[Sample]:
-    """Every measured input set of every candidate, with its features.
+    """Every input set measured in each candidate's latest run, with its features.
 
-    A benchmarked input set that no observed call has (a shape derived for a model the capture did
+    Older runs timed older kernels of the same candidate (the generator changes between runs), so
+    they do not train the model. A benchmarked input set that no observed call has (a shape derived for a model the capture did
     not see) borrows the kernel count and byte ratios of the candidate's first observed call.
     """
     samples = []
     for p, c in items:
         calls = calls_of_candidate(c.meta)
         known = {x.key: x for x in calls + [at_published_size(x) for x in calls]}
+        latest = c.bench[-1].run if c.bench else None  # c.bench is oldest run first
         for b in c.bench:
-            if b.speedup is None:
+            if b.speedup is None or b.run != latest:
                 continue
             call = known.get(b.key)
             if call is None and calls:

@@ -393,3 +393,22 @@ def test_expected_calls_stand_for_every_occurrence_not_the_sample():
     three = rank.estimate_call(p, rank.replace(e.call, kernel_mix=((3, 1.0),)), {}, model)
     assert e.saved_ms.value == pytest.approx(0.4 * three.saved_ms.value)
     assert r.saved_ms.value == pytest.approx(sum(x.saved_ms.value * x.call.count for x in r.calls))
+
+
+def test_only_each_candidates_latest_run_trains_the_cost_model(ws):
+    # an older run timed an older kernel of the same candidate: it must not train the model
+    from miner.bench import save_results
+
+    pats = patterns_zoo()
+    rms = pats["rmsnorm"].id
+    env, rows = bench_rows(pats["rmsnorm"], date="2026-11-01T00:00:00Z", slow=5.0)
+    save_results(rows, env, candidate_dirs={rms: ws.candidates / rms}, report_dir=None)
+    rv = rank.review(ws)
+    row = {r.id: r for r in rv.rows}[rms]
+    runs = {b.run for b in row.candidate.bench}
+    assert len(runs) == 2  # both runs are known (and shown as history) ...
+    latest = row.candidate.bench[-1].run
+    samples = rank.training_samples([(p, c) for p, c in [(pats["rmsnorm"], row.candidate)]])
+    assert samples and all(s.speedup == pytest.approx(b.speedup)
+                           for s, b in zip(samples, [b for b in row.candidate.bench if b.run == latest and b.speedup]))
+    assert all(s.speedup > 0.5 for s in samples)  # ... but none of the 5x-slower old rows trains the model
