@@ -20,6 +20,7 @@ from typing import Iterable, Sequence
 
 from miner import __version__
 from miner.costmodel import FEATURE_NAMES, Accuracy
+from miner.errors import MinerError
 from miner.rank import PREDICTED_MARK, CallEstimate, Estimate, Ranked, Review, short_dtype
 from miner.workspace import Workspace, write_text
 
@@ -566,6 +567,56 @@ def provenance_html(review: Review) -> str:
     return out
 
 
+def latest_verify(ws: Workspace) -> tuple[Path, list] | None:
+    """The newest ``reports/gpu/*/verify.json`` (by its env date) and its results; None if there is none."""
+    from miner import verify
+    from miner.workspace import read_json
+
+    found = []
+    for path in ws.reports.glob("gpu/*/verify.json"):
+        try:
+            found.append((read_json(path).get("env", {}).get("date") or "", path))
+        except (OSError, ValueError, MinerError):
+            continue
+    if not found:
+        return None
+    path = max(found)[1]
+    return path, verify.load(path)
+
+
+def _step(s) -> str:
+    return "-" if s is None else f"{s.median_ms:.2f} ({s.p20_ms:.2f}–{s.p80_ms:.2f})"
+
+
+def verify_html(ws: Workspace) -> str:
+    """End to end: the promoted fusions in real model steps (``miner verify``), with the gate's decisions."""
+    found = latest_verify(ws)
+    if found is None:
+        return ('<p class="banner">No <code>miner verify</code> run under reports/gpu/: no end-to-end number. '
+                "Run it on a CUDA machine (docs/benchmarking.md).</p>")
+    path, results = found
+    rows = []
+    for r in results:
+        own = {k: v for k, v in r.matches.items() if not k.startswith("inductor.")}
+        fired = ", ".join(f"{k}×{v}" for k, v in sorted(own.items()) if v) or "none"
+        rows.append([_e(r.model), _e(r.mode), _e(f"B{r.batch} S{r.seq}" if r.batch else f"{r.preset} preset"),
+                     _step(r.default), _step(r.fused),
+                     "-" if r.speedup is None else f"{r.speedup:.3f}×",
+                     "-" if r.default is None or r.fused is None else
+                     f"{r.default.peak_mem_bytes / 2**30:.2f} / {r.fused.peak_mem_bytes / 2**30:.2f}",
+                     "ok" if r.parity and r.parity.ok else _e(r.error or "FAIL"), _e(fired)])
+    gate = [f"<li>{_e(r.model)} {_e(r.mode)}: ×{n} {_e(d)}</li>" for r in results for d, n in sorted(r.gate.items())]
+    env = results[0].env if results else {}
+    return (f"<p>From <code>{_e(path.relative_to(ws.root).as_posix())}</code> ({_e(env.get('gpu'))}, torch "
+            f"{_e(env.get('torch'))}, {_e(env.get('date'))}): <code>torch.compile(model)</code> vs the same with "
+            "<code>fusions.inductor_options()</code>, bf16 autocast, median step time (p20–p80).</p>"
+            + _table(("model", "mode", "size", "default ms", "fused ms", "speedup", "step peak GiB default / fused",
+                      "parity", "fusions fired"), rows, {3, 4, 5})
+            + ("<p>The measured-wins gate while compiling: a promoted fusion fires on CUDA only where "
+               "<code>miner bench</code> measured it at least as fast as Inductor.</p><ul class=\"small\">"
+               + "".join(gate) + "</ul>" if gate else ""))
+
+
 def candidate_html(r: Ranked, skipped: dict[str, str] | None = None) -> str:
     skipped = skipped or {}
     p, c = r.pattern, r.candidate
@@ -668,7 +719,7 @@ def render_html(review: Review, ws: Workspace, *, title: str = "miner review", d
     body = [f"<header><h1>{_e(title)}</h1><div class=\"sub\">miner {__version__} · generated {now} · "
             f"{len(review.rows)} patterns, {n_cand} candidates, {len(review.families)} families · "
             f"{_e(', '.join(f'{v} {k}' for k, v in counts.items()))}</div></header><main>",
-            '<nav class="toc"><a href="#summary">Models</a><a href="#ranking">Candidates</a><a href="#patterns">Mined patterns</a><a href="#costmodel">'
+            '<nav class="toc"><a href="#summary">Models</a><a href="#ranking">Candidates</a><a href="#patterns">Mined patterns</a><a href="#endtoend">End to end</a><a href="#costmodel">'
             'Cost model</a><a href="#provenance">Provenance</a><a href="#details">Details</a></nav>',
             f'<div class="{banner_cls}">{_e(review.basis)}</div>',
             f'<p class="legend">{_e(LEGEND)}</p>']
@@ -694,6 +745,7 @@ def render_html(review: Review, ws: Workspace, *, title: str = "miner review", d
                     "writing a candidate. Sub-patterns overlap: their savings do not add up.</p>"
                     + ranked_table(review, review.pattern_families, detailed, table_id="patterns-table", top=table_top,
                                    last_column="why") + "</section>")
+    body.append(f'<section id="endtoend"><h2>End to end: promoted fusions in model steps</h2>{verify_html(ws)}</section>')
     body.append(f'<section id="costmodel"><h2>Cost model</h2>{accuracy_html(review)}</section>')
     body.append(f'<section id="provenance"><h2>Provenance of the measurements</h2>{provenance_html(review)}</section>')
     body.append('<div id="details">')

@@ -135,3 +135,25 @@ def test_cost_model_accuracy_is_reported_when_there_is_enough_data(tmp_path):
     assert _e(rv.model.note) in text
     add_tanh = next(r for r in rv.rows if r.id == patterns_zoo()["add_tanh"].id)
     assert add_tanh.saved_ms.source == "analytical" and 'title="predicted (analytical)"' in _cells(text, add_tanh.id)
+
+
+def test_end_to_end_section_shows_the_latest_verify_run_and_gate(tmp_path):
+    from miner import verify
+    from miner.report import verify_html
+    from miner.workspace import Workspace
+
+    ws = Workspace(tmp_path)
+    assert "No <code>miner verify</code> run" in verify_html(ws)
+    env = {"gpu": "NVIDIA H200", "torch": "2.11.0", "date": "2026-12-02T14:00:00Z"}
+    step = verify.StepStats(26.4, 25.3, 28.6, 20, 5 << 30, 30.0)
+    fused = verify.StepStats(26.7, 24.9, 29.8, 20, 5 << 30, 21.0)
+    parity = verify.Parity(1.0, 1.0, 0.0, 0.0, 1e-3, "w", 1e-2, True)
+    new = verify.VerifyResult("bert", "train", "base", 16, 512, step, fused, parity, {"log_softmax": 1},
+                              {"log_softmax fire float32[8192,30522]: measured on these shapes: 1.00x Inductor": 1}, env=env)
+    old = verify.VerifyResult("gpt2", "train", "base", 16, 512, step, step, parity, {}, {}, env={**env, "date": "2026-11-01"})
+    verify.save([old], ws.reports / "gpu" / "old")
+    verify.save([new], ws.reports / "gpu" / "new")
+    html = verify_html(ws)
+    assert "reports/gpu/new/verify.json" in html and "gpt2" not in html  # the newest run only
+    assert "B16 S512" in html and "0.989×" in html and "log_softmax×1" in html
+    assert "log_softmax fire float32[8192,30522]" in html
