@@ -1,0 +1,60 @@
+"""The committed candidates/ are what today's generator makes, and their kernels still pass numerics.
+
+`candidates/<id>/` are generated files: regenerating them from the committed mined/patterns.json
+must give the same pattern.py and kernel.py (else the committed files, their validation and the
+GPU numbers filed into them describe some other generator), and each kernel must still match the
+float64 reference on every observed shape plus the odd ones, under the Triton interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from miner.generate import generate_one
+from miner.pattern import load_patterns
+from miner.validate import validate
+from miner.workspace import Workspace
+
+REPO = Path(__file__).resolve().parents[1]
+COMMITTED = sorted(p.parent.name for p in (REPO / "candidates").glob("p*/candidate.json"))
+
+
+def _body(path: Path) -> str:
+    """The file without its header lines (they name the command and version, not the content)."""
+    return "\n".join(ln for ln in path.read_text().splitlines() if not ln.startswith("# "))
+
+
+@pytest.fixture(scope="module")
+def regenerated(tmp_path_factory) -> Workspace:
+    ws = Workspace(tmp_path_factory.mktemp("regen"))
+    shutil.copytree(REPO / "mined", ws.root / "mined")
+    for p in load_patterns(ws):
+        if p.id in COMMITTED:
+            generate_one(p, ws, "test")
+    return ws
+
+
+def test_there_are_committed_candidates():
+    assert len(COMMITTED) >= 4
+
+
+@pytest.mark.parametrize("cid", COMMITTED)
+def test_committed_candidate_is_what_the_generator_makes(regenerated, cid):
+    for name in ("pattern.py", "kernel.py"):
+        assert _body(regenerated.candidates / cid / name) == _body(REPO / "candidates" / cid / name), \
+            f"candidates/{cid}/{name} is stale: regenerate with its header's command"
+
+
+@pytest.mark.parametrize("cid", COMMITTED)
+def test_committed_candidate_kernel_passes_numerics(tmp_path, cid):
+    ws = Workspace(tmp_path)
+    shutil.copytree(REPO / "candidates" / cid, ws.candidates / cid)
+    (ws.candidates / cid / "bench.json").unlink(missing_ok=True)
+    v = validate(ws, cid, device="cpu", model=False)
+    assert v.ok, v.failure
+    meta = json.loads((REPO / "candidates" / cid / "candidate.json").read_text())
+    assert meta["status"] in ("validated", "promoted"), f"{cid} is committed as {meta['status']}"
