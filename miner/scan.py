@@ -134,8 +134,13 @@ def worker_main(argv: list[str] | None = None) -> int:
 
 # --------------------------------------------------------------------------- orchestrator
 
+def compile_threads(jobs: int) -> int:
+    """Inductor compile workers per model when ``jobs`` models compile at once: the CPUs, shared."""
+    return max(1, (os.cpu_count() or 1) // max(1, jobs))
+
+
 def _run_worker(req: ScanRequest, ws: Workspace, timeout: float, echo: Callable[[str], None],
-                log_dir: Path) -> list[ScanResult]:
+                log_dir: Path, threads: int | None = None) -> list[ScanResult]:
     cmd = [sys.executable, "-m", "miner.scan", "--model", req.model, "--preset", req.preset,
            "--modes", ",".join(req.modes), "--device", req.device, "--dtype", req.dtype,
            "--workspace", str(ws.root)]
@@ -144,6 +149,8 @@ def _run_worker(req: ScanRequest, ws: Workspace, timeout: float, echo: Callable[
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{req.model.replace('/', '_').replace(':', '_')}.{req.preset}.log"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if threads is not None and "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ:  # the user's setting wins
+        env["TORCHINDUCTOR_COMPILE_THREADS"] = str(threads)
     started = time.time()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env,
@@ -206,7 +213,7 @@ def scan(model_names: list[str], *, preset: str = "tiny", modes: tuple[str, ...]
     def run_one(req: ScanRequest) -> list[ScanResult]:
         nonlocal done
         echo(f"[{req.model}] starting ({', '.join(req.modes)}, preset {req.preset}, {req.device})")
-        out = _run_worker(req, workspace, timeout, echo, log_dir)
+        out = _run_worker(req, workspace, timeout, echo, log_dir, compile_threads(min(jobs, len(todo))))
         done += 1
         status = "ok" if all(r.ok for r in out) else "FAILED: " + "; ".join(r.error or "" for r in out if not r.ok)
         echo(f"[{req.model}] {status} ({done}/{len(model_names)} models)")

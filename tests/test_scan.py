@@ -1,6 +1,7 @@
 """`miner scan` end to end through the CLI: isolation of bad models, reuse, clear errors."""
 
 import json
+import os
 
 import pytest
 
@@ -60,3 +61,16 @@ def test_corrupt_scan_file_is_a_one_line_error(tmp_path, capsys):
     assert main(["--workspace", str(tmp_path), "scan", "--models", GOOD]) == 2
     err = capsys.readouterr().err.strip()
     assert "train.scan.json: corrupt JSON" in err and len(err.splitlines()) == 1
+
+
+def test_models_share_the_cpus(monkeypatch):
+    # one model per CPU (at most 4, at most the models), the CPUs split among them for Inductor's
+    # compile workers: on 2 cores bert + gpt2 go side by side with one compile thread each
+    from miner import scan as S
+    from miner.commands.scan import default_jobs
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert default_jobs(2) == 2 and default_jobs(1) == 1 and default_jobs(55) == 2
+    assert S.compile_threads(2) == 1 and S.compile_threads(1) == 2
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert default_jobs(55) == 4 and S.compile_threads(4) == 4 and S.compile_threads(2) == 8
