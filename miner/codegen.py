@@ -596,6 +596,8 @@ class _Emitter:
                 continue
             body.append(f"# pass {level}: {', '.join(r.name for r in reds)}")
             inits, finals, roots = [], [], []
+            # the online sum computed in the same pass as each max (None: a plain reduction)
+            partners = {r.name: next((s for s in reds if s.online_max == r.name), None) for r in reds}
             for r in reds:
                 acc = f"acc_{r.name}"
                 if r.online_max:
@@ -603,7 +605,7 @@ class _Emitter:
                 roots.append(r.operand)
                 if r.center:
                     roots.append(r.center)
-                partner = next((s for s in reds if s.online_max == r.name), None)
+                partner = partners[r.name]
                 if r.reduce == "max" and partner is not None:
                     inits += [f'{acc} = tl.full([ROWS, BLOCK], float("-inf"), tl.float32)',
                               f"acc_{partner.name} = tl.zeros([ROWS, BLOCK], tl.float32)"]
@@ -617,13 +619,13 @@ class _Emitter:
                 inits.append(f"{acc} = {init}")
                 finals.append(self._finalize(r, acc))
 
-            def pass_lines(masked: bool, reds=reds, roots=roots) -> list[str]:
+            def pass_lines(masked: bool, reds=reds, roots=roots, partners=partners) -> list[str]:
                 lines = self._vec_lines(self._vec_closure(roots), aligned=True, masked=masked)
                 for r in reds:
                     acc = f"acc_{r.name}"
                     if r.online_max:
                         continue
-                    partner = next((s for s in reds if s.online_max == r.name), None)
+                    partner = partners[r.name]
                     if r.reduce == "max" and partner is not None:
                         sacc, x = f"acc_{partner.name}", r.operand
                         lines += [f'xm = tl.where(mask, {x}, float("-inf"))' if masked else f"xm = {x}",

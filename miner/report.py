@@ -570,26 +570,25 @@ def provenance_html(review: Review) -> str:
 def latest_verify(ws: Workspace) -> tuple[Path, list] | None:
     """The newest ``reports/gpu/*/verify.json`` (by its env date) and its results; None if there is none."""
     from miner import verify
-    from miner.workspace import read_json
 
     found = []
     for path in ws.reports.glob("gpu/*/verify.json"):
         try:
-            found.append((read_json(path).get("env", {}).get("date") or "", path))
-        except (OSError, ValueError, MinerError):
+            results = verify.load(path)
+        except (OSError, ValueError, KeyError, TypeError, MinerError):
             continue
+        date = next((r.env.get("date") for r in results if r.env.get("date")), "")
+        found.append((date, str(path), path, results))
     if not found:
         return None
-    path = max(found)[1]
-    return path, verify.load(path)
-
-
-def _step(s) -> str:
-    return "-" if s is None else f"{s.median_ms:.2f} ({s.p20_ms:.2f}–{s.p80_ms:.2f})"
+    _, _, path, results = max(found)
+    return path, results
 
 
 def verify_html(ws: Workspace) -> str:
     """End to end: the promoted fusions in real model steps (``miner verify``), with the gate's decisions."""
+    from miner import verify
+
     found = latest_verify(ws)
     if found is None:
         return ('<p class="banner">No <code>miner verify</code> run under reports/gpu/: no end-to-end number. '
@@ -600,7 +599,7 @@ def verify_html(ws: Workspace) -> str:
         own = {k: v for k, v in r.matches.items() if not k.startswith("inductor.")}
         fired = ", ".join(f"{k}×{v}" for k, v in sorted(own.items()) if v) or "none"
         rows.append([_e(r.model), _e(r.mode), _e(f"B{r.batch} S{r.seq}" if r.batch else f"{r.preset} preset"),
-                     _step(r.default), _step(r.fused),
+                     verify.format_step(r.default), verify.format_step(r.fused),
                      "-" if r.speedup is None else f"{r.speedup:.3f}×",
                      "-" if r.default is None or r.fused is None else
                      f"{r.default.peak_mem_bytes / 2**30:.2f} / {r.fused.peak_mem_bytes / 2**30:.2f}",

@@ -210,10 +210,12 @@ def scan(model_names: list[str], *, preset: str = "tiny", modes: tuple[str, ...]
     log_dir = workspace.captures / "logs"
     done = len(model_names) - len(todo)
 
+    threads = compile_threads(min(jobs, len(todo)))
+
     def run_one(req: ScanRequest) -> list[ScanResult]:
         nonlocal done
         echo(f"[{req.model}] starting ({', '.join(req.modes)}, preset {req.preset}, {req.device})")
-        out = _run_worker(req, workspace, timeout, echo, log_dir, compile_threads(min(jobs, len(todo))))
+        out = _run_worker(req, workspace, timeout, echo, log_dir, threads)
         done += 1
         status = "ok" if all(r.ok for r in out) else "FAILED: " + "; ".join(r.error or "" for r in out if not r.ok)
         echo(f"[{req.model}] {status} ({done}/{len(model_names)} models)")

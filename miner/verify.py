@@ -427,13 +427,16 @@ def run_verify(models: Sequence[str], *, modes: Sequence[str], preset: str, devi
 
 # --------------------------------------------------------------------------- output
 
+def format_step(s: StepStats | None) -> str:
+    """Median step time with its 20/80% quantiles, e.g. ``26.44 (25.34-28.57)``; ``-`` when absent."""
+    return "-" if s is None else f"{s.median_ms:.2f} ({s.p20_ms:.2f}-{s.p80_ms:.2f})"
+
+
 def markdown_table(results: Sequence[VerifyResult]) -> str:
     lines = ["| model | mode | preset | default ms (p20-p80) | fused ms (p20-p80) | speedup | step peak GiB default/fused | "
              "loss rel | logits rel | grads rel (worst param) | parity | fusion matches |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
-    def st(s: StepStats | None) -> str:
-        return "-" if s is None else f"{s.median_ms:.2f} ({s.p20_ms:.2f}-{s.p80_ms:.2f})"
 
     def num(v: float | None) -> str:
         return "-" if v is None else f"{v:.2e}"
@@ -448,7 +451,7 @@ def markdown_table(results: Sequence[VerifyResult]) -> str:
         grads = "-" if p is None or p.grads_rel is None else f"{p.grads_rel:.2e} ({p.grads_worst}: {p.grads_worst_rel:.1e})"
         own = {k: v for k, v in r.matches.items() if not k.startswith("inductor.")}
         matches = ", ".join(f"{k}={v}" for k, v in sorted(own.items())) or "none"
-        lines.append(f"| {r.model} | {r.mode} | {r.preset} | {st(r.default)} | {st(r.fused)} | "
+        lines.append(f"| {r.model} | {r.mode} | {r.preset} | {format_step(r.default)} | {format_step(r.fused)} | "
                      f"{'-' if r.speedup is None else f'{r.speedup:.3f}x'} | {mem} | {num(p and p.loss_rel)} | "
                      f"{num(p and p.logits_rel)} | {grads} | {'ok' if p and p.ok else 'FAIL'} | {matches} |")
     return "\n".join(lines) + "\n"
