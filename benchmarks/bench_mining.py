@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from miner.mine import mine  # noqa: E402
-from miner.workspace import Workspace  # noqa: E402
+from miner.mine.mine import mine  # noqa: E402
+from miner.core.workspace import Workspace  # noqa: E402
 
 
 def run(workspace: str, models: list[str] | None, preset: str | None, modes: list[str] | None, **options) -> list[dict]:

@@ -13,7 +13,7 @@ import importlib
 import sys
 
 from miner import __version__
-from miner.errors import MinerError
+from miner.core.errors import MinerError
 
 VERBS: dict[str, tuple[str, str]] = {
     "scan": ("miner.commands.scan", "build models from configs, compile with Inductor, capture post-grad graphs"),

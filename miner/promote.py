@@ -5,9 +5,9 @@ kernel is the validated one) with the fusion's own names: the op is ``miner::<na
 is imported as ``fusions.<name>.kernel``. ``fusions/__init__.py`` (the registry) is rewritten
 from the folders under ``fusions/``. A candidate that is not validated is refused.
 
-``fusions/<name>/wins.json`` holds the candidate's GPU verdicts (``miner.bench.wins_table`` of
+``fusions/<name>/wins.json`` holds the candidate's GPU verdicts (``miner.bench.bench.wins_table`` of
 its latest run in ``candidates/<id>/bench.json``); the fusion's extra check reads it
-(``miner.rewrite.wins_gate``) so that on CUDA it fires only where it was measured to win.
+(``miner.runtime.rewrite.wins_gate``) so that on CUDA it fires only where it was measured to win.
 Without a bench.json there is no wins.json and the fusion fires as unmeasured;
 ``miner bench --import`` refreshes it (``refresh_wins``).
 """
@@ -20,12 +20,15 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from miner import __version__, codegen, rewrite
-from miner.errors import UsageError
-from miner.generate import (candidate_dir, example_shapes, header, render_kernel_py, render_pattern_py,
+from miner import __version__
+from miner.generate import codegen
+from miner.runtime import rewrite
+from miner.core.errors import UsageError
+from miner.generate.generate import (KERNEL_IMPORT, candidate_dir, example_shapes, header, render_kernel_py,
+                                     render_pattern_py,
                             spec_from_pattern)
-from miner.validate import ODD_COLS, _reshape, _rows, _shrink
-from miner.workspace import Workspace, read_json, write_json, write_text
+from miner.check.validate import ODD_COLS, _reshape, _rows, _shrink
+from miner.core.workspace import Workspace, read_json, write_json, write_text
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -58,7 +61,7 @@ def promote(workspace: Workspace, cid: str, name: str, root: Path | None = None)
     if not NAME_RE.match(name) or keyword.iskeyword(name):
         raise UsageError(f"fusion name {name!r}: use lower_snake_case (e.g. softmax_like)")
     path, meta = check_promotable(workspace, cid)
-    from miner.pattern import pattern_from_json
+    from miner.core.pattern import pattern_from_json
 
     pattern = pattern_from_json(meta["pattern"])
     spec = spec_from_pattern(pattern)
@@ -66,13 +69,10 @@ def promote(workspace: Workspace, cid: str, name: str, root: Path | None = None)
     command = f"miner promote {meta['id']} --name {name}"
     folder = workspace.fusions / name
     what = f"fusion {name}, promoted from a validated candidate"
-    kernel_import = f"from fusions.{name} import kernel as _kernel_module  # noqa: E402\n\n\ndef _kernel():\n    return _kernel_module"
     files = [
-        write_text(folder / "__init__.py", header(meta["id"], command, what)
-                   + f'"""Fusion {name}: {meta["ops"]} (pattern {meta["id"]})."""\n'),
         write_text(folder / "kernel.py", render_kernel_py(prog, header(meta["id"], command, what))),
         write_text(folder / "pattern.py", render_pattern_py(
-            prog, header(meta["id"], command, what), f"miner::{name}", kernel_import,
+            prog, header(meta["id"], command, what), f"miner::{name}", KERNEL_IMPORT,
             example_shapes(meta["observed"], spec.n_inputs), f"Fusion {name}: {meta['ops']}.", gated=True)),
         write_json(folder / "fusion.json", {
             "name": name, "pattern_id": meta["id"], "ops": meta["ops"], "miner_version": __version__,
@@ -96,7 +96,7 @@ def measured_wins(workspace: Workspace, cid: str) -> dict | None:
     which GPU the model will run on, so the newest measurement stands. The payload is that run's
     ``wins_table`` entry plus the run's GPU, torch, triton and date and the bench file's path.
     """
-    from miner import bench
+    from miner.bench import bench
 
     path = workspace.candidates / cid / "bench.json"
     if not path.exists():
@@ -137,72 +137,37 @@ def refresh_wins(workspace: Workspace, cids: set[str]) -> list[Path]:
 
 
 def write_registry(workspace: Workspace) -> Path:
-    """Rewrite fusions/__init__.py from the fusion folders present."""
-    names = sorted(p.parent.name for p in workspace.fusions.glob("*/pattern.py"))
-    entries = "".join(f'    "{n}": "fusions.{n}",\n' for n in names)
-    return write_text(workspace.fusions / "__init__.py", REGISTRY_TEMPLATE.format(
-        version=__version__, entries=entries))
+    """Write ``fusions/__init__.py``: the folder as a package (the same file in every workspace)."""
+    return write_text(workspace.fusions / "__init__.py", REGISTRY_TEMPLATE.format(version=__version__))
 
 
-REGISTRY_TEMPLATE = '''# Written by miner {version} (`miner promote` rewrites it from the folders under fusions/).
+REGISTRY_TEMPLATE = '''# Written by miner {version} (`miner promote`); the same in every workspace.
 """Promoted fusions: Inductor pattern rewrites whose replacement is a generated Triton kernel.
 
-Use::
+Load them into torch.compile by path, with any ``mode``::
 
-    import fusions
-    model = torch.compile(model, options=fusions.inductor_options())          # every fusion
-    model = torch.compile(model, options=fusions.inductor_options(["softmax_like"]))
+    import miner.runtime.fusions
+    miner.runtime.fusions.install("path/to/workspace")      # every later torch.compile uses them
+    model = torch.compile(model, mode="max-autotune")
 
-Each fusion ``fusions/<name>/`` has ``pattern.py`` (search pattern in aten ops, replacement by the
-custom op ``miner::<name>``, extra check), ``kernel.py`` (the Triton kernel and its launcher) and,
-once timed on a GPU, ``wins.json`` (where it beats Inductor: on CUDA the extra check fires only
-there). The pass is one ``CustomGraphPass`` running every selected fusion; its ``uuid()`` hashes
-their sources and wins.json, so editing a fusion or measuring it again invalidates Inductor's
-caches. ``graph_pass().counts`` says how often each fusion matched. Kernels run on CUDA, or on
-CPU tensors under ``TRITON_INTERPRET=1`` (elsewhere the extra check declines and the graph is left
-as it was).
+or, for one compile, ``torch.compile(model, options=miner.runtime.fusions.inductor_options("path/to/workspace"))``.
+This folder imported as a package (the repository's own is installed as ``miner_fusions``) offers
+the same functions bound to it: ``names()``, ``load(name)``, ``graph_pass(names)``,
+``inductor_options(names)``, ``install(names)``. ``graph_pass().counts`` says how often each
+fusion matched. Each fusion ``<name>/`` has ``pattern.py`` (search pattern in aten ops,
+replacement by the custom op ``miner::<name>``, extra check), ``kernel.py`` (the Triton kernel and
+its launcher) and, once timed on a GPU, ``wins.json`` (where it beats Inductor: on CUDA the
+extra check fires only there). Kernels run on CUDA, or on CPU tensors under
+``TRITON_INTERPRET=1`` (elsewhere the extra check declines and the graph is left as it was).
 """
 
-from __future__ import annotations
+from pathlib import Path as _Path
 
-import importlib
-from pathlib import Path
+from miner.runtime.fusions import Fusions as _Fusions
 
-REGISTRY: dict[str, str] = {{
-{entries}}}
-
-
-def names() -> list[str]:
-    return sorted(REGISTRY)
-
-
-def load(name: str):
-    """The pattern module of fusion ``name``; an unknown name raises, listing the valid ones."""
-    if name not in REGISTRY:
-        from miner.errors import UsageError
-
-        raise UsageError(f"unknown fusion {{name!r}}; fusions: {{', '.join(names()) or '(none)'}}")
-    return importlib.import_module(f"{{REGISTRY[name]}}.pattern")
-
-
-def graph_pass(selected: list[str] | None = None):
-    """One ``miner.rewrite.FusionPass`` running the selected fusions (default: all)."""
-    from miner.rewrite import Entry, FusionPass
-
-    entries = []
-    for name in (names() if selected is None else selected):
-        module = load(name)
-        folder = Path(module.__file__).parent
-        files = (folder / "pattern.py", folder / "kernel.py", folder / "wins.json")  # wins.json may be absent
-        entries.append(Entry(name, module, tuple(map(str, files))))
-    return FusionPass(entries)
-
-
-def inductor_options(selected: list[str] | None = None, graph_pass_=None) -> dict:
-    """``torch.compile(options=...)`` installing the fusions' pass (``graph_pass_``: reuse one, e.g. to read counts)."""
-    from miner.rewrite import inductor_options as _options
-
-    return _options(graph_pass_ if graph_pass_ is not None else graph_pass(selected))
+_FUSIONS = _Fusions(_Path(__file__).resolve().parent)
+names, load, graph_pass = _FUSIONS.names, _FUSIONS.load, _FUSIONS.graph_pass
+inductor_options, install = _FUSIONS.inductor_options, _FUSIONS.install
 '''
 
 
@@ -247,8 +212,13 @@ import torch  # does not import triton, so the switch below still takes effect
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: kernels run on CPU tensors
 
-import fusions  # noqa: E402
-from fusions.{name} import kernel, pattern  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from miner.runtime.fusions import Fusions  # noqa: E402
+
+fusions = Fusions(Path(__file__).resolve().parents[2] / "fusions")
+pattern = fusions.load("{name}")
+kernel = pattern._kernel()
 
 CASES = [
 {case_lines}]
@@ -364,7 +334,7 @@ def test_training_step_with_the_fusion_matches_eager(device):
 {zoo_test}
 
 def test_registry_is_loud_about_unknown_names():
-    from miner.errors import UsageError
+    from miner.core.errors import UsageError
 
     assert "{name}" in fusions.names()
     with pytest.raises(UsageError, match="{name}"):
@@ -374,7 +344,7 @@ def test_registry_is_loud_about_unknown_names():
 
 def render_zoo_test(name: str, meta: dict) -> str:
     """A slow test: the zoo model the pattern was found in, compiled with the fusion (count > 0, parity)."""
-    from miner.validate import pick_model
+    from miner.check.validate import pick_model
 
     pick = pick_model(meta)
     if pick is None:
@@ -384,7 +354,7 @@ def render_zoo_test(name: str, meta: dict) -> str:
 
 @pytest.mark.slow
 def test_fusion_fires_in_{model}_{mode}_and_matches_eager():
-    import models
+    import miner_models as models
 
     built = models.resolve("{model}").build("tiny", "{mode}", "cpu")
     eager = built.model

@@ -20,27 +20,27 @@ from __future__ import annotations
 import difflib
 import re
 
-from miner.errors import UsageError
-from models.base import PRESETS, Built, ModelSpec  # noqa: F401  (public API)
-from models.local import FACTORY_RE, checkpoint_spec, factory_spec, is_checkpoint_dir
-from models.specs import hand_registry
+from miner.core.errors import UsageError
+from .base import PRESETS, Built, ModelSpec  # noqa: F401  (public API)
+from .local import FACTORY_RE, checkpoint_spec, factory_spec, is_checkpoint_dir
+from .specs import hand_registry
 
 REGISTRY: dict[str, ModelSpec] = hand_registry()
 GROUPS = ("hf-suite", "all")
 
 
 def _suite() -> dict[str, ModelSpec]:
-    from models.suite import suite_registry
+    from .suite import suite_registry
     return suite_registry()
 
 
 def _canonical(name: str) -> str:
-    from models.suite import zoo_name
+    from .suite import zoo_name
     return zoo_name(name) if zoo_name(name) in _suite() else name
 
 
 def _generic() -> dict[str, ModelSpec]:
-    from models.generic import generic_registry
+    from .generic import generic_registry
     return generic_registry()
 
 

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import torch
 
-from miner.errors import UsageError
+from miner.core.errors import UsageError
 
 PRESETS = ("tiny", "base")
 MODES = ("train", "infer")

@@ -23,7 +23,7 @@ import re
 from functools import lru_cache, partial
 from typing import Any
 
-from models.base import (TINY, Built, ModelSpec, config_for, finish, fix_special_tokens, instantiate,
+from .base import (TINY, Built, ModelSpec, config_for, finish, fix_special_tokens, instantiate,
                          no_cache_inputs)
 
 # (task, auto mapping name in transformers.models.auto.modeling_auto, Auto class name), in preference order.

@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from miner.errors import UsageError
-from models.base import Built, ModelSpec, finish, ready
+from miner.core.errors import UsageError
+from .base import Built, ModelSpec, finish, ready
 
 FACTORY_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 WEIGHT_GLOBS = ("*.safetensors", "pytorch_model*.bin")
@@ -43,7 +43,7 @@ def has_weights(path: Path) -> bool:
 def build_checkpoint(path: str, preset: str, mode: str, device: str) -> Built:
     from transformers import AutoConfig
 
-    from models.generic import pick_head
+    from .generic import pick_head
     root = Path(path)
     cfg = AutoConfig.from_pretrained(root, local_files_only=True)
     head = pick_head(cfg.model_type)

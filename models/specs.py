@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from models.base import TINY, Built, ModelSpec, finish, fix_special_tokens, instantiate
+from .base import TINY, Built, ModelSpec, finish, fix_special_tokens, instantiate
 
 L, H, A, I, V = TINY["layers"], TINY["hidden"], TINY["heads"], TINY["inter"], TINY["vocab"]
 

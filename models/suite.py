@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from models.base import SHAPES, Built, ModelSpec, finish, instantiate, no_cache_inputs, ready, token_ids
+from .base import SHAPES, Built, ModelSpec, finish, instantiate, no_cache_inputs, ready, token_ids
 
 # name, benchmark batch size (as in huggingface_models_list.txt)
 SUITE_LIST: tuple[tuple[str, int], ...] = (
@@ -114,7 +114,7 @@ def task_of(model_cls: str) -> str:
 def build_suite(name: str, preset: str, mode: str, device: str) -> Built:
     import transformers
 
-    from models.generic import tiny_config
+    from .generic import tiny_config
     e = entry(name)
     cls = getattr(transformers, e.model_cls)
     model_type = cls.config_class.model_type

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from miner.records import ScanResult
+from miner.core.records import ScanResult
 
 CHECK_SECONDS = 120
 
@@ -40,7 +40,7 @@ def _one_line(e: BaseException) -> str:
 
 def eager_check(name: str, preset: str = "tiny", mode: str = "train", seconds: int = CHECK_SECONDS) -> EagerCheck:
     """Build ``name`` and run one eager step (under an alarm of ``seconds``)."""
-    import models
+    import miner_models as models
 
     def _timeout(*_):
         raise TimeoutError(f"no eager step within {seconds} s")
@@ -147,9 +147,9 @@ def render(scans: list[ScanResult], preset: str = "tiny", mode: str = "train",
     import torch
     import transformers
 
-    import models
-    from models.generic import UNSUPPORTED
-    from models.suite import SUITE_LIST, unsupported, zoo_name
+    import miner_models as models
+    from .generic import UNSUPPORTED
+    from .suite import SUITE_LIST, unsupported, zoo_name
     checks = checks or {}
     with_gpu = gpu_scans is not None
     by_name = {r.model: r for r in scans if r.preset == preset and r.mode == mode}

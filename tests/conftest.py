@@ -5,6 +5,8 @@ import os
 import pytest
 import torch  # torch does not import triton: the interpreter switch below still takes effect
 
+import miner  # noqa: F401  first: miner_models / miner_fusions then resolve to this checkout's folders
+
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # must be set before triton is imported
 

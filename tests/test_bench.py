@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from miner import bench
-from miner import roofline as rl
-from miner.bench import BenchCase, BenchRow, Env, TensorSpec, Timing, VariantResult
+from miner.bench import bench
+from miner.bench import roofline as rl
+from miner.bench.bench import BenchCase, BenchRow, Env, TensorSpec, Timing, VariantResult
 
 REPO = Path(__file__).resolve().parents[1]
 

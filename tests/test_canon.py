@@ -8,9 +8,9 @@ import random
 import pytest
 import torch
 
-from miner.canon import code_id, isomorphic, pattern_nodes, structure_order, template_of
-from miner.mine import pattern_at
-from miner.records import NodeRecord
+from miner.mine.canon import code_id, isomorphic, pattern_nodes, structure_order, template_of
+from miner.mine.mine import pattern_at
+from miner.core.records import NodeRecord
 from test_mine_helpers import fx_graph
 
 
@@ -114,7 +114,7 @@ def _permute(structure, rng):
 def _as_nodes(code):
     templates = {}
     for lab, refs in code:
-        from miner.canon import NodeTemplate
+        from miner.mine.canon import NodeTemplate
         templates[lab] = NodeTemplate(target=f"aten.{lab}.default", category="pointwise",
                                       args=tuple({"ref": i} for i in range(len(refs))), n_refs=len(refs))
     return pattern_nodes(code, templates)[0]
@@ -148,7 +148,7 @@ def test_symmetric_sinks_are_permuted_to_the_minimum():
 
 def test_code_id_is_stable_text():
     code = structure_order([("exp", (("x", 0),)), ("mul", (("n", 0), ("n", 0)))])[2]
-    from miner.canon import NodeTemplate
+    from miner.mine.canon import NodeTemplate
     templates = {"exp": NodeTemplate("aten.exp.default", "pointwise", ({"ref": 0},), n_refs=1),
                  "mul": NodeTemplate("aten.mul.Tensor", "pointwise", ({"ref": 0}, {"ref": 1}), n_refs=2)}
     pid, form = code_id(code, templates)

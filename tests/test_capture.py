@@ -5,9 +5,9 @@ import importlib
 import pytest
 import torch
 
-from miner.capture import PRIVATE_SURFACE, capture_step, encode_arg, kernel_kind, module_path
-from miner.graph import to_networkx
-from miner.records import CapturedGraph, from_json, to_json
+from miner.scan.capture import PRIVATE_SURFACE, capture_step, encode_arg, kernel_kind, module_path
+from miner.core.graph import to_networkx
+from miner.core.records import CapturedGraph, from_json, to_json
 
 
 def test_private_surface():

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import test_codegen_fixtures as F
-from miner import codegen
-from miner.generate import Generated, generate_one, load_candidate, make_inputs, spec_from_pattern
-from miner.workspace import Workspace
+from miner.generate import codegen
+from miner.generate.generate import Generated, generate_one, load_candidate, make_inputs, spec_from_pattern
+from miner.core.workspace import Workspace
 
 
 def lower(pattern):

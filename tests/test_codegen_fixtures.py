@@ -1,14 +1,14 @@
 """Hand-written patterns (as ``miner mine`` writes them) for the generator's tests.
 
-Each builder returns a ``miner.pattern.Pattern`` with one or more safe occurrences carrying
+Each builder returns a ``miner.core.pattern.Pattern`` with one or more safe occurrences carrying
 input metas, the way the mined patterns do. Ops and args follow what Inductor's post-grad graphs
 contain (TORCH-NOTES.md, "How common blocks look in post-grad graphs").
 """
 
 from __future__ import annotations
 
-from miner.pattern import Occurrence, Pattern, PatternNode, Verdict, canonical_form, ops_summary, pattern_id
-from miner.records import GraphKey, TensorMeta
+from miner.core.pattern import Occurrence, Pattern, PatternNode, Verdict, canonical_form, ops_summary, pattern_id
+from miner.core.records import GraphKey, TensorMeta
 
 
 def _contig(shape):

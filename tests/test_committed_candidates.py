@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from miner.generate import generate_one
-from miner.pattern import load_patterns
-from miner.validate import validate
-from miner.workspace import Workspace
+from miner.generate.generate import generate_one
+from miner.core.pattern import load_patterns
+from miner.check.validate import validate
+from miner.core.workspace import Workspace
 
 REPO = Path(__file__).resolve().parents[1]
 COMMITTED = sorted(p.parent.name for p in (REPO / "candidates").glob("p*/candidate.json"))

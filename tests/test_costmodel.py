@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from miner import costmodel
-from miner.costmodel import Features, Sample
+from miner.rank import costmodel
+from miner.rank.costmodel import Features, Sample
 
 
 def feats(row: int, rows: int, kernels: int, reductions: int = 1, dtype_bytes: int = 4) -> Features:

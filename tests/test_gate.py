@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch._subclasses import FakeTensorMode
 
-from miner.rewrite import decide, match_inputs_ok, signature_of, wins_gate
+from miner.runtime.rewrite import decide, match_inputs_ok, signature_of, wins_gate
 
 MASK, F32, BF16 = "bool", "float32", "bfloat16"
 
@@ -112,7 +112,7 @@ def test_kinds_check_still_sees_fake_inputs(device):
 
 
 def test_gate_decisions_are_counted_with_their_reason():
-    from miner import rewrite
+    from miner.runtime import rewrite
 
     small = match_of(*(fake(SMALL, d, "cuda") for d in (torch.bool, torch.bfloat16, torch.bfloat16)))
     before = dict(rewrite.GATE_DECISIONS)

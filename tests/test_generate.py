@@ -7,9 +7,9 @@ import torch
 
 import test_codegen_fixtures as F
 from miner import __version__
-from miner.generate import (Generated, Skipped, bytes_moved, generate, generate_one, label_for, make_inputs, select,
+from miner.generate.generate import (Generated, Skipped, bytes_moved, generate, generate_one, label_for, make_inputs, select,
                             spec_from_pattern)
-from miner.workspace import Workspace
+from miner.core.workspace import Workspace
 
 
 @pytest.fixture()
@@ -57,7 +57,7 @@ def test_select_prefers_bigger_frequent_patterns_and_drops_tiny_pointwise_pairs(
 def test_bytes_moved_softmax_by_hand():
     spec = spec_from_pattern(F.softmax())
     inputs = [{"shape": [2, 4, 8, 8], "dtype": "float32"}]
-    from miner.generate import node_metas
+    from miner.generate.generate import node_metas
 
     metas = node_metas(spec, inputs, [])
     n, r = 512 * 4, 64 * 4  # bytes of the full tensor and of the per-row values
@@ -93,7 +93,7 @@ def test_make_inputs_keeps_shapes_dtypes_strides():
 def test_no_safe_occurrence_is_skipped(ws):
     from dataclasses import replace
 
-    from miner.pattern import Verdict
+    from miner.core.pattern import Verdict
 
     p = F.softmax()
     p = replace(p, occurrences=tuple(replace(o, verdict=Verdict(False, ("users: n1 escapes",)))

@@ -1,11 +1,11 @@
-"""miner.launch: row layout, the reduction-free re-cut, tile configs and per-shape tuning."""
+"""miner.runtime.launch: row layout, the reduction-free re-cut, tile configs and per-shape tuning."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from miner import launch
+from miner.runtime import launch
 
 
 def test_flat_rows_only_for_contiguous_full_size_inputs():

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from miner.cli import main
-from miner.errors import UsageError, WorkspaceError
-from miner.mine import mine, pattern_at
-from miner.pattern import load_mining, load_patterns, save_patterns
-from miner.records import CapturedGraph
-from miner.workspace import Workspace
+from miner.core.errors import UsageError, WorkspaceError
+from miner.mine.mine import mine, pattern_at
+from miner.core.pattern import load_mining, load_patterns, save_patterns
+from miner.core.records import CapturedGraph
+from miner.core.workspace import Workspace
 from test_mine_helpers import (fx_graph, gelu_erf_fn, gelu_tanh_fn, layer_norm_fn, rekey, rms_norm_fn, shuffled,
                                silu_mul_fn, softmax_fn, with_kernels)
 

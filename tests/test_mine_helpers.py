@@ -2,7 +2,7 @@
 
 ``fx_graph(fn, *example_inputs)`` traces ``fn`` with ``make_fx`` and Inductor's decomposition
 table, so softmax / layer norm / GELU come out as the same aten ops as in post-grad graphs,
-and summarizes it with ``miner.capture.summarize`` (the capture stage's own code).
+and summarizes it with ``miner.scan.capture.summarize`` (the capture stage's own code).
 ``shuffled(graph, seed)`` renames every node and re-orders the nodes in another topological
 order: mining must not notice.
 """
@@ -15,7 +15,7 @@ from functools import lru_cache
 
 import torch
 
-from miner.records import CapturedGraph, GraphKey, KernelRef, NodeRecord
+from miner.core.records import CapturedGraph, GraphKey, KernelRef, NodeRecord
 
 
 @lru_cache(maxsize=1)
@@ -29,7 +29,7 @@ def fx_graph(fn, *inputs, model: str = "m", mode: str = "train", phase: str = "f
     """Trace ``fn(*inputs)`` to an aten graph and record it as a ``CapturedGraph``."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from miner.capture import summarize
+    from miner.scan.capture import summarize
 
     gm = make_fx(fn, decomposition_table=_decompositions())(*inputs)
     return CapturedGraph(key=GraphKey(model, "tiny", mode, phase, index), nodes=tuple(summarize(gm.graph)))
@@ -143,8 +143,8 @@ def test_shuffled_is_a_renamed_topological_reordering():
 def test_stored_occurrences_put_safe_ones_first():
     # generation takes a candidate's shapes from stored *safe* occurrences: a pattern whose first
     # occurrences in each graph are unsafe must still store its safe ones
-    from miner.mine import _sample
-    from miner.pattern import Occurrence, Verdict
+    from miner.mine.mine import _sample
+    from miner.core.pattern import Occurrence, Verdict
 
     bad = Verdict(ok=False, reasons=("users: escapes",))
     occs = [Occurrence(GraphKey(m, "tiny", "train", "forward", 0), (f"{m}{i}",), verdict=bad if i < 2 else Verdict(ok=True))

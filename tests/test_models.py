@@ -8,8 +8,8 @@ import textwrap
 import pytest
 import torch
 
-import models
-from miner.errors import UsageError
+import miner_models as models
+from miner.core.errors import UsageError
 
 HAND = ("bert", "gpt2", "t5", "llama", "roberta", "distilbert", "bart", "opt")
 
@@ -136,7 +136,7 @@ def test_local_checkpoint_config_only(tmp_path):
 
 FACTORY = """
 import torch
-from models import Built
+from miner_models import Built
 
 class Tiny(torch.nn.Module):
     def __init__(self):
@@ -207,9 +207,9 @@ def test_models_verb_lists_sources(capsys):
 
 
 def test_zoo_table_from_scan_results(tmp_path):
-    from miner.records import GraphKey, ScanResult
-    from miner.workspace import Workspace
-    from models.table import EagerCheck, render
+    from miner.core.records import GraphKey, ScanResult
+    from miner.core.workspace import Workspace
+    from miner_models.table import EagerCheck, render
     ws = Workspace(tmp_path)
     keys = tuple(GraphKey("BertForMaskedLM", "tiny", "train", p) for p in ("forward", "backward"))
     ws.save_scan(ScanResult("BertForMaskedLM", "tiny", "train", "cpu", True, graphs=keys, seconds=21.5,

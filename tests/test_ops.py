@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from miner.ops import CATEGORIES, categorize, categorize_name, resolve_target, target_name
-from miner.workspace import Workspace
+from miner.core.ops import CATEGORIES, categorize, categorize_name, resolve_target, target_name
+from miner.core.workspace import Workspace
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,9 +1,7 @@
 """promote: refuses what is not validated, writes the fusion folder, its test, the registry and wins.json."""
 
 import dataclasses
-import importlib
 import json
-import sys
 from types import SimpleNamespace
 
 import pytest
@@ -11,13 +9,13 @@ import torch
 from torch._subclasses import FakeTensorMode
 
 import test_codegen_fixtures as F
-from miner import bench
-from miner.bench import BenchCase, BenchRow, Env, TensorSpec, Timing, VariantResult
-from miner.errors import UsageError
-from miner.generate import generate_one
+from miner.bench import bench
+from miner.bench.bench import BenchCase, BenchRow, Env, TensorSpec, Timing, VariantResult
+from miner.core.errors import UsageError
+from miner.generate.generate import generate_one
 from miner.promote import promote
-from miner.validate import validate
-from miner.workspace import Workspace
+from miner.check.validate import validate
+from miner.core.workspace import Workspace
 
 
 @pytest.fixture()
@@ -71,16 +69,17 @@ def test_promote_writes_fusion_test_and_registry(ws):
     folder = ws.fusions / "softmax_like"
     pattern = (folder / "pattern.py").read_text()
     assert 'OP_NAME = "miner::softmax_like"' in pattern
-    assert "from fusions.softmax_like import kernel as _kernel_module" in pattern
+    assert 'rewrite.load_module(Path(__file__).with_name("kernel.py")' in pattern  # a sibling, by path
+    assert "import fusions" not in pattern and "miner_fusions" not in pattern
     assert pattern.splitlines()[1] == f"# Do not edit; regenerate with: miner promote {r.id} --name softmax_like"
     assert "def launch(x0, *, variant=None, config=None)" in (folder / "kernel.py").read_text()
     registry = (ws.fusions / "__init__.py").read_text()
-    assert '"softmax_like": "fusions.softmax_like"' in registry
+    assert "_Fusions(_Path(__file__).resolve().parent)" in registry  # the folder's fusions, whatever it holds
     test = (ws.root / "tests" / "fusions" / "test_softmax_like.py").read_text()
     assert "@pytest.mark.gpu" in test and "@pytest.mark.slow" in test
     compile(test, "test_softmax_like.py", "exec")
     assert json.loads((r.path / "candidate.json").read_text())["promoted_as"] == "softmax_like"
-    assert len(out.files) == 6 and not (folder / "wins.json").exists()  # never timed: unmeasured
+    assert len(out.files) == 5 and not (folder / "wins.json").exists()  # never timed: unmeasured
     assert "and rewrite.wins_gate(match, WINS, N_INPUTS)" in pattern
 
 
@@ -107,16 +106,11 @@ def fake_match(shape, dtype, device):
 
 
 @pytest.fixture()
-def workspace_fusions(ws, monkeypatch):
-    """Import ``fusions`` from the tmp workspace; the repository's ``fusions`` comes back afterwards."""
-    saved = {k: v for k, v in sys.modules.items() if k == "fusions" or k.startswith("fusions.")}
-    for k in saved:
-        del sys.modules[k]
-    monkeypatch.syspath_prepend(str(ws.root))
-    yield lambda: importlib.import_module("fusions")
-    for k in [k for k in sys.modules if k == "fusions" or k.startswith("fusions.")]:
-        del sys.modules[k]
-    sys.modules.update(saved)
+def workspace_fusions(ws):
+    """The tmp workspace's fusions, loaded by path as a user's would be."""
+    from miner.runtime.fusions import Fusions
+
+    return lambda: Fusions(ws.root)
 
 
 def test_promote_writes_wins_json_and_the_fusion_fires_only_where_it_wins(ws, workspace_fusions):

@@ -1,7 +1,7 @@
 """Ranking, families and `miner candidates` on a small synthetic workspace.
 
-``build_workspace`` writes a workspace the way the other stages do (``miner.pattern.save_patterns``,
-candidate.json per docs/architecture.md "Candidate API", ``miner.bench.save_results``), so these
+``build_workspace`` writes a workspace the way the other stages do (``miner.core.pattern.save_patterns``,
+candidate.json per docs/architecture.md "Candidate API", ``miner.bench.bench.save_results``), so these
 tests break when a producer's format drifts from what ranking reads. The report tests reuse it.
 """
 
@@ -13,13 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from miner import costmodel, families, rank
+from miner.rank import costmodel
+from miner.rank import families
+from miner.rank import rank
 from miner.cli import main
-from miner.errors import UsageError
-from miner.pattern import (Counts, InductorView, Occurrence, Pattern, PatternNode, Support, Verdict,
+from miner.core.errors import UsageError
+from miner.core.pattern import (Counts, InductorView, Occurrence, Pattern, PatternNode, Support, Verdict,
                            canonical_form, ops_summary, pattern_id, save_patterns, to_json)
-from miner.records import GraphKey, KernelRef, TensorMeta, ScanResult
-from miner.workspace import Workspace, write_json
+from miner.core.records import GraphKey, KernelRef, TensorMeta, ScanResult
+from miner.core.workspace import Workspace, write_json
 
 A = "aten."
 BANDWIDTH_GBPS = 3000.0
@@ -121,7 +123,7 @@ def write_candidate(ws: Workspace, p: Pattern, label: str, status: str = "genera
 
 def bench_rows(p: Pattern, gpu: str = "NVIDIA H200", date: str = "2026-12-02T11:00:00Z", slow: float = 1.0):
     """BenchRows for every observed input set of ``p`` (captured and derived), times from a formula."""
-    from miner import bench as B
+    from miner.bench import bench as B
 
     env = B.Env(device="cuda", gpu=gpu, torch="2.11.0", triton="3.6.0", date=date, copy_gbps=BANDWIDTH_GBPS,
                 l2_bytes=50 << 20)
@@ -210,7 +212,7 @@ def build_workspace(root: Path, bench: bool = True, candidates: bool = True, sca
         fusion.mkdir(parents=True)
         write_json(fusion / "fusion.json", {"name": "softmax_like", "pattern_id": pats["softmax"].id})
         if bench:
-            from miner.bench import save_results
+            from miner.bench.bench import save_results
             benched = [("softmax", 1.0), ("rmsnorm", 1.2), ("silu_mul", 1.0)]
             if more_bench:
                 write_candidate(ws, pats["gelu"], "gelu_erf", "validated", ok)
@@ -397,7 +399,7 @@ def test_expected_calls_stand_for_every_occurrence_not_the_sample():
 
 def test_only_each_candidates_latest_run_trains_the_cost_model(ws):
     # an older run timed an older kernel of the same candidate: it must not train the model
-    from miner.bench import save_results
+    from miner.bench.bench import save_results
 
     pats = patterns_zoo()
     rms = pats["rmsnorm"].id

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from miner import rank
+from miner.rank import rank
 from miner.cli import main
-from miner.report import render_html, write_report
+from miner.report.report import render_html, write_report
 from test_rank import build_workspace, patterns_zoo
 
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
@@ -138,9 +138,9 @@ def test_cost_model_accuracy_is_reported_when_there_is_enough_data(tmp_path):
 
 
 def test_end_to_end_section_shows_the_latest_verify_run_and_gate(tmp_path):
-    from miner import verify
-    from miner.report import verify_html
-    from miner.workspace import Workspace
+    from miner.check import verify
+    from miner.report.report import verify_html
+    from miner.core.workspace import Workspace
 
     ws = Workspace(tmp_path)
     assert "No <code>miner verify</code> run" in verify_html(ws)

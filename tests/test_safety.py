@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from miner import safety
-from miner.mine import mine, pattern_at
-from miner.pattern import Occurrence
+from miner.mine import safety
+from miner.mine.mine import mine, pattern_at
+from miner.core.pattern import Occurrence
 from test_mine_helpers import fx_graph, rekey
 
 X = torch.randn(4, 8)

@@ -6,8 +6,8 @@ import os
 import pytest
 
 from miner.cli import main
-from miner.errors import WorkspaceError
-from miner.workspace import Workspace
+from miner.core.errors import WorkspaceError
+from miner.core.workspace import Workspace
 
 GOOD = "tests.zoo_fixtures:good"
 
@@ -66,7 +66,7 @@ def test_corrupt_scan_file_is_a_one_line_error(tmp_path, capsys):
 def test_models_share_the_cpus(monkeypatch):
     # one model per CPU (at most 4, at most the models), the CPUs split among them for Inductor's
     # compile workers: on 2 cores bert + gpt2 go side by side with one compile thread each
-    from miner import scan as S
+    from miner.scan import scan as S
     from miner.commands.scan import default_jobs
 
     monkeypatch.setattr(os, "cpu_count", lambda: 2)

@@ -5,8 +5,8 @@ from collections import Counter
 import pytest
 
 from miner.cli import main
-from miner.graph import to_networkx
-from miner.workspace import Workspace
+from miner.core.graph import to_networkx
+from miner.core.workspace import Workspace
 
 
 @pytest.fixture(scope="module")

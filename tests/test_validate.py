@@ -6,10 +6,10 @@ import pytest
 import torch
 
 import test_codegen_fixtures as F
-from miner import rewrite
-from miner.generate import generate_one, load_candidate
-from miner.validate import check_rewrite, numeric_cases, validate
-from miner.workspace import Workspace
+from miner.runtime import rewrite
+from miner.generate.generate import generate_one, load_candidate
+from miner.check.validate import check_rewrite, numeric_cases, validate
+from miner.core.workspace import Workspace
 
 
 @pytest.fixture()

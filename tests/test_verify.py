@@ -9,8 +9,8 @@ from typing import Any, Callable
 import pytest
 import torch
 
-from miner import verify
-from miner.verify import Parity, StepStats, VerifyResult
+from miner.check import verify
+from miner.check.verify import Parity, StepStats, VerifyResult
 
 
 def test_rel_diff_and_grads_parity():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import models
-from models.generic import HEADS, INTER, LAYERS, shrink_dict, tiny_config
+import miner_models as models
+from miner_models.generic import HEADS, INTER, LAYERS, shrink_dict, tiny_config
 
 # (model_type, expected head class): none of them has a hand-written spec.
 GENERIC = [

@@ -17,7 +17,7 @@ class TinyHead(torch.nn.Module):
 
 
 def good(preset, mode, device):
-    from models import Built
+    from miner_models import Built
     inputs = {"x": torch.randn(4, 8), "labels": torch.rand(4, 8)} if mode == "train" else {"x": torch.randn(4, 8)}
     return Built(TinyHead().to(device), inputs, lambda out: out["loss"])
 

@@ -11,7 +11,7 @@ adds pattern -> replacement to an Inductor ``PatternMatcherPass``.
 
 import torch
 
-from miner import rewrite
+from miner.runtime import rewrite
 
 PATTERN_ID = "p0a74f99f77"
 OP_NAME = "miner::cp0a74f99f77"

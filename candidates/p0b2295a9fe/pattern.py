@@ -11,7 +11,7 @@ adds pattern -> replacement to an Inductor ``PatternMatcherPass``.
 
 import torch
 
-from miner import rewrite
+from miner.runtime import rewrite
 
 PATTERN_ID = "p0b2295a9fe"
 OP_NAME = "miner::cp0b2295a9fe"

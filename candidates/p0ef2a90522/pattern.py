@@ -11,7 +11,7 @@ adds pattern -> replacement to an Inductor ``PatternMatcherPass``.
 
 import torch
 
-from miner import rewrite
+from miner.runtime import rewrite
 
 PATTERN_ID = "p0ef2a90522"
 OP_NAME = "miner::cp0ef2a90522"

@@ -11,7 +11,7 @@ adds pattern -> replacement to an Inductor ``PatternMatcherPass``.
 
 import torch
 
-from miner import rewrite
+from miner.runtime import rewrite
 
 PATTERN_ID = "p13785978c7"
 OP_NAME = "miner::cp13785978c7"

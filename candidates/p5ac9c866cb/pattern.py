@@ -11,7 +11,7 @@ adds pattern -> replacement to an Inductor ``PatternMatcherPass``.
 
 import torch
 
-from miner import rewrite
+from miner.runtime import rewrite
 
 PATTERN_ID = "p5ac9c866cb"
 OP_NAME = "miner::cp5ac9c866cb"

@@ -6,7 +6,7 @@
 tensors. Rows are the last dim of the inputs' broadcast shape; short rows take
 ``one_pass_kernel`` (whole rows in one tile), long ones ``looped_kernel`` (1
 reduction pass(es) over column chunks, then a storing pass). Layout, the choice of kernel and
-the per-shape tile tuning are ``miner.launch.run``. On CPU tensors it needs
+the per-shape tile tuning are ``miner.runtime.launch.run``. On CPU tensors it needs
 ``TRITON_INTERPRET=1`` set before triton is imported.
 """
 
@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from miner import launch as _launch
+from miner.runtime import launch as _launch
 
 PATTERN_ID = "p13785978c7"
 LEVELS = 1  # reduction passes of the looped kernel (0: pointwise only)

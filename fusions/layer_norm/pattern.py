@@ -10,14 +10,14 @@ adds pattern -> replacement to an Inductor ``PatternMatcherPass``.
 
 ``WINS`` is ``wins.json`` beside this file (GPU timings per shape, from ``miner bench``;
 None: unmeasured); on CUDA ``extra_check`` fires only where they say the kernel is at
-least as fast as Inductor (``miner.rewrite.wins_gate``).
+least as fast as Inductor (``miner.runtime.rewrite.wins_gate``).
 """
 
 from pathlib import Path
 
 import torch
 
-from miner import rewrite
+from miner.runtime import rewrite
 
 PATTERN_ID = "p4b9b2f0dcb"
 OP_NAME = "miner::layer_norm"
@@ -42,11 +42,17 @@ def pattern(x0, x1, x2, c0):
     return (v1, v5, v6, v8,)
 
 
-from fusions.layer_norm import kernel as _kernel_module  # noqa: E402
+_KERNEL = None
 
 
 def _kernel():
-    return _kernel_module
+    """kernel.py next to this file, imported once."""
+    global _KERNEL
+    if _KERNEL is None:
+        from pathlib import Path
+
+        _KERNEL = rewrite.load_module(Path(__file__).with_name("kernel.py"), rewrite.module_name(__file__, "kernel"))
+    return _KERNEL
 
 
 def _fake(x0, x1, x2, c0):

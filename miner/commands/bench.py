@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from miner.errors import UsageError
+from miner.core.errors import UsageError
 
 HELP = ("time each candidate on its observed and base-model shapes: eager, Inductor, Inductor "
         "max-autotune and the generated kernel (CUDA graphs, medians, % of the measured memory roofline)")
@@ -50,8 +50,8 @@ def _prepare_cpu_smoke() -> None:
 
 
 def run(args) -> int:
-    from miner import bench
-    from miner.workspace import Workspace
+    from miner.bench import bench
+    from miner.core.workspace import Workspace
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     known = bench.VARIANTS + bench.EXTRA_VARIANTS

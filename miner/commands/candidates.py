@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from miner import rank
-from miner.report import render_show, render_table
+from miner.rank import rank
+from miner.report.report import render_show, render_table
 
 HELP = "rank candidates by expected time saved across the zoo (or `show <id>`: everything known about one)"
 
@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from miner.errors import UsageError
+    from miner.core.errors import UsageError
 
     if args.top is not None and args.top < 0:
         raise UsageError("--top must be 0 (all) or positive")

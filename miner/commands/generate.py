@@ -17,10 +17,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from miner.errors import UsageError
-    from miner.generate import Skipped, describe, generate, remove_stale, select, supported
-    from miner.pattern import load_patterns
-    from miner.workspace import Workspace
+    from miner.core.errors import UsageError
+    from miner.generate.generate import Skipped, describe, generate, remove_stale, select, supported
+    from miner.core.pattern import load_patterns
+    from miner.core.workspace import Workspace
 
     ws = Workspace(args.workspace)
     patterns = load_patterns(ws)

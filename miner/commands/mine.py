@@ -30,10 +30,10 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from miner.errors import UsageError
-    from miner.mine import mine
-    from miner.pattern import save_patterns
-    from miner.workspace import Workspace
+    from miner.core.errors import UsageError
+    from miner.mine.mine import mine
+    from miner.core.pattern import save_patterns
+    from miner.core.workspace import Workspace
 
     ws = Workspace(args.workspace)
     models = [m for m in args.models.split(",") if m] if args.models else None

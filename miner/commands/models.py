@@ -28,9 +28,9 @@ def add_arguments(p) -> None:
 
 
 def _listing(sources: tuple[str, ...]) -> list[tuple[str, str, str, str]]:
-    import models
-    from models.generic import generic_registry
-    from models.suite import suite_registry
+    import miner_models as models
+    from miner_models.generic import generic_registry
+    from miner_models.suite import suite_registry
     rows = []
     if "hand" in sources:
         rows += [(n, "hand", ",".join(s.presets), s.note) for n, s in models.REGISTRY.items()]
@@ -43,9 +43,9 @@ def _listing(sources: tuple[str, ...]) -> list[tuple[str, str, str, str]]:
 
 
 def _write_table(args) -> int:
-    from miner.workspace import Workspace, write_text
-    from models.table import eager_check, render
-    import models
+    from miner.core.workspace import Workspace, write_text
+    from miner_models.table import eager_check, render
+    import miner_models as models
 
     scans = [r for d in [*args.more_scans[::-1], args.workspace] for r in Workspace(d).scans()]  # later wins
     gpu_scans = Workspace(args.gpu_scans).scans() if args.gpu_scans else None
@@ -74,8 +74,8 @@ def run(args) -> int:
     for name, source, presets, note in rows:
         print(f"{name:<{width}}  {source:<8}  {presets:<9}  {note}")
     if args.unsupported:
-        from models.generic import UNSUPPORTED
-        from models.suite import unsupported
+        from miner_models.generic import UNSUPPORTED
+        from miner_models.suite import unsupported
         for name, why in {**unsupported(), **UNSUPPORTED}.items():
             print(f"{name:<{width}}  unsupported  {why}")
     counts = ", ".join(f"{sum(r[1].startswith(s) for r in rows)} {s}" for s in sources)

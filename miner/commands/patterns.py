@@ -31,7 +31,7 @@ def table(patterns) -> str:
 
 def find(patterns, pid: str):
     """The pattern with id (or unique id prefix) ``pid``; ``UsageError`` listing close ids otherwise."""
-    from miner.errors import UsageError
+    from miner.core.errors import UsageError
 
     by_id = {p.id: p for p in patterns}
     if pid in by_id:
@@ -94,9 +94,9 @@ def show(p) -> str:
 
 
 def run(args) -> int:
-    from miner.errors import UsageError
-    from miner.pattern import load_patterns
-    from miner.workspace import Workspace
+    from miner.core.errors import UsageError
+    from miner.core.pattern import load_patterns
+    from miner.core.workspace import Workspace
 
     patterns = load_patterns(Workspace(args.workspace))
     if args.what:

@@ -14,7 +14,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from miner.promote import promote
-    from miner.workspace import Workspace
+    from miner.core.workspace import Workspace
 
     result = promote(Workspace(args.workspace), args.id, args.name)
     print(f"promoted {result.id} as fusions/{result.name}/")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from miner import rank
-from miner.report import default_run_name, write_report
-from miner.workspace import Workspace
+from miner.rank import rank
+from miner.report.report import default_run_name, write_report
+from miner.core.workspace import Workspace
 
 HELP = "write reports/<run>/index.html (ranking, cost model, per-candidate drawings and benchmarks) and print its path"
 
@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from miner.errors import UsageError
+    from miner.core.errors import UsageError
 
     if "/" in args.run_name or args.run_name in ("", ".", "..", "gpu"):
         raise UsageError(f"--run {args.run_name!r}: give a plain folder name (not 'gpu', which holds bench runs)")

@@ -6,8 +6,8 @@ import os
 import sys
 import time
 
-from miner.errors import UsageError
-from miner.workspace import Workspace
+from miner.core.errors import UsageError
+from miner.core.workspace import Workspace
 
 HELP = "build models from their configs, compile them with Inductor, capture every post-grad graph"
 
@@ -31,7 +31,7 @@ def add_arguments(p) -> None:
 
 
 def expand_models(spec: str) -> list[str]:
-    import models
+    import miner_models as models
     names = [m.strip() for m in spec.split(",") if m.strip()]
     if not names:
         raise UsageError("--models is empty")
@@ -47,12 +47,12 @@ def default_jobs(n_models: int) -> int:
     """One model per CPU (at most 4): dynamo, AOTAutograd and Inductor's lowering are one Python
     thread per model, so a lone model leaves the other cores to the C++/Triton compile workers only.
     On this 2-core machine bert + gpt2 took 124-132 s one after the other and 102 s side by side with
-    one compile thread each (``miner.scan.scan`` splits the CPUs between the jobs)."""
+    one compile thread each (``miner.scan.scan.scan`` splits the CPUs between the jobs)."""
     return max(1, min(4, os.cpu_count() or 1, n_models))
 
 
 def run(args) -> int:
-    from miner.scan import DEFAULT_TIMEOUT_S, format_table, scan
+    from miner.scan.scan import DEFAULT_TIMEOUT_S, format_table, scan
 
     names = expand_models(args.models)
     modes = tuple(m.strip() for m in args.mode.split(",") if m.strip())

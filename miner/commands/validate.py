@@ -20,9 +20,9 @@ def run(args: argparse.Namespace) -> int:
 
     on_cpu = args.device == "cpu" or args.device is None and not _has_cuda()
     os.environ.setdefault("TRITON_INTERPRET", "1" if on_cpu else "0")  # before triton is imported
-    from miner.errors import UsageError
-    from miner.validate import validate
-    from miner.workspace import Workspace
+    from miner.core.errors import UsageError
+    from miner.check.validate import validate
+    from miner.core.workspace import Workspace
 
     ws = Workspace(args.workspace)
     if args.all == bool(args.ids):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from miner.errors import UsageError
+from miner.core.errors import UsageError
 
 HELP = ("time and compare a model's training / inference step compiled with and without the promoted "
         "fusions (speedup, peak memory, loss/logits/grad parity, fusion match counts); needs CUDA")
@@ -38,8 +38,9 @@ def run(args) -> int:
                 raise UsageError("--allow-cpu needs TRITON_INTERPRET=1 set before triton is imported: "
                                  "run `TRITON_INTERPRET=1 miner verify --allow-cpu ...`")
             os.environ["TRITON_INTERPRET"] = "1"
-    from miner import bench, verify
-    from miner.workspace import Workspace
+    from miner.bench import bench
+    from miner.check import verify
+    from miner.core.workspace import Workspace
 
     device = bench.require_cuda("miner verify", allow_cpu=args.allow_cpu)
     preset = args.preset or ("base" if device == "cuda" else "tiny")
@@ -59,7 +60,7 @@ def run(args) -> int:
 
     results = verify.run_verify(models, modes=modes, preset=preset, device=device, batch=args.batch, seq=args.seq,
                                 warmup=args.warmup, steps=args.steps, time_budget_s=args.time_budget,
-                                on_result=on_result)
+                                on_result=on_result, workspace=ws)
     print()
     print(verify.markdown_table(results))
     if not args.no_save and results:
@@ -69,6 +70,6 @@ def run(args) -> int:
 
 
 def _env_like(env: dict):
-    from miner.bench import Env
+    from miner.bench.bench import Env
     return Env(device=env.get("device", "cpu"), gpu=env.get("gpu", "cpu"), torch=env.get("torch", ""),
                triton=env.get("triton", ""), date=env.get("date", "0000-00-00"), copy_gbps=0.0, l2_bytes=0)

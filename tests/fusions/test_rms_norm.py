@@ -15,8 +15,13 @@ import torch  # does not import triton, so the switch below still takes effect
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: kernels run on CPU tensors
 
-import fusions  # noqa: E402
-from fusions.rms_norm import kernel, pattern  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from miner.runtime.fusions import Fusions  # noqa: E402
+
+fusions = Fusions(Path(__file__).resolve().parents[2] / "fusions")
+pattern = fusions.load("rms_norm")
+kernel = pattern._kernel()
 
 CASES = [
     pytest.param([[128], [2, 32, 128]], [2, 1e-06], id='llama/inference'),
@@ -137,7 +142,7 @@ def test_training_step_with_the_fusion_matches_eager(device):
 
 @pytest.mark.slow
 def test_fusion_fires_in_llama_train_and_matches_eager():
-    import models
+    import miner_models as models
 
     built = models.resolve("llama").build("tiny", "train", "cpu")
     eager = built.model
@@ -166,7 +171,7 @@ def test_fusion_fires_in_llama_train_and_matches_eager():
 
 
 def test_registry_is_loud_about_unknown_names():
-    from miner.errors import UsageError
+    from miner.core.errors import UsageError
 
     assert "rms_norm" in fusions.names()
     with pytest.raises(UsageError, match="rms_norm"):

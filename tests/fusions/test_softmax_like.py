@@ -15,8 +15,13 @@ import torch  # does not import triton, so the switch below still takes effect
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: kernels run on CPU tensors
 
-import fusions  # noqa: E402
-from fusions.softmax_like import kernel, pattern  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from miner.runtime.fusions import Fusions  # noqa: E402
+
+fusions = Fusions(Path(__file__).resolve().parents[2] / "fusions")
+pattern = fusions.load("softmax_like")
+kernel = pattern._kernel()
 
 CASES = [
     pytest.param([[2, 2, 16, 64], [2, 2, 16, 64], [2, 2, 16, 64]], [], id='bert/forward'),
@@ -137,7 +142,7 @@ def test_training_step_with_the_fusion_matches_eager(device):
 
 @pytest.mark.slow
 def test_fusion_fires_in_gpt2_train_and_matches_eager():
-    import models
+    import miner_models as models
 
     built = models.resolve("gpt2").build("tiny", "train", "cpu")
     eager = built.model
@@ -166,7 +171,7 @@ def test_fusion_fires_in_gpt2_train_and_matches_eager():
 
 
 def test_registry_is_loud_about_unknown_names():
-    from miner.errors import UsageError
+    from miner.core.errors import UsageError
 
     assert "softmax_like" in fusions.names()
     with pytest.raises(UsageError, match="softmax_like"):

@@ -1,0 +1,1 @@
+"""``miner bench``: candidates timed on a GPU against eager and Inductor, per shape."""

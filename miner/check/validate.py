@@ -1,0 +1,341 @@
+"""``miner validate``: a candidate's numerics, and proof that its rewrite fires inside torch.compile.
+
+Two kinds of checks, each a ``Check(kind, case, ok, detail, ...)``:
+
+- ``numerics``: ``kernel.launch`` against ``pattern`` evaluated in float64 on the same inputs, for
+  every observed (shape, dtype) (both kernel variants), plus odd cases derived from the first
+  observed shape: a non-power-of-two row, a single row, a row longer than the one-pass limit
+  (the looped kernel) and bf16/fp16 inputs. Tolerances per output dtype: ``TOLERANCES``.
+  On a CPU the Triton kernel runs in the interpreter, so shapes are shrunk to ``CPU_MAX_ROWS``.
+- ``rewrite``: a zoo model the pattern was found in (tiny preset) compiled with the candidate's
+  ``FusionPass``; the pass must match (count > 0) and the loss, logits and gradients must match
+  eager (``MODEL_TOL``). Dropout draws the same numbers in both runs (``fallback_random``).
+
+Results go to ``candidates/<id>/validation.json``; candidate.json's ``status`` becomes
+``validated`` or ``failed`` (with ``failure``: the first failing check). ``miner promote`` refuses
+anything not validated.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as _dt
+import math
+import time
+from dataclasses import asdict, dataclass, field
+
+from miner import __version__
+from miner.generate.generate import Candidate, load_candidate, make_inputs
+from miner.core.workspace import Workspace, read_json, write_json
+
+# output dtype -> (rtol, atol) against the float64 reference
+TOLERANCES = {"float32": (1e-5, 1e-5), "bfloat16": (1.6e-2, 1e-2), "float16": (1e-3, 1e-3)}
+MODEL_TOL = {"loss": (1e-4, 1e-5), "logits": (1e-4, 1e-4), "grads": (1e-3, 1e-4)}  # (rtol, atol)
+CPU_MAX_ROWS = 256  # rows per numeric case on the interpreter (~1 ms per program)
+LOOPED_MAX_ROWS = 16  # rows per looped-kernel case on the interpreter (one program per row)
+ODD_COLS = 37  # a row length that is no power of two
+MODEL_ORDER = ("gpt2", "bert", "llama", "t5")  # cheapest compile first
+
+
+@dataclass
+class Check:
+    kind: str  # numerics | rewrite
+    case: str
+    ok: bool
+    detail: str = ""
+    max_abs: float | None = None
+    max_rel: float | None = None
+    matches: int | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class Validation:
+    id: str
+    ok: bool
+    device: str
+    checks: list[Check] = field(default_factory=list)
+    failure: str | None = None
+
+    def to_json(self) -> dict:
+        import torch
+        import triton
+
+        return {"id": self.id, "ok": self.ok, "failure": self.failure, "miner_version": __version__,
+                "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                "device": self.device, "torch": torch.__version__, "triton": triton.__version__,
+                "checks": [asdict(c) for c in self.checks]}
+
+
+# --------------------------------------------------------------------------- numeric cases
+
+def _reshape(entry: dict, lead: list[int] | None = None, n_cols: int | None = None, dtype: str | None = None) -> dict:
+    """An observed entry with new leading dims / row length / float dtype (broadcast dims kept at 1)."""
+    shapes = [i["shape"] for i in entry["inputs"]]
+    rank = max(len(s) for s in shapes)
+    full = [max((s[d - rank + len(s)] if d - rank + len(s) >= 0 else 1) for s in shapes) for d in range(rank)]
+    new_full = list(full)
+    if lead is not None:
+        new_full[:-1] = lead
+    if n_cols is not None:
+        new_full[-1] = n_cols
+    inputs = []
+    for i in entry["inputs"]:
+        s = i["shape"]
+        off = rank - len(s)
+        shape = [1 if s[d] == 1 and full[d + off] != 1 else new_full[d + off] for d in range(len(s))]
+        dt = dtype if dtype and i["dtype"] in TOLERANCES else i["dtype"]
+        inputs.append({"shape": shape, "dtype": dt, "stride": None})
+    return {**entry, "inputs": inputs}
+
+
+def _rows(entry: dict) -> tuple[list[int], int]:
+    shapes = [i["shape"] for i in entry["inputs"]]
+    rank = max(len(s) for s in shapes)
+    full = [max((s[d - rank + len(s)] if d - rank + len(s) >= 0 else 1) for s in shapes) for d in range(rank)]
+    return full[:-1], (full[-1] if full else 1)
+
+
+def _shrink(entry: dict, max_rows: int) -> dict:
+    lead, _ = _rows(entry)
+    if math.prod(lead) <= max_rows:
+        return entry
+    new = list(lead)
+    for d in range(len(new)):  # shrink outer dims first, keep at least 2 where possible
+        while math.prod(new) > max_rows and new[d] > 2:
+            new[d] = max(2, new[d] // 2)
+    return _reshape(entry, lead=new)
+
+
+def _desc(entry: dict) -> str:
+    return " ".join(f"{tuple(i['shape'])}:{i['dtype']}" for i in entry["inputs"])
+
+
+def numeric_cases(meta: dict, on_cpu: bool) -> list[tuple[str, dict, str | None]]:
+    """(label, observed-like entry, variant) for every numeric check of a candidate."""
+    observed = [o for o in meta.get("observed", []) if o.get("outputs")]
+    if not observed:
+        return []
+    cases = []
+    seen = set()
+    for o in observed:
+        e = _shrink(o, CPU_MAX_ROWS) if on_cpu else o
+        key = repr((e["inputs"], e["scalars"]))
+        if key in seen:
+            continue
+        seen.add(key)
+        desc = _desc(e)
+        shrunk = " (shrunk)" if e is not o else ""
+        cases.append((f"observed {o['model']}/{o['phase']} {desc}{shrunk}", e, None))
+        small = _shrink(o, LOOPED_MAX_ROWS) if on_cpu else o  # one program per row in the looped kernel
+        cases.append((f"observed {o['model']}/{o['phase']} {_desc(small)} looped", small, "looped"))
+    first = _shrink(observed[0], 16)
+    lead, _ = _rows(first)
+    one_pass_max = meta.get("kernel", {}).get("one_pass_max", 8192)
+    cases.append((f"odd row length {ODD_COLS}", _reshape(first, n_cols=ODD_COLS), None))
+    cases.append((f"odd row length {ODD_COLS} looped", _reshape(first, n_cols=ODD_COLS), "looped"))
+    cases.append(("one row", _reshape(first, lead=[1] * len(lead)), None))
+    cases.append((f"long row {one_pass_max + ODD_COLS} (looped kernel)",
+                  _reshape(first, lead=[1] * len(lead), n_cols=one_pass_max + ODD_COLS), None))
+    for dt in ("bfloat16", "float16"):
+        cases.append((f"{dt} inputs", _reshape(first, dtype=dt), None))
+    return cases
+
+
+def _compare(out, ref, expect_dtype) -> tuple[bool, float, float, str]:
+    import torch
+
+    if out.dtype != expect_dtype:
+        return False, math.inf, math.inf, f"dtype {out.dtype}, expected {expect_dtype}"
+    if tuple(out.shape) != tuple(ref.shape):
+        return False, math.inf, math.inf, f"shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
+    if out.dtype == torch.bool:
+        bad = int((out != ref).sum())
+        return bad == 0, float(bad), float(bad), f"{bad} mismatching booleans" if bad else ""
+    rtol, atol = TOLERANCES[str(out.dtype).replace("torch.", "")]
+    o, r = out.double().cpu(), ref.double().cpu()
+    nan_ok = torch.equal(torch.isnan(o), torch.isnan(r))
+    finite = ~torch.isnan(r)
+    diff = (o - r).abs()[finite]
+    max_abs = float(diff.max()) if diff.numel() else 0.0
+    max_rel = float((diff / r.abs()[finite].clamp_min(1e-30)).max()) if diff.numel() else 0.0
+    close = torch.isclose(o[finite], r[finite], rtol=rtol, atol=atol, equal_nan=True)
+    ok = bool(close.all()) and nan_ok
+    detail = "" if ok else (f"{int((~close).sum())} elements outside rtol={rtol} atol={atol}" if nan_ok
+                            else "NaN positions differ from the reference")
+    return ok, max_abs, max_rel, detail
+
+
+def check_numerics(cand: Candidate, label: str, entry: dict, variant: str | None, device: str) -> Check:
+    t0 = time.perf_counter()
+    xs, cs = make_inputs(entry, device=device, seed=0)
+    try:
+        expect = cand.pattern_module.pattern(*[x.to("meta") for x in xs], *cs)
+        outs = cand.kernel_module.launch(*xs, *cs, variant=variant)
+        ref = cand.pattern_module.pattern(*[x.double() if x.is_floating_point() else x for x in xs], *cs)
+    except Exception as e:  # noqa: BLE001 - any failure of the kernel is a failed check
+        return Check("numerics", label, False, f"{type(e).__name__}: {str(e).splitlines()[0][:300]}",
+                     seconds=time.perf_counter() - t0)
+    worst_abs = worst_rel = 0.0
+    for i, (o, r, e) in enumerate(zip(outs, ref, expect)):
+        ok, a, rel, detail = _compare(o, r, e.dtype)
+        worst_abs, worst_rel = max(worst_abs, a), max(worst_rel, rel)
+        if not ok:
+            return Check("numerics", label, False, f"output {i}: {detail}", a, rel, seconds=time.perf_counter() - t0)
+    return Check("numerics", label, True, "", worst_abs, worst_rel, seconds=time.perf_counter() - t0)
+
+
+# --------------------------------------------------------------------------- rewrite in a model
+
+def pick_model(meta: dict) -> tuple[str, str] | None:
+    """(model, mode) to prove the rewrite in: a model it was observed in, cheapest first."""
+    occ = meta.get("occurrences", {})
+    models = sorted(occ, key=lambda m: (MODEL_ORDER.index(m) if m in MODEL_ORDER else 99, m))
+    if not models:
+        return None
+    phases = occ[models[0]]
+    return models[0], "infer" if set(phases) == {"inference"} else "train"
+
+
+def _max_diff(a, b) -> float:
+    return float((a.detach().double() - b.detach().double()).abs().max()) if a.numel() else 0.0
+
+
+def _step(built, mode, model, fn):
+    import torch
+
+    torch.manual_seed(0)
+    out = fn(**built.inputs)
+    logits = out["logits"] if isinstance(out, dict) or hasattr(out, "keys") else out[0]
+    loss = built.loss(out) if mode == "train" else None
+    if loss is not None:
+        loss.backward()
+    grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    return loss, logits, grads
+
+
+def _compiled_step(built, mode, model, graph_pass, fallback_random: bool):
+    import torch
+
+    from miner.runtime import rewrite
+
+    torch._dynamo.reset()
+    try:
+        options = rewrite.inductor_options(graph_pass) if graph_pass is not None else None
+        with torch._inductor.config.patch(force_disable_caches=True, fallback_random=fallback_random):
+            return _step(built, mode, model, torch.compile(model, options=options, dynamic=False))
+    finally:
+        torch._dynamo.reset()
+
+
+def _parity(reference, got) -> tuple[list[str], float]:
+    import torch
+
+    (e_loss, e_logits, e_grads), (c_loss, c_logits, c_grads) = reference, got
+    pairs = [("logits", e_logits, c_logits)]
+    if e_loss is not None:
+        pairs.append(("loss", e_loss, c_loss))
+    pairs += [("grads", e_grads[k], c_grads.get(k)) for k in e_grads]
+    worst = 0.0
+    for kind, a, b in pairs:
+        if b is None:
+            return [f"{kind}: missing in the compiled run"], worst
+        rtol, atol = MODEL_TOL[kind]
+        d = _max_diff(a, b)
+        worst = max(worst, d)
+        if not torch.allclose(a.detach().double(), b.detach().double(), rtol=rtol, atol=atol):
+            return [f"{kind} differ (max abs {d:.3g}, rtol={rtol} atol={atol})"], worst
+    return [], worst
+
+
+def check_rewrite(cand: Candidate, model_name: str, mode: str, device: str = "cpu") -> Check:
+    """Compile ``model_name`` (tiny) with only this candidate's pass; count > 0 and parity.
+
+    Parity is against eager, with Inductor drawing the same dropout numbers as eager
+    (``fallback_random``). That changes how dropout appears in the graph, so a pattern that holds
+    a dropout mask may not fire there: then the model is compiled with Inductor's own random ops,
+    and the reference is the same compile without the fusion (same seed, same random numbers).
+    """
+    from miner.runtime import rewrite
+
+    t0 = time.perf_counter()
+    label = f"{model_name}/tiny/{mode}"
+    built = models_build(model_name, mode, device)
+    eager = _step(built, mode, built.model, built.model)
+    reference_name = "eager"
+    graph_pass = rewrite.FusionPass([rewrite.entry_for(cand.path / "pattern.py", cand.id, cand.pattern_module)])
+    try:
+        got = _compiled_step(built, mode, copy.deepcopy(built.model), graph_pass, fallback_random=True)
+        reference = eager
+        if graph_pass.total() == 0 and mode == "train":
+            reference_name = "inductor without the fusion (Inductor's random ops)"
+            got = _compiled_step(built, mode, copy.deepcopy(built.model), graph_pass, fallback_random=False)
+            reference = _compiled_step(built, mode, copy.deepcopy(built.model), None, fallback_random=False)
+    except Exception as e:  # noqa: BLE001
+        return Check("rewrite", label, False, f"compile failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}",
+                     matches=graph_pass.total(), seconds=time.perf_counter() - t0)
+    n = graph_pass.total()
+    problems, worst = _parity(reference, got)
+    if n == 0:
+        problems.insert(0, "the rewrite did not fire (0 matches)")
+    detail = "; ".join(problems) or (f"{n} match(es); loss/logits/{len(eager[2])} grads match {reference_name}")
+    if problems and reference_name != "eager":
+        detail += f" (reference: {reference_name})"
+    return Check("rewrite", label, not problems, detail, max_abs=worst, matches=n, seconds=time.perf_counter() - t0)
+
+
+def models_build(model_name: str, mode: str, device: str):
+    import miner_models as models
+
+    return models.resolve(model_name).build("tiny", mode, device)
+
+
+# --------------------------------------------------------------------------- the stage
+
+def validate(workspace: Workspace, cid: str, device: str | None = None, model: bool = True,
+             log=lambda s: None) -> Validation:
+    """Run every check of one candidate; writes validation.json and candidate.json's status."""
+    import torch
+
+    cand = load_candidate(workspace, cid)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    v = Validation(cand.id, True, device)
+    for label, entry, variant in numeric_cases(cand.meta, on_cpu=device == "cpu"):
+        c = check_numerics(cand, label, entry, variant, device)
+        log(_line(c))
+        v.checks.append(c)
+    if not v.checks:
+        v.checks.append(Check("numerics", "observed shapes", False, "no observed shape to check"))
+    if model:
+        pick = pick_model(cand.meta)
+        if pick is None:
+            v.checks.append(Check("rewrite", "model", False, "no model to prove the rewrite in"))
+        else:
+            c = check_rewrite(cand, *pick, device="cpu")
+            log(_line(c))
+            v.checks.append(c)
+    failed = [c for c in v.checks if not c.ok]
+    v.ok = not failed
+    v.failure = f"{failed[0].kind} {failed[0].case}: {failed[0].detail}" if failed else None
+    write_json(cand.path / "validation.json", v.to_json())
+    meta = read_json(cand.path / "candidate.json")
+    meta["status"] = "validated" if v.ok else "failed"
+    meta["failure"] = v.failure
+    meta["validated_with"] = {"model": model, "device": device}
+    write_json(cand.path / "candidate.json", meta)
+    return v
+
+
+def _line(c: Check) -> str:
+    mark = "ok  " if c.ok else "FAIL"
+    extra = f" max_abs={c.max_abs:.2e}" if c.max_abs is not None and math.isfinite(c.max_abs) else ""
+    return f"  {mark} {c.kind:<8} {c.case}{extra} {c.detail} ({c.seconds:.1f}s)".rstrip()
+
+
+def status(workspace: Workspace, cid: str) -> tuple[str, str | None]:
+    """(status, failure) of a candidate, from candidate.json."""
+    from miner.generate.generate import candidate_dir
+
+    meta = read_json(candidate_dir(workspace, cid) / "candidate.json")
+    return meta.get("status", "generated"), meta.get("failure")
+

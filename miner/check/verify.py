@@ -1,0 +1,482 @@
+"""End-to-end check of the promoted fusions on real model steps (``miner verify``).
+
+For each model and mode the same model (same seeded weights, same inputs) is compiled twice:
+``torch.compile(model)`` and ``torch.compile(model, options=fusions.inductor_options())``. Each
+runs warm-up steps (the first compiles), one parity step from a fixed RNG seed (so that
+dropout draws the same masks in both), and timed steps:
+
+* train: zero grads, forward + loss under bf16 autocast, backward;
+* infer: forward under bf16 autocast and ``torch.no_grad()``.
+
+Reported: median step time with 20/80% quantiles (CUDA events around each step), the speedup,
+the peak memory of the timed steps, loss / logits / gradient parity between the two, and how
+many times each fusion matched while compiling (the ``fusions`` package's counters).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from miner.bench import roofline as rl
+from miner.core.errors import MinerError, UsageError
+
+# Parity between the two compiled models under bf16 autocast (relative norm differences).
+PARITY_TOL = {"loss": 1e-2, "logits": 3e-2, "grads": 5e-2}
+
+
+@dataclass(frozen=True)
+class StepStats:
+    median_ms: float
+    p20_ms: float
+    p80_ms: float
+    steps: int
+    peak_mem_bytes: int  # the step's peak beyond what was allocated before it (weights excluded)
+    first_step_s: float  # the compiling step, wall clock
+
+
+@dataclass(frozen=True)
+class Parity:
+    loss_default: float | None
+    loss_fused: float | None
+    loss_rel: float | None
+    logits_rel: float | None
+    grads_rel: float | None  # || g_fused - g_default || / || g_default || over all parameters
+    grads_worst: str | None  # the parameter with the largest relative difference
+    grads_worst_rel: float | None
+    ok: bool
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    model: str
+    mode: str
+    preset: str
+    batch: int | None
+    seq: int | None
+    default: StepStats | None = None
+    fused: StepStats | None = None
+    parity: Parity | None = None
+    matches: dict[str, int] = field(default_factory=dict)  # fusion name -> times it fired
+    gate: dict[str, int] = field(default_factory=dict)  # measured-wins gate decisions while compiling
+    error: str | None = None
+    env: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def speedup(self) -> float | None:
+        if self.default is None or self.fused is None or self.fused.median_ms <= 0:
+            return None
+        return self.default.median_ms / self.fused.median_ms
+
+
+def result_to_json(r: VerifyResult) -> dict:
+    d = asdict(r)
+    d["speedup"] = r.speedup
+    return d
+
+
+def result_from_json(d: dict) -> VerifyResult:
+    d = {k: v for k, v in d.items() if k != "speedup"}
+    for k in ("default", "fused"):
+        d[k] = StepStats(**d[k]) if d.get(k) else None
+    d["parity"] = Parity(**d["parity"]) if d.get("parity") else None
+    return VerifyResult(**d)
+
+
+# --------------------------------------------------------------------------- parity math
+
+def rel_diff(a, b) -> float:
+    """|| a - b || / || b || in float64 (tensors or floats); NaN anywhere -> inf."""
+    import torch
+
+    def f64(x):
+        return x.detach().to("cpu", torch.float64) if torch.is_tensor(x) else torch.tensor(x, dtype=torch.float64)
+
+    a64, b64 = f64(a), f64(b)
+    if a64.shape != b64.shape:
+        return float("inf")
+    if not (torch.isfinite(a64).all() and torch.isfinite(b64).all()):
+        return float("inf")
+    num = (a64 - b64).norm().item()
+    den = b64.norm().item()
+    return num / den if den > 0 else num
+
+
+def grads_parity(fused: dict[str, Any], default: dict[str, Any]) -> tuple[float, str | None, float]:
+    """Global relative difference over all gradients, and the worst single parameter."""
+    import torch
+
+    num = den = 0.0
+    worst, worst_rel = None, 0.0
+    for name, g in default.items():
+        f = fused.get(name)
+        if g is None and f is None:
+            continue
+        if g is None or f is None:
+            return float("inf"), name, float("inf")
+        g64, f64 = g.detach().double(), f.detach().double()
+        if not (torch.isfinite(g64).all() and torch.isfinite(f64).all()):
+            return float("inf"), name, float("inf")
+        d2 = (f64 - g64).norm().item() ** 2
+        n2 = g64.norm().item() ** 2
+        num += d2
+        den += n2
+        r = math.sqrt(d2) / math.sqrt(n2) if n2 > 0 else math.sqrt(d2)
+        if r > worst_rel:
+            worst, worst_rel = name, r
+    return (math.sqrt(num) / math.sqrt(den) if den > 0 else math.sqrt(num)), worst, worst_rel
+
+
+def make_parity(loss_d, loss_f, logits_d, logits_f, grads_d, grads_f) -> Parity:
+    loss_rel = rel_diff(loss_f, loss_d) if loss_d is not None and loss_f is not None else None
+    logits_rel = rel_diff(logits_f, logits_d) if logits_d is not None and logits_f is not None else None
+    g_rel, worst, worst_rel = grads_parity(grads_f, grads_d) if grads_d else (None, None, None)
+    ok = all(v is None or v <= PARITY_TOL[k] for k, v in (("loss", loss_rel), ("logits", logits_rel), ("grads", g_rel)))
+    return Parity(None if loss_d is None else float(loss_d), None if loss_f is None else float(loss_f),
+                  loss_rel, logits_rel, g_rel, worst, worst_rel, ok)
+
+
+# --------------------------------------------------------------------------- fusions
+
+def load_fusions(where):
+    """The fusions of workspace ``where`` (``<where>/fusions/``), loaded by path."""
+    from miner.runtime.fusions import Fusions
+
+    fusions = Fusions(where)
+    if not fusions.names():
+        raise UsageError(f"no fusions in {fusions.root} to verify; promote a candidate first (`miner promote`)")
+    return fusions
+
+
+def match_counts(fusions_mod=None) -> dict[str, int]:
+    """Current match counters: the fusions package's own, plus Inductor's pattern-matcher total."""
+    import torch
+
+    out: dict[str, int] = {}
+    if fusions_mod is not None:
+        for attr in ("counts", "match_counts", "counters", "matches"):
+            f = getattr(fusions_mod, attr, None)
+            if f is None:
+                continue
+            data = f() if callable(f) else f
+            try:
+                out.update({str(k): int(v) for k, v in dict(data).items()})
+                break
+            except (TypeError, ValueError):
+                continue
+    c = torch._dynamo.utils.counters
+    out["inductor.pattern_matcher_count"] = int(c["inductor"].get("pattern_matcher_count", 0))
+    return out
+
+
+def _delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {k: v - before.get(k, 0) for k, v in after.items()}
+
+
+# --------------------------------------------------------------------------- steps
+
+def resize_inputs(inputs: dict[str, Any], batch: int | None, seq: int | None) -> dict[str, Any]:
+    """The zoo's inputs at another batch / sequence length (token tensors sliced or tiled)."""
+    import torch
+
+    if batch is None and seq is None:
+        return inputs
+    out = {}
+    for k, v in inputs.items():
+        if torch.is_tensor(v) and v.dim() in (1, 2) and not v.is_floating_point():
+            if batch is not None and v.shape[0] != batch:
+                reps = math.ceil(batch / v.shape[0])
+                v = v.repeat(reps, *([1] * (v.dim() - 1)))[:batch]
+            if seq is not None and v.dim() == 2 and v.shape[1] != seq:
+                reps = math.ceil(seq / v.shape[1])
+                v = v.repeat(1, reps)[:, :seq]
+        out[k] = v
+    return out
+
+
+def _first_tensor(out) -> Any:
+    import torch
+
+    if torch.is_tensor(out):
+        return out
+    for key in ("logits", "last_hidden_state"):
+        v = out.get(key) if isinstance(out, dict) else getattr(out, key, None)
+        if torch.is_tensor(v):
+            return v
+    seq = out.to_tuple() if hasattr(out, "to_tuple") else out if isinstance(out, (list, tuple)) else ()
+    return next((t for t in seq if torch.is_tensor(t) and t.dim() > 0), None)
+
+
+def make_step(model, inputs: dict[str, Any], loss_fn: Callable, mode: str, device: str) -> Callable:
+    import torch
+
+    autocast = torch.autocast(device_type="cuda" if device.startswith("cuda") else "cpu", dtype=torch.bfloat16)
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    if mode == "train":
+        def step():
+            for p in params:
+                p.grad = None
+            with autocast:
+                out = model(**inputs)
+                loss = loss_fn(out)
+            loss.backward()
+            return out, loss
+    else:
+        def step():
+            with torch.no_grad(), autocast:
+                out = model(**inputs)
+            return out, None
+    return step
+
+
+def _zero_grads(model) -> None:
+    for p in model.parameters():
+        p.grad = None
+
+
+def time_step(step: Callable, device: str) -> tuple[float, int]:
+    """One step: milliseconds (CUDA events; wall clock on CPU) and its peak memory beyond what was
+    allocated before it (weights, optimizer-free state: what the step itself needs)."""
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        step()
+        b.record()
+        torch.cuda.synchronize()
+        return a.elapsed_time(b), int(torch.cuda.max_memory_allocated() - base)
+    t0 = time.perf_counter()
+    step()
+    return (time.perf_counter() - t0) * 1e3, 0
+
+
+@dataclass
+class _Variant:
+    name: str
+    built: Any
+    step: Callable
+    first_step_s: float
+    matches: dict[str, int]
+    loss: float | None = None
+    logits: Any = None
+    grads: dict[str, Any] = field(default_factory=dict)
+    times: list[float] = field(default_factory=list)
+    peak: int = 0
+    gate: dict[str, int] = field(default_factory=dict)
+
+
+def prepare_variant(name: str, built, *, mode: str, device: str, options: dict | None,
+                    compile_fn: Callable | None, warmup: int, fusions_mod=None) -> _Variant:
+    """Compile ``built.model`` (with ``options``) and run the warm-up steps (the first compiles)."""
+    import torch
+
+    from miner.runtime.rewrite import GATE_DECISIONS
+
+    before = match_counts(fusions_mod)
+    gate_before = dict(GATE_DECISIONS)
+    if compile_fn is None:
+        compiled = torch.compile(built.model, options=options) if options else torch.compile(built.model)
+    else:
+        compiled = compile_fn(built.model, options)
+    step = make_step(compiled, built.inputs, built.loss, mode, device)
+    t0 = time.perf_counter()
+    step()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    first_s = time.perf_counter() - t0
+    for _ in range(max(0, warmup - 1)):
+        step()
+    gate = {k: n for k, n in _delta(dict(GATE_DECISIONS), gate_before).items() if n}
+    return _Variant(name, built, step, first_s, _delta(match_counts(fusions_mod), before), gate=gate)
+
+
+def parity_step(v: _Variant, *, mode: str, device: str, seed: int) -> None:
+    """One step from a fixed RNG state (dropout draws the same masks); outputs kept on the CPU."""
+    import torch
+
+    torch.manual_seed(seed)
+    if device.startswith("cuda"):
+        torch.cuda.manual_seed_all(seed)
+    out, loss = v.step()
+    logits = _first_tensor(out)
+    v.logits = None if logits is None else logits.detach().float().cpu()
+    if mode == "train":
+        v.grads = {n: (None if p.grad is None else p.grad.detach().float().cpu())
+                   for n, p in v.built.model.named_parameters() if p.requires_grad}
+    v.loss = None if loss is None else float(loss.detach().float())
+    del out, loss
+    _zero_grads(v.built.model)
+
+
+def verify_model(build: Callable[[], Any], *, model: str, mode: str, preset: str, device: str,
+                 fused_options: dict, batch: int | None = None, seq: int | None = None, warmup: int = 3,
+                 steps: int = 20, rounds: int = 4, seed: int = 1234, fusions_mod=None,
+                 compile_fn: Callable | None = None, env: dict | None = None, fusion_names: Sequence[str] = (),
+                 log: Callable[[str], None] = print) -> VerifyResult:
+    """Default compile vs compile with ``fused_options`` on one model and mode.
+
+    ``build()`` returns a fresh ``models.Built`` (seeded weights: two builds are identical). Both
+    compiled models stay resident; the timed steps alternate between them in ``rounds`` blocks so
+    that clock or thermal drift during the run falls on both alike.
+    """
+    import torch
+
+    variants = []
+    for name, opts in (("default", None), ("fused", fused_options)):
+        built = build()
+        built.inputs = resize_inputs(built.inputs, batch, seq)
+        log(f"  {model} {mode} {name}: compiling")
+        torch._dynamo.reset()  # no compiled code shared between the two
+        v = prepare_variant(name, built, mode=mode, device=device, options=opts, compile_fn=compile_fn,
+                            warmup=warmup, fusions_mod=fusions_mod)
+        log(f"  {model} {mode} {name}: first step {v.first_step_s:.1f} s; matches "
+            f"{ {k: n for k, n in v.matches.items() if n} }")
+        for decision, n in sorted(v.gate.items()):
+            log(f"    gate x{n}: {decision}")
+        variants.append(v)
+    from miner.bench.bench import gpu_timing_lock
+
+    with gpu_timing_lock():
+        for v in variants:
+            parity_step(v, mode=mode, device=device, seed=seed)
+    rounds = max(1, min(rounds, steps))
+    for r in range(rounds):
+        for v in (variants if r % 2 == 0 else variants[::-1]):
+            with gpu_timing_lock():  # a block of one model's steps: never beside another process's timing
+                for _ in range(steps // rounds + (r < steps % rounds)):
+                    _zero_grads(v.built.model)
+                    ms, peak = time_step(v.step, device)
+                    v.times.append(ms)
+                    v.peak = max(v.peak, peak)
+    stats = {}
+    for v in variants:
+        m, lo, hi = rl.summarize(v.times)
+        stats[v.name] = StepStats(m, lo, hi, len(v.times), v.peak, v.first_step_s)
+        log(f"  {model} {mode} {v.name}: median {m:.2f} ms ({lo:.2f}-{hi:.2f}), step peak {v.peak / 2**30:.2f} GiB")
+    d, f = variants
+    parity = make_parity(d.loss, f.loss, d.logits, f.logits, d.grads, f.grads)
+    matches = {n: 0 for n in fusion_names}
+    matches.update(f.matches)
+    result = VerifyResult(model=model, mode=mode, preset=preset, batch=batch, seq=seq, default=stats["default"],
+                          fused=stats["fused"], parity=parity, matches=matches, gate=f.gate, env=env or {})
+    del variants, d, f
+    torch._dynamo.reset()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    return result
+
+
+def run_env(device: str) -> dict:
+    from miner.bench.bench import environment
+    e = environment(device, copy_gbps=0.0)
+    return {"gpu": e.gpu, "torch": e.torch, "triton": e.triton, "cuda": e.cuda, "date": e.date,
+            "device": e.device, "interpret": e.interpret}
+
+
+def run_verify(models: Sequence[str], *, modes: Sequence[str], preset: str, device: str, batch: int | None,
+               seq: int | None, warmup: int, steps: int, time_budget_s: float | None = None,
+               on_result: Callable[[VerifyResult], None] | None = None, workspace: Any = ".",
+               log: Callable[[str], None] = print) -> list[VerifyResult]:
+    import miner_models as zoo
+
+    fusions_mod = load_fusions(getattr(workspace, "root", workspace))
+    # one pass object, kept: its ``counts`` say how often each fusion matched
+    counter = fusions_mod.graph_pass()
+    fused_options = fusions_mod.inductor_options(graph_pass_=counter)
+    names = fusions_mod.names()
+    log(f"fusions: {', '.join(names)}")
+    env = run_env(device)
+    specs = [zoo.resolve(m) for m in models]
+    t_start = time.perf_counter()
+    results = []
+    for mode in modes:  # every model's first mode before any second mode: train results come first
+        for spec in specs:
+            if time_budget_s is not None and time.perf_counter() - t_start > time_budget_s:
+                r = VerifyResult(spec.name, mode, preset, batch, seq, error="skipped: --time-budget spent", env=env)
+            else:
+                log(f"{spec.name} ({mode}, preset {preset})")
+                try:
+                    r = verify_model(lambda: spec.build(preset, mode, device), model=spec.name, mode=mode,
+                                     preset=preset, device=device, fused_options=fused_options, batch=batch,
+                                     seq=seq, warmup=warmup, steps=steps, fusions_mod=counter, env=env,
+                                     fusion_names=names,
+                                     log=log)
+                except MinerError:
+                    raise
+                except Exception as e:  # one model failing must not lose the others
+                    msg = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:400]
+                    log(f"  {spec.name} {mode}: ERROR {msg}")
+                    r = VerifyResult(spec.name, mode, preset, batch, seq, error=msg, env=env)
+            results.append(r)
+            if on_result is not None:
+                on_result(r)
+    return results
+
+
+# --------------------------------------------------------------------------- output
+
+def format_step(s: StepStats | None) -> str:
+    """Median step time with its 20/80% quantiles, e.g. ``26.44 (25.34-28.57)``; ``-`` when absent."""
+    return "-" if s is None else f"{s.median_ms:.2f} ({s.p20_ms:.2f}-{s.p80_ms:.2f})"
+
+
+def markdown_table(results: Sequence[VerifyResult]) -> str:
+    lines = ["| model | mode | preset | default ms (p20-p80) | fused ms (p20-p80) | speedup | step peak GiB default/fused | "
+             "loss rel | logits rel | grads rel (worst param) | parity | fusion matches |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+
+
+    def num(v: float | None) -> str:
+        return "-" if v is None else f"{v:.2e}"
+
+    for r in results:
+        if r.error:
+            lines.append(f"| {r.model} | {r.mode} | {r.preset} | - | - | - | - | - | - | - | {r.error} | - |")
+            continue
+        p = r.parity
+        mem = "-" if r.default is None or r.fused is None else \
+            f"{r.default.peak_mem_bytes / 2**30:.2f} / {r.fused.peak_mem_bytes / 2**30:.2f}"
+        grads = "-" if p is None or p.grads_rel is None else f"{p.grads_rel:.2e} ({p.grads_worst}: {p.grads_worst_rel:.1e})"
+        own = {k: v for k, v in r.matches.items() if not k.startswith("inductor.")}
+        matches = ", ".join(f"{k}={v}" for k, v in sorted(own.items())) or "none"
+        lines.append(f"| {r.model} | {r.mode} | {r.preset} | {format_step(r.default)} | {format_step(r.fused)} | "
+                     f"{'-' if r.speedup is None else f'{r.speedup:.3f}x'} | {mem} | {num(p and p.loss_rel)} | "
+                     f"{num(p and p.logits_rel)} | {grads} | {'ok' if p and p.ok else 'FAIL'} | {matches} |")
+    return "\n".join(lines) + "\n"
+
+
+def save(results: Sequence[VerifyResult], out_dir: Path) -> list[Path]:
+    from miner.core.workspace import write_json, write_text
+
+    out_dir = Path(out_dir)
+    env = next((r.env for r in results if r.env), {})
+    data = {"schema": 1, "kind": "VerifyRun", "env": env, "parity_tolerance": PARITY_TOL,
+            "results": [result_to_json(r) for r in results]}
+    head = (f"GPU {env.get('gpu')}, torch {env.get('torch')}, triton {env.get('triton')}, CUDA {env.get('cuda')}, "
+            f"date {env.get('date')}")
+    md = (f"# miner verify\n\n{head}\n\n`torch.compile(model)` vs `torch.compile(model, "
+          "options=fusions.inductor_options())`, bf16 autocast; train = forward + loss + backward. Median step "
+          "time over the timed steps (CUDA events), peak memory of those steps, parity of one seeded step "
+          f"(relative norm differences; tolerances {PARITY_TOL}).\n\n" + markdown_table(results))
+    gates = [(r, d, n) for r in results for d, n in sorted(r.gate.items())]
+    if gates:
+        md += ("\n## Measured-wins gate while compiling the fused model\n\nA promoted fusion fires on CUDA only "
+               "where `miner bench` measured it at least as fast as Inductor (`fusions/<name>/wins.json`).\n\n"
+               + "\n".join(f"- {r.model} {r.mode}: x{n} {d}" for r, d, n in gates) + "\n")
+    return [write_json(out_dir / "verify.json", data), write_text(out_dir / "verify.md", md)]
+
+
+def load(path: Path) -> list[VerifyResult]:
+    from miner.core.workspace import read_json
+    data = read_json(path)
+    if data.get("kind") != "VerifyRun":
+        raise MinerError(f"{path}: not a miner verify file")
+    return [result_from_json(r) for r in data["results"]]

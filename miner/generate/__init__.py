@@ -1,0 +1,1 @@
+"""``miner generate``: mined patterns -> fusion candidates (search pattern, replacement, Triton kernel)."""

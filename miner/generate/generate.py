@@ -1,0 +1,604 @@
+"""``miner generate``: mined patterns -> fusion candidates under ``candidates/<id>/``.
+
+``generate(pattern)`` lowers a pattern (``miner.generate.codegen.lower``) and renders three files:
+
+- ``pattern.py``: ``pattern`` (the subgraph in aten ops, the eager reference), ``replacement``
+  (the custom op ``miner::c<id>``), ``extra_check`` and ``register(pass_dict)``;
+- ``kernel.py``: the generated Triton kernels (one-pass and looped) and ``launch``;
+- ``candidate.json``: the pattern, where it was observed (shapes, dtypes, scalars, counts), the
+  safety summary and the bytes moved unfused / fused / as Inductor split it.
+
+A pattern outside the generator's class is *skipped* with the reason (``Skipped``); ``miner
+generate`` prints those and saves them in ``candidates/index.json``. The Candidate API (what the
+files export, candidate.json's fields) is documented in docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from miner import __version__
+from miner.generate import codegen
+from miner.generate.codegen import PNode, PatternSpec, Program, Unsupported
+from miner.core.errors import UsageError
+from miner.runtime.launch import LOOP_BLOCK, ONE_PASS_MAX
+from miner.core.workspace import Workspace, read_json, write_json, write_text
+
+
+@dataclass(frozen=True)
+class Generated:
+    id: str
+    label: str
+    path: Path
+    observed: int  # distinct observed signatures
+
+
+@dataclass(frozen=True)
+class Skipped:
+    id: str
+    ops: str
+    reason: str
+
+
+# --------------------------------------------------------------------------- pattern -> spec
+
+def spec_from_pattern(pattern) -> PatternSpec:
+    """The codegen view of a ``miner.core.pattern.Pattern``: nodes, slots, outputs, observed dtypes, rank."""
+    ok = [o for o in pattern.occurrences if o.verdict.ok] or list(pattern.occurrences)
+    dtypes: list[set[str]] = [set() for _ in range(pattern.n_inputs)]
+    rank = None
+    for occ in ok:
+        shapes = []
+        for k, m in enumerate(occ.input_meta[:pattern.n_inputs]):
+            if m is not None:
+                dtypes[k].add(m.dtype)
+                shapes.append(len(m.shape))
+        if shapes:
+            rank = max(shapes) if rank is None else max(rank, max(shapes))
+    nodes = tuple(PNode(n.target, tuple(_plain(a) for a in n.args), {k: _plain(v) for k, v in n.kwargs.items()})
+                  for n in pattern.nodes)
+    return PatternSpec(id=pattern.id, nodes=nodes, n_inputs=pattern.n_inputs, n_consts=pattern.n_consts,
+                       outputs=tuple(pattern.all_outputs), input_dtypes=tuple(tuple(sorted(d)) for d in dtypes),
+                       rank=rank)
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict) and set(v) == {"float"}:
+        return float(v["float"])
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
+
+
+def label_for(ops: str) -> str:
+    """A readable name guess from the op summary (``"amax -> sub -> exp -> sum -> div"``)."""
+    s = [o.strip() for o in ops.split("->")]
+    has = set(s)
+    if {"amax", "exp", "sum", "log"} <= has:
+        return "log_softmax"
+    if {"amax", "exp", "sum", "div"} <= has or s[:3] == ["exp", "sum", "div"]:
+        return "softmax_like"
+    if "var_mean" in has and "rsqrt" in has:
+        return "layer_norm"
+    if {"pow", "mean", "rsqrt"} <= has:
+        return "rms_norm"
+    if "erf" in has:
+        return "gelu_erf"
+    if "tanh" in has:
+        return "gelu_tanh"
+    if s[:4] == ["neg", "exp", "add", "div"]:
+        return "silu_mul" if "mul" in s[4:] else "silu"
+    if "sigmoid" in has:
+        return "silu_mul" if "mul" in has else "silu"
+    return "fused_" + "_".join(dict.fromkeys(s))[:40]
+
+
+# --------------------------------------------------------------------------- observed shapes and bytes
+
+def _shape_of(meta) -> list:
+    return list(meta.shape)
+
+
+def observed_entries(pattern, spec: PatternSpec) -> list[dict]:
+    """Distinct (model, phase, input metas, scalars) of the safe occurrences, with counts and bytes."""
+    groups: dict[tuple, dict] = {}
+    counts: Counter = Counter()
+    for occ in pattern.occurrences:
+        if not occ.verdict.ok or any(m is None for m in occ.input_meta):
+            continue
+        inputs = [{"shape": _shape_of(m), "dtype": m.dtype,
+                   "stride": list(m.stride) if m.stride is not None else None} for m in occ.input_meta]
+        scalars = [_plain(s) for s in occ.scalars]
+        key = (occ.graph.model, occ.graph.preset, occ.phase, repr(inputs), repr(scalars))
+        counts[key] += 1
+        if key not in groups:
+            groups[key] = {"model": occ.graph.model, "preset": occ.graph.preset, "phase": occ.phase,
+                           "inputs": inputs, "scalars": scalars, "occurrence": occ}
+    out = []
+    for key, g in groups.items():
+        occ = g.pop("occurrence")
+        try:
+            metas = node_metas(spec, g["inputs"], g["scalars"])
+        except Exception as e:  # noqa: BLE001 - a shape the pattern cannot run on is reported, not fatal
+            g.update(count=counts[key], outputs=None, bytes=None, error=f"{type(e).__name__}: {e}")
+            out.append(g)
+            continue
+        outs = [metas[o] for o in spec.outputs]
+        g["count"] = counts[key]
+        g["outputs"] = [{"shape": list(s), "dtype": d} for s, d in outs]
+        g["bytes"] = bytes_moved(spec, g["inputs"], metas, occ.node_kernels)
+        g["inductor_kernels"] = len(occ.kernels) if occ.kernels else None
+        out.append(g)
+    return out
+
+
+_ELT = {"float32": 4, "float16": 2, "bfloat16": 2, "bool": 1, "int64": 8, "int32": 4, "float64": 8, "int8": 1,
+        "uint8": 1}
+
+
+def _nbytes(shape, dtype) -> int:
+    return math.prod(shape) * _ELT.get(dtype, 4)
+
+
+def node_metas(spec: PatternSpec, inputs: list[dict], scalars: list) -> list[tuple[tuple, str] | None]:
+    """(shape, dtype) of every pattern node for these inputs, from a run on meta tensors."""
+    import torch
+
+    fn = reference_function(spec, all_nodes=True)
+    xs = [torch.empty(i["shape"], dtype=getattr(torch, i["dtype"]), device="meta") for i in inputs]
+    vals = fn(*xs, *[float(s) for s in scalars])
+    return [(tuple(v.shape), codegen.dtype_name(v.dtype)) if isinstance(v, torch.Tensor) else None for v in vals]
+
+
+def bytes_moved(spec: PatternSpec, inputs: list[dict], metas: list, node_kernels: tuple = ()) -> dict:
+    """Bytes moved by the pattern: op by op (eager), fused (inputs once, outputs once), Inductor's split.
+
+    ``inductor``: for each Inductor kernel the occurrence's nodes landed in, the inputs and
+    pattern values it reads from memory plus the values it writes for another kernel or as an
+    output (None without a kernel map).
+    """
+    in_bytes = [_nbytes(i["shape"], i["dtype"]) for i in inputs]
+    node_bytes = [(_nbytes(*m) if m is not None else 0) for m in metas]
+    unfused = 0
+    for j, node in enumerate(spec.nodes):
+        if node.target == "operator.getitem":
+            continue
+        for kind, idx in _refs(node.args, node.kwargs):
+            unfused += in_bytes[idx] if kind == "input" else node_bytes[idx]
+        unfused += node_bytes[j]
+    fused = sum(in_bytes) + sum(node_bytes[o] for o in spec.outputs)
+    return {"unfused": unfused, "fused": fused, "inductor": _inductor_bytes(spec, in_bytes, node_bytes, node_kernels)}
+
+
+def _refs(args, kwargs) -> list[tuple[str, int]]:
+    out = []
+
+    def walk(v):
+        if isinstance(v, dict) and len(v) == 1 and next(iter(v)) in ("input", "node"):
+            out.append((next(iter(v)), next(iter(v.values()))))
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+    walk(list(args))
+    walk(list(kwargs.values()))
+    return out
+
+
+def _inductor_bytes(spec, in_bytes, node_bytes, node_kernels) -> int | None:
+    if not node_kernels or not any(node_kernels):
+        return None
+    kernels = [set(k) for k in node_kernels]
+    for j, node in enumerate(spec.nodes):  # views/getitem live where their producer lives
+        if not kernels[j]:
+            kernels[j] = set().union(*(kernels[i] for kind, i in _refs(node.args, node.kwargs) if kind == "node"))
+    reads: set[tuple] = set()
+    writes: set[int] = set(spec.outputs)
+    for j, node in enumerate(spec.nodes):
+        for kind, i in _refs(node.args, node.kwargs):
+            for k in kernels[j]:
+                if kind == "input":
+                    reads.add(("input", i, k))
+                elif k not in kernels[i]:
+                    reads.add(("node", i, k))
+                    writes.add(i)
+    total = sum(in_bytes[i] if kind == "input" else node_bytes[i] for kind, i, _ in reads)
+    return total + sum(node_bytes[i] for i in writes)
+
+
+def safety_summary(pattern) -> dict:
+    return {"ok": pattern.counts.safe, "rejected": pattern.counts.non_overlapping - pattern.counts.safe,
+            "reasons": dict(pattern.rejections)}
+
+
+def occurrences_by_model(pattern) -> dict[str, dict[str, int]]:
+    out: dict[str, Counter] = {}
+    for occ in pattern.occurrences:
+        out.setdefault(occ.graph.model, Counter())[occ.phase] += 1
+    return {m: dict(c) for m, c in out.items()}
+
+
+# --------------------------------------------------------------------------- rendering
+
+def header(pattern_id: str, command: str, what: str) -> str:
+    return (f"# Generated by miner {__version__} from pattern {pattern_id}: {what}.\n"
+            f"# Do not edit; regenerate with: {command}\n")
+
+
+def reference_function(spec: PatternSpec, all_nodes: bool = False):
+    """``pattern`` as a Python function (``all_nodes``: return every node's value, for metas)."""
+    import operator
+
+    import torch
+
+    src = codegen.reference_source(spec, name="fn")
+    if all_nodes:
+        names = ", ".join(f"v{j}" for j in range(len(spec.nodes)))
+        src = src.rsplit("    return", 1)[0] + f"    return ({names},)\n"
+    ns: dict[str, Any] = {"torch": torch, "operator": operator}
+    exec(compile(src, f"<pattern {spec.id}>", "exec"), ns)
+    return ns["fn"]
+
+
+def render_kernel_py(prog: Program, head: str) -> str:
+    spec = prog.spec
+    params = codegen.signature_params(spec)
+    xs = [f"x{k}" for k in range(spec.n_inputs)]
+    cs = [f"c{c}" for c in range(spec.n_consts)]
+    scalars = "(" + "".join(f"float({c}), " for c in cs) + ")"
+    return f'''{head}"""Triton kernels for pattern {spec.id} and their launcher.
+
+``launch({", ".join(params)})`` returns the pattern's outputs as a tuple of fresh contiguous
+tensors. Rows are the last dim of the inputs' broadcast shape; short rows take
+``one_pass_kernel`` (whole rows in one tile), long ones ``looped_kernel`` ({prog.levels}
+reduction pass(es) over column chunks, then a storing pass). Layout, the choice of kernel and
+the per-shape tile tuning are ``miner.runtime.launch.run``. On CPU tensors it needs
+``TRITON_INTERPRET=1`` set before triton is imported.
+"""
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from miner.runtime import launch as _launch
+
+PATTERN_ID = "{spec.id}"
+LEVELS = {prog.levels}  # reduction passes of the looped kernel (0: pointwise only)
+OUTPUT_KINDS = {prog.output_kinds!r}  # vec: one value per element; row: one per row
+
+
+{codegen.reference_source(spec, name="reference")}
+{codegen.kernel_source(prog)}
+
+@functools.lru_cache(maxsize=512)
+def _out_meta(shapes, dtypes, scalars):
+    """Shapes and dtypes of the outputs, from ``reference`` on meta tensors."""
+    xs = [torch.empty(s, dtype=d, device="meta") for s, d in zip(shapes, dtypes)]
+    return tuple((tuple(o.shape), o.dtype) for o in reference(*xs, *scalars))
+
+
+def launch({", ".join(params)}, *, variant=None, config=None):
+    return _launch.run(one_pass_kernel, looped_kernel, reference, ({", ".join(xs)},), {scalars}, OUTPUT_KINDS,
+                       pattern_id=PATTERN_ID, levels=LEVELS, variant=variant, out_meta=_out_meta, config=config)
+'''
+
+
+def example_shapes(observed: list[dict], n_inputs: int) -> list[tuple[list[int], str]]:
+    """Small stand-ins for the initial pattern trace: same rank and broadcast (1) dims, sizes 2/4."""
+    if not observed:
+        return [([4, 8], "float32")] * n_inputs
+    out = []
+    for i in observed[0]["inputs"]:
+        shape = [1 if s == 1 else 2 for s in i["shape"]]
+        if shape and i["shape"][-1] != 1:
+            shape[-1] = 8
+        out.append((shape, i["dtype"]))
+    return out
+
+
+def render_pattern_py(prog: Program, head: str, op_name: str, kernel_import: str, examples, doc: str,
+                      gated: bool = False) -> str:
+    """pattern.py of a candidate, or of a fusion (``gated``: ``extra_check`` also asks the measured-wins gate).
+
+    A gated module loads ``wins.json`` beside it at import (absent: None, unmeasured) as ``WINS``
+    and ANDs ``rewrite.wins_gate`` into its extra check, so on CUDA it fires only where ``miner
+    bench`` measured it to win. Candidates are not gated: they are what gets measured.
+    """
+    spec = prog.spec
+    params = codegen.signature_params(spec)
+    n_out = len(spec.outputs)
+    kinds = tuple("bool" if b else "float" for b in prog.input_is_bool)
+    ret_search = "pattern({0})[0]" if n_out == 1 else "pattern({0})"
+    p = ", ".join(params)
+    op_attr = op_name.split("::")[1]
+    gate_doc, gate_import, wins, check = "", "", "", "rewrite.match_inputs_ok(match, N_INPUTS, INPUT_KINDS, RANK)"
+    if gated:
+        from miner.runtime.rewrite import WINS_FILE
+
+        gate_doc = (f"\n``WINS`` is ``{WINS_FILE}`` beside this file (GPU timings per shape, from ``miner bench``;"
+                    "\nNone: unmeasured); on CUDA ``extra_check`` fires only where they say the kernel is at"
+                    "\nleast as fast as Inductor (``miner.runtime.rewrite.wins_gate``).\n")
+        gate_import = "from pathlib import Path\n\n"
+        wins = f'\nWINS = rewrite.load_wins(Path(__file__).with_name("{WINS_FILE}"))  # None: unmeasured'
+        check = f"({check}\n            and rewrite.wins_gate(match, WINS, N_INPUTS))"
+    return f'''{head}"""{doc}
+
+``pattern`` is the subgraph as it appears in Inductor's post-grad graphs (aten/prims ops, the
+eager reference); ``replacement`` calls the custom op ``{op_name}``, whose implementation is
+the generated Triton kernel (``kernel.launch``) and whose fake implementation gives the same
+shapes/dtypes as ``pattern`` (fresh contiguous outputs, no aliasing). ``register(pass_dict)``
+adds pattern -> replacement to an Inductor ``PatternMatcherPass``.
+{gate_doc}"""
+
+{gate_import}import torch
+
+from miner.runtime import rewrite
+
+PATTERN_ID = "{spec.id}"
+OP_NAME = "{op_name}"
+N_INPUTS, N_SCALARS, N_OUTPUTS = {spec.n_inputs}, {spec.n_consts}, {n_out}
+INPUT_KINDS = {kinds!r}
+RANK = {spec.rank if any(v.reduce for v in prog.values.values()) else None!r}  # broadcast rank the reductions' dims assume
+EXAMPLE_INPUTS = {examples!r}  # (shape, dtype) per input for the initial trace
+SCALAR_TRACE_VALUES = rewrite.scalar_trace_values(N_SCALARS){wins}
+
+
+{codegen.reference_source(spec, name="pattern")}
+
+{kernel_import}
+
+
+def _fake({p}):
+    return pattern({p})
+
+
+OP = rewrite.define_op(OP_NAME, N_INPUTS, N_SCALARS, N_OUTPUTS,
+                       impl=lambda *args: _kernel().launch(*args), fake=_fake)
+
+
+def search({p}):
+    return {ret_search.format(p)}
+
+
+def replacement({p}):
+    return torch.ops.miner.{op_attr}({p})
+
+
+def extra_check(match):
+    return {check}
+
+
+def register(pass_dict):
+    from torch._inductor.pattern_matcher import fwd_only, register_replacement
+
+    examples = [torch.empty(s, dtype=getattr(torch, d)) for s, d in EXAMPLE_INPUTS]
+    register_replacement(search, replacement, examples, fwd_only, pass_dict,
+                         extra_check=extra_check, scalar_workaround=dict(SCALAR_TRACE_VALUES))
+'''
+
+
+KERNEL_IMPORT = '''_KERNEL = None
+
+
+def _kernel():
+    """kernel.py next to this file, imported once."""
+    global _KERNEL
+    if _KERNEL is None:
+        from pathlib import Path
+
+        _KERNEL = rewrite.load_module(Path(__file__).with_name("kernel.py"), rewrite.module_name(__file__, "kernel"))
+    return _KERNEL'''
+
+
+# --------------------------------------------------------------------------- the stage
+
+def generate_one(pattern, workspace: Workspace, command: str) -> Generated | Skipped:
+    """Write ``candidates/<id>/`` for one pattern, or say why it is outside the class."""
+    if not any(o.verdict.ok for o in pattern.occurrences):
+        return Skipped(pattern.id, pattern.ops, no_safe_reason(pattern))
+    spec = spec_from_pattern(pattern)
+    try:
+        prog = codegen.lower(spec)
+    except Unsupported as e:
+        return Skipped(pattern.id, pattern.ops, f"not generated: {e}")
+    observed = observed_entries(pattern, spec)
+    if not any(o.get("outputs") for o in observed):
+        return Skipped(pattern.id, pattern.ops, "not generated: no observed shape the pattern runs on")
+    label = label_for(pattern.ops)
+    folder = workspace.candidates / pattern.id
+    cmd = f"{command}"
+    write_text(folder / "kernel.py", render_kernel_py(prog, header(pattern.id, cmd, "Triton kernels + launcher")))
+    write_text(folder / "pattern.py", render_pattern_py(
+        prog, header(pattern.id, cmd, "search pattern, replacement, extra check"), f"miner::c{pattern.id}",
+        KERNEL_IMPORT, example_shapes(observed, spec.n_inputs),
+        f"Fusion candidate {pattern.id} ({label}): {pattern.ops}."))
+    from miner.core.pattern import to_json as pattern_json
+
+    old = folder / "candidate.json"
+    meta = {
+        "id": pattern.id, "miner_version": __version__, "regenerate": cmd, "op": f"miner::c{pattern.id}",
+        "label": label, "ops": pattern.ops,
+        "signature": {"inputs": spec.n_inputs, "scalars": spec.n_consts, "outputs": len(spec.outputs),
+                      "input_kinds": ["bool" if b else "float" for b in prog.input_is_bool],
+                      "output_kinds": list(prog.output_kinds)},
+        "kernel": {"one_pass_max": ONE_PASS_MAX, "loop_block": LOOP_BLOCK, "levels": prog.levels,
+                   "online_softmax": prog.online_softmax},
+        "observed": observed,
+        "occurrences": occurrences_by_model(pattern),
+        "counts": {"non_overlapping": pattern.counts.non_overlapping, "safe": pattern.counts.safe,
+                   "by_phase": dict(pattern.counts.by_phase)},
+        "safety": safety_summary(pattern),
+        "inductor": {"kernels_hist": dict(pattern.inductor.kernels_hist),
+                     "missed_fusion": pattern.inductor.missed_fusion, "splits": dict(pattern.inductor.splits)},
+        "status": "generated",
+        "pattern": pattern_json(pattern),
+    }
+    write_json(old, meta)
+    (folder / "validation.json").unlink(missing_ok=True)  # stale once the files change
+    return Generated(pattern.id, label, folder, len(observed))
+
+
+def no_safe_reason(pattern) -> str:
+    """Why a pattern without a safe stored occurrence gets no candidate (shapes come from those)."""
+    if pattern.counts.safe:
+        return (f"{pattern.counts.safe} safe occurrence(s), but none among the {len(pattern.occurrences)} stored "
+                "(shapes come from stored ones: re-run `miner mine` storing more occurrences)")
+    return "no safe occurrence"
+
+
+def supported(pattern) -> str | None:
+    """None if the generator supports the pattern, else the reason it does not."""
+    if not any(o.verdict.ok for o in pattern.occurrences):
+        return no_safe_reason(pattern)
+    try:
+        codegen.lower(spec_from_pattern(pattern))
+    except Unsupported as e:
+        return f"not generated: {e}"
+    return None
+
+
+def score(pattern) -> int:
+    """Selection order for ``--top``: safe occurrences x compute nodes (bigger, more frequent first)."""
+    return pattern.counts.safe * pattern.n_compute
+
+
+def select(patterns: Iterable, top: int | None) -> tuple[list, list[Skipped]]:
+    """The supported patterns worth a candidate, best first (``top``: how many), and the rest.
+
+    Order: the two best (by ``score``) of each named family (``label_for``: softmax_like, layer_norm,
+    rms_norm, gelu_erf, ...), then everything else by ``score``.
+
+    Worth it: a reduction inside, or at least three compute ops (two pointwise ops are left to
+    Inductor, which always fuses them).
+    """
+    chosen, skipped = [], []
+    for p in patterns:
+        why = supported(p)
+        if why is None and not any(n.category == "reduction" for n in p.nodes) and p.n_compute < 3:
+            why = "not generated: fewer than 3 pointwise ops and no reduction (Inductor fuses those)"
+        if why:
+            skipped.append(Skipped(p.id, p.ops, why))
+        else:
+            chosen.append(p)
+    chosen.sort(key=lambda p: (-score(p), p.id))
+    # Named families first (softmax, norms, activations: best two of each), then by score.
+    named: dict[str, list] = {}
+    for p in chosen:
+        label = label_for(p.ops)
+        if not label.startswith("fused_") and len(named.setdefault(label, [])) < 2:
+            named[label].append(p)
+    first = [p for group in named.values() for p in group]
+    chosen = first + [p for p in chosen if p not in first]
+    if top:
+        skipped += [Skipped(p.id, p.ops, f"below --top {top}") for p in chosen[top:]]
+        chosen = chosen[:top]
+    return chosen, skipped
+
+
+def generate(workspace: Workspace, patterns: Iterable, command: str = "miner generate",
+             pre_skipped: Iterable[Skipped] = ()) -> tuple[list, list]:
+    """Generate every pattern; writes ``candidates/index.json``. Returns (generated, skipped)."""
+    done, skipped = [], list(pre_skipped)
+    for p in patterns:
+        r = generate_one(p, workspace, command)
+        (done if isinstance(r, Generated) else skipped).append(r)
+    index = {"miner_version": __version__, "command": command,
+             "generated": [{"id": g.id, "label": g.label} for g in done],
+             "skipped": [{"id": s.id, "ops": s.ops, "reason": s.reason} for s in skipped]}
+    write_json(workspace.candidates / "index.json", index)
+    return done, skipped
+
+
+def remove_stale(workspace: Workspace, keep: Iterable[str]) -> list[str]:
+    """Delete candidate folders whose pattern is gone; returns their ids."""
+    keep = set(keep)
+    gone = []
+    for d in sorted(workspace.candidates.glob("p*/")):
+        if d.name not in keep and (d / "candidate.json").exists():
+            shutil.rmtree(d)
+            gone.append(d.name)
+    return gone
+
+
+# --------------------------------------------------------------------------- consumers' helpers
+
+@dataclass
+class Candidate:
+    id: str
+    path: Path
+    meta: dict
+    pattern_module: Any
+    kernel_module: Any
+
+
+def candidate_dir(workspace: Workspace, cid: str) -> Path:
+    root = workspace.candidates
+    exact = root / cid
+    if (exact / "candidate.json").exists():
+        return exact
+    found = [p.parent for p in root.glob(f"{cid}*/candidate.json")]
+    if len(found) == 1:
+        return found[0]
+    valid = sorted(p.parent.name for p in root.glob("*/candidate.json"))
+    raise UsageError(f"unknown candidate {cid!r}; candidates: {', '.join(valid) or '(none: run miner generate)'}")
+
+
+def load_candidate(workspace: Workspace, cid: str) -> Candidate:
+    """Import a candidate's pattern.py and kernel.py (each once per process)."""
+    from miner.runtime import rewrite
+
+    path = candidate_dir(workspace, cid)
+    meta = read_json(path / "candidate.json")
+    pid = meta["id"]
+    pattern_module = rewrite.load_module(path / "pattern.py", rewrite.module_name(path / "pattern.py", "pattern"))
+    kernel_module = pattern_module._kernel()
+    return Candidate(pid, path, meta, pattern_module, kernel_module)
+
+
+def make_inputs(observed: dict, device: str = "cpu", seed: int = 0):
+    """(tensors, scalars) for one observed entry: randn in its dtype/shape/strides, bools random."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    xs = []
+    for i in observed["inputs"]:
+        dtype = getattr(torch, i["dtype"])
+        shape = tuple(i["shape"])
+        stride = i.get("stride")
+        if dtype == torch.bool:
+            base = torch.rand(shape, generator=g) < 0.5
+        else:
+            base = torch.randn(shape, generator=g, dtype=torch.float32).to(dtype)
+        if stride is not None and len(stride) == len(shape) and tuple(stride) != base.stride() \
+                and _strides_fit(shape, stride):
+            t = torch.empty_strided(shape, stride, dtype=dtype)
+            t.copy_(base)
+            base = t
+        xs.append(base.to(device))
+    return xs, [float(s) for s in observed.get("scalars", [])]
+
+
+def _strides_fit(shape, stride) -> bool:
+    """Non-overlapping strides (so an empty_strided tensor holds distinct values)."""
+    dims = sorted((st, sz) for st, sz in zip(stride, shape) if sz != 1)
+    expected = 1
+    for st, sz in dims:
+        if st < expected:
+            return False
+        expected = st * sz
+    return True
+
+
+def describe(r: Generated | Skipped) -> str:
+    if isinstance(r, Generated):
+        return f"{r.id}  {r.label:<14} {r.observed} observed shape(s) -> {r.path}"
+    return f"{r.id}  skipped: {r.reason}  [{r.ops}]"
+

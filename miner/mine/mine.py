@@ -1,0 +1,629 @@
+"""Mine frequent connected pointwise/reduction subgraphs of captured post-grad graphs.
+
+``mine(graphs) -> MiningResult`` (see ``miner.core.pattern``). The stages:
+
+1. **Index** each graph (:class:`GraphIndex`): which nodes are *fusable* (pointwise and
+   reduction "compute" nodes; views, and ``getitem`` of a multi-output compute node, as
+   connectors), each node's label (``miner.mine.canon.template_of``), operands and users. Matmuls,
+   random ops, "other" ops and graph inputs are never fusable: they bound the patterns. A node
+   with more than ``max_fanout`` fusable users (a hub) connects patterns only through its
+   operands (:func:`_neighbours`).
+2. **Grow** patterns level by level, one node per level. Each connected node set is generated
+   exactly once (ESU, :func:`_grow`). Extensions are grouped by (parent pattern, extension
+   descriptor): all embeddings in a group are isomorphic children with the same alignment, so
+   the child's exact canonical form (``miner.mine.canon.structure_order``) is computed once per
+   group. A cheap invariant (label and labelled-edge multisets) drops groups whose child
+   cannot be frequent before that. Children are keyed by their exact canonical code, never by
+   a hash.
+3. **Prune** by support: a pattern found in fewer than ``min_support`` graphs or
+   ``min_models`` models is dropped and never extended. Support is anti-monotone (a
+   super-pattern is never in more graphs than its sub-patterns), so nothing frequent is lost.
+4. **Report** the valid patterns (>= 2 compute nodes; a view only *between* two pattern
+   nodes; a getitem only after its producer; a multi-output node never an output itself),
+   closed ones only by default: a pattern is dropped when every one of its embeddings lies
+   inside an embedding of one larger pattern with the same support (models and graphs).
+5. Per reported pattern: greedy non-overlapping occurrences, their safety verdicts
+   (``miner.mine.safety.check``), shapes and dtypes, Inductor's view from the kernel map, and a
+   rank (:func:`_score`: natural blocks first, then the traffic a fusion could save).
+
+Cost: linear in the number of embeddings of frequent patterns (each is extended once) plus
+one canonical form per surviving extension group. Measured (2-core CPU shared with other
+jobs, see ``benchmarks/bench_mining.py``): bert-base + gpt2-base training graphs (4 graphs,
+6926 nodes) in 12 s wall / 8 s CPU; the 12 tiny bert/gpt2/llama/t5 train+infer graphs in
+47 s / 32 s (train-forward and inference graphs are near copies: everything is frequent).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from miner.mine import safety
+from miner.mine.canon import (NodeTemplate, canonical_order, code_id, isomorphic, pattern_nodes, structure_order,
+                         template_of)
+from miner.core.pattern import (Counts, InductorView, MiningResult, Occurrence, Pattern, Support, canonical_form,
+                           ops_summary, pattern_id)
+from miner.core.records import CapturedGraph, KernelRef
+
+COMPUTE = ("pointwise", "reduction")
+
+DEFAULTS = dict(min_support=2, min_models=1, max_nodes=8, max_views=2, max_fanout=4, closed_only=True,
+                max_extra_outputs=2, max_stored=3)
+
+
+# --------------------------------------------------------------------------- graph index
+
+
+@dataclass
+class GraphIndex:
+    """Integer-indexed view of one captured graph, as the miner needs it.
+
+    ``kind[i]`` is "compute", "view" or None (not fusable). ``label[i]`` is the template
+    label of a fusable node; ``operands[i]`` its operand producers in reference order (all
+    nodes, fusable or not); ``users[i]`` its distinct users; ``consts[i]`` its abstracted
+    scalar values.
+    """
+
+    graph: CapturedGraph
+    names: list[str]
+    kind: list[str | None]
+    label: list[str | None]
+    operands: list[tuple[int, ...]]
+    users: list[tuple[int, ...]]
+    consts: list[tuple[Any, ...]]
+    multi: list[bool]  # a compute node with more than one output (var_mean)
+
+    @property
+    def key(self):
+        return self.graph.key
+
+
+def index_graph(graph: CapturedGraph, templates: dict[str, NodeTemplate], multi_labels: set[str]) -> GraphIndex:
+    """Build the :class:`GraphIndex` of ``graph``; registers node templates in ``templates``."""
+    names = [n.name for n in graph.nodes]
+    pos = {n: i for i, n in enumerate(names)}
+    recs = graph.nodes
+    n = len(recs)
+    kind: list[str | None] = [None] * n
+    label: list[str | None] = [None] * n
+    operands: list[tuple[int, ...]] = [()] * n
+    consts: list[tuple] = [()] * n
+    multi = [False] * n
+    users: list[tuple[int, ...]] = [tuple(dict.fromkeys(pos[u] for u in r.users if u in pos)) for r in recs]
+    for i, r in enumerate(recs):
+        if r.category in COMPUTE:
+            kind[i] = "compute"
+            multi[i] = len(r.meta) > 1
+        elif r.category == "view":
+            kind[i] = "view"
+    for i, r in enumerate(recs):
+        if r.target == "operator.getitem":
+            src = r.inputs()
+            if src and src[0][1] in pos and kind[pos[src[0][1]]] == "compute":
+                kind[i] = "view"
+        if kind[i] is None:
+            continue
+        t, refs, cs = template_of(r, category="view" if kind[i] == "view" else r.category)
+        lab = t.label
+        templates.setdefault(lab, t)
+        if multi[i]:
+            multi_labels.add(lab)
+        label[i] = lab
+        operands[i] = tuple(pos[x] for x in refs if x in pos)
+        if len(operands[i]) != len(refs):  # a reference to a node the capture did not record
+            kind[i], label[i] = None, None
+            continue
+        consts[i] = cs
+    return GraphIndex(graph, names, kind, label, operands, users, consts, multi)
+
+
+# --------------------------------------------------------------------------- the lattice
+
+
+@dataclass
+class _Pat:
+    """A pattern under growth: canonical code and embeddings aligned with it.
+
+    An embedding is ``(graph, nodes, inputs, ext)``: graph node ids aligned with ``code``'s
+    nodes and inputs, and ``ext``, its ESU extension set (see :func:`_grow`).
+    """
+
+    code: tuple  # ((label, refs), ...) refs ("n", j) | ("i", k)
+    n_compute: int
+    n_view: int
+    embs: list[tuple] = field(default_factory=list)
+    graphs: set = field(default_factory=set)
+    children: dict = field(default_factory=dict)  # child pid -> set of own embedding indices inside it
+    pid: int = -1
+    inv: tuple | None = None  # (sorted labels, sorted labelled edges), an isomorphism invariant
+
+
+def _neighbours(G: GraphIndex, max_fanout: int) -> list[tuple[int, ...]]:
+    """Fusable operands and users of every node: the graph in which patterns must be connected.
+
+    The edges from a node with more than ``max_fanout`` fusable users to those users are left
+    out (both ways, ESU needs a symmetric graph): such hubs (a shared attention mask, a
+    normalized activation read by many gradient terms) would otherwise multiply the
+    embeddings combinatorially (C(users, k)) for patterns no kernel wants. Patterns are still
+    induced subgraphs: an edge from a hub is part of a pattern whose nodes are connected
+    another way.
+    """
+    kind = G.kind
+    hub = [kind[v] is not None and sum(kind[u] is not None for u in G.users[v]) > max_fanout
+           for v in range(len(kind))]
+    out = []
+    for v in range(len(kind)):
+        if kind[v] is None:
+            out.append(())
+            continue
+        ops = [u for u in G.operands[v] if kind[u] is not None and not hub[u]]
+        users = [] if hub[v] else [u for u in G.users[v] if kind[u] is not None]
+        out.append(tuple(dict.fromkeys(ops + users)))
+    return out
+
+
+def _grow(indexes: Sequence[GraphIndex], templates: dict[str, NodeTemplate], *, min_support: int,
+          min_models: int, max_nodes: int, max_views: int, max_fanout: int, stats: dict) -> list[_Pat]:
+    """All frequent connected patterns (valid or not), every embedding of each.
+
+    Each connected node set is generated exactly once, by ESU (Wernicke 2006, "Efficient
+    detection of network motifs"): a set grows only from its smallest node id (the root),
+    and only by nodes from its extension set, which inherits the parent's later candidates
+    plus the new node's *exclusive* neighbours (not adjacent to the set) above the root. Its
+    chain of intermediate sets are connected subsets of it, hence at least as frequent, so
+    pruning infrequent patterns level by level loses nothing.
+    """
+    models = [g.key.model for g in indexes]
+    nbrs = [_neighbours(G, max_fanout) for G in indexes]
+    # Zobrist keys: a node set's key is the XOR of its nodes' random 64-bit keys, so the key
+    # of a set with one node removed is one XOR away (used for the containment links below;
+    # a false link needs a 64-bit collision between two frequent embeddings of one graph).
+    rng = random.Random(0)
+    zob = [[rng.getrandbits(64) for _ in G.kind] for G in indexes]
+    pats: list[_Pat] = []
+    by_code: dict[tuple, int] = {}
+
+    def frequent_graphs(gs) -> bool:
+        return len(gs) >= min_support and len({models[g] for g in gs}) >= min_models
+
+    # Level 1: every fusable node (views too: ESU roots a set at its smallest node).
+    level: list[_Pat] = []
+    for gi, G in enumerate(indexes):
+        for v, k in enumerate(G.kind):
+            if k is None:
+                continue
+            order, inputs, code = structure_order([(G.label[v], tuple(("x", u) for u in G.operands[v]))])
+            p_i = by_code.get(code)
+            if p_i is None:
+                p_i = by_code[code] = len(pats)
+                is_compute = k == "compute"
+                pats.append(_Pat(code=code, n_compute=int(is_compute), n_view=int(not is_compute), pid=p_i))
+                level.append(pats[p_i])
+            p = pats[p_i]
+            p.embs.append((gi, (v,), tuple(x[1] for x in inputs), tuple(u for u in nbrs[gi][v] if u > v),
+                           zob[gi][v]))
+            p.graphs.add(gi)
+    level = [p for p in level if frequent_graphs(p.graphs)]
+    index = {(e[0], e[4]): (p.pid, ei) for p in level for ei, e in enumerate(p.embs)}
+    stats["levels"] = [[len(level), sum(len(p.embs) for p in level)]]
+    stats["canonicalized"] = stats["pruned_groups"] = 0
+
+    while level:
+        groups: dict[tuple, list] = defaultdict(list)
+        for p in level:
+            full_compute = p.n_compute >= max_nodes
+            full_views = p.n_view >= max_views
+            pid = p.pid
+            for ei, (gi, nodes, inputs, ext, _) in enumerate(p.embs):
+                G = indexes[gi]
+                kind, ops_of, label, nb = G.kind, G.operands, G.label, nbrs[gi]
+                root = min(nodes)
+                npos = {u: j for j, u in enumerate(nodes)}
+                ipos = {u: k for k, u in enumerate(inputs)}
+                for i, v in enumerate(ext):
+                    if (full_compute if kind[v] == "compute" else full_views):
+                        continue
+                    # v's exclusive neighbours: not in the set, not adjacent to it (ESU).
+                    new_ext = ext[i + 1:] + tuple(u for u in nb[v] if u > root and u not in npos
+                                                  and not any(y in npos for y in nb[u]))
+                    fresh: dict[int, int] = {}
+                    desc = []
+                    for u in ops_of[v]:
+                        if u in npos:
+                            desc.append(("n", npos[u]))
+                        elif u in ipos:
+                            desc.append(("i", ipos[u]))
+                        else:
+                            desc.append(("x", fresh.setdefault(u, len(fresh))))
+                    groups[(pid, label[v], tuple(desc), ipos.get(v, -1))].append((ei, v, tuple(fresh), new_ext))
+        # A cheap isomorphism invariant of each group's child (label multiset, labelled-edge
+        # multiset): a child is in no more graphs than all groups sharing its invariant, so a
+        # group whose invariant is infrequent is dropped before its canonical form is computed.
+        inv_of: dict[tuple, tuple] = {}
+        inv_graphs: dict[tuple, set] = defaultdict(set)
+        for gkey, items in groups.items():
+            par = pats[gkey[0]]
+            inv = inv_of[gkey] = _child_invariant(par, gkey[1], gkey[2], gkey[3])
+            inv_graphs[inv].update(par.embs[ei][0] for ei, _, _, _ in items)
+        nxt: list[_Pat] = []
+        for gkey, items in groups.items():
+            pid, lab, desc, was_input = gkey
+            if not frequent_graphs(inv_graphs[inv_of[gkey]]):
+                stats["pruned_groups"] += 1
+                continue
+            parent = pats[pid]
+            m = len(parent.code)
+            structure = [(plab, tuple(("n", m) if r == ("i", was_input) else r for r in refs))
+                         for plab, refs in parent.code]
+            structure.append((lab, desc))
+            order, inputs, code = structure_order(structure)
+            stats["canonicalized"] += 1
+            c_i = by_code.get(code)
+            if c_i is None:
+                is_compute = templates[lab].category in COMPUTE
+                c_i = by_code[code] = len(pats)
+                pats.append(_Pat(code=code, pid=c_i, n_compute=parent.n_compute + is_compute,
+                                 n_view=parent.n_view + (not is_compute), inv=inv_of[gkey]))
+                nxt.append(pats[c_i])
+            child = pats[c_i]
+            for ei, v, fresh, new_ext in items:
+                gi, nodes, pin, _, key = parent.embs[ei]
+                ext_nodes = nodes + (v,)
+                child.embs.append((gi, tuple(ext_nodes[a] for a in order),
+                                   tuple(pin[r[1]] if r[0] == "i" else fresh[r[1]] for r in inputs), new_ext,
+                                   key ^ zob[gi][v]))
+                child.graphs.add(gi)
+        level = [p for p in nxt if frequent_graphs(p.graphs)]
+        # Containment links for closedness: each embedding of a frequent child contains, for
+        # every node whose removal leaves a frequent embedding, that parent embedding.
+        new_index = {}
+        for q in level:
+            for ei, (gi, nodes, _, _, key) in enumerate(q.embs):
+                new_index[(gi, key)] = (q.pid, ei)
+                z = zob[gi]
+                for x in nodes:
+                    hit = index.get((gi, key ^ z[x]))
+                    if hit is not None:
+                        pats[hit[0]].children.setdefault(q.pid, set()).add(hit[1])
+        index = new_index
+        stats["levels"].append([len(level), sum(len(p.embs) for p in level)])
+    return [p for p in pats if frequent_graphs(p.graphs)]
+
+
+def _child_invariant(parent: _Pat, lab: str, desc: tuple, was_input: int) -> tuple:
+    """Label multiset + (producer label, consumer label, position) edge multiset of a child."""
+    if parent.inv is None:
+        labels = [l for l, _ in parent.code]
+        parent.inv = (tuple(sorted(labels)),
+                      tuple(sorted((labels[r[1]], l, pos) for l, refs in parent.code
+                                   for pos, r in enumerate(refs) if r[0] == "n")))
+    labels, edges = parent.inv
+    new = [(parent.code[r[1]][0], lab, pos) for pos, r in enumerate(desc) if r[0] == "n"]
+    if was_input >= 0:
+        new += [(lab, l, pos) for l, refs in parent.code for pos, r in enumerate(refs) if r == ("i", was_input)]
+    return tuple(sorted(labels + (lab,))), tuple(sorted(edges + tuple(new)))
+
+
+def _valid(p: _Pat, templates: dict[str, NodeTemplate], multi_labels: set[str]) -> bool:
+    """Reportable: >= 2 compute nodes, views strictly between pattern nodes, no multi-output sink."""
+    if p.n_compute < 2:
+        return False
+    used = {r[1] for _, refs in p.code for r in refs if r[0] == "n"}
+    for j, (lab, refs) in enumerate(p.code):
+        t = templates[lab]
+        if t.category == "view":
+            if not refs or refs[0][0] != "n":
+                return False  # a view (or getitem) of an external input: leave it outside
+            if t.target != "operator.getitem" and j not in used:
+                return False  # a trailing view: the value before it is the output
+        if lab in multi_labels and j not in used:
+            return False  # a tuple-valued output (var_mean without its getitems)
+    return True
+
+
+def _closed_flags(pats: list[_Pat], valid: dict[int, bool], models: list[str]) -> dict[int, bool]:
+    """closed[pid]: no larger pattern (with the same support) contains every embedding.
+
+    ``covered(P)``: some child Q with the same graphs and models holds an extension of each
+    embedding of P, and Q is reportable or itself covered; children come later in ``pats``,
+    so one pass in reverse order settles it.
+    """
+    by_pid = {p.pid: p for p in pats}
+    covered: dict[int, bool] = {}
+    for p in reversed(pats):
+        c = False
+        for q_id, eis in p.children.items():
+            q = by_pid.get(q_id)
+            if q is None or len(eis) != len(p.embs) or q.graphs != p.graphs:
+                continue
+            if valid.get(q_id) or covered.get(q_id):
+                c = True
+                break
+        covered[p.pid] = c
+    return {pid: not c for pid, c in covered.items()}
+
+
+# --------------------------------------------------------------------------- occurrences and report
+
+
+def _non_overlapping(embs: list) -> list[int]:
+    """Greedy maximal set of node-disjoint embeddings (graph order, then node order)."""
+    order = sorted(range(len(embs)), key=lambda i: (embs[i][0], sorted(embs[i][1])))
+    used: dict[int, set] = defaultdict(set)
+    keep = []
+    for i in order:
+        gi, nodes = embs[i][0], embs[i][1]
+        if used[gi].isdisjoint(nodes):
+            used[gi].update(nodes)
+            keep.append(i)
+    return keep
+
+
+def build_occurrence(G: GraphIndex, nodes: Sequence[int], inputs: Sequence[int],
+                     slots: Sequence[tuple[int, int]], sinks: Sequence[int], *, max_extra_outputs: int) -> Occurrence:
+    """The :class:`Occurrence` of one embedding: names, scalars, metas, verdict, kernels."""
+    g = G.graph
+    recs = g.nodes
+    names = tuple(G.names[v] for v in nodes)
+    occ = Occurrence(graph=g.key, nodes=names, inputs=tuple(G.names[u] for u in inputs),
+                     scalars=tuple(G.consts[nodes[j]][c] for j, c in slots), outputs=tuple(sinks),
+                     phase=g.key.phase)
+    verdict = safety.check(occ, g, max_extra_outputs=max_extra_outputs)
+    outputs = tuple(sorted(set(sinks) | set(verdict.extra_outputs)))
+    node_kernels = tuple(tuple(k.name for k in recs[v].kernels) for v in nodes)
+    kernels: dict[str, KernelRef] = {}
+    for v in nodes:
+        for k in recs[v].kernels:
+            kernels.setdefault(k.name, k)
+    return Occurrence(
+        graph=g.key, nodes=names, inputs=occ.inputs, scalars=occ.scalars, outputs=outputs,
+        input_meta=tuple(recs[u].meta[0] if recs[u].meta else None for u in inputs),
+        output_meta=tuple(recs[nodes[j]].meta[0] if recs[nodes[j]].meta else None for j in outputs),
+        phase=g.key.phase, verdict=verdict, node_kernels=node_kernels, kernels=tuple(kernels.values()))
+
+
+def _compute_producers(nodes_p) -> list[list[int]]:
+    """For each pattern node, its compute producers inside the pattern, looking through views."""
+    out: list[list[int]] = []
+    for j, n in enumerate(nodes_p):
+        prods = []
+        stack = [idx for kind, idx in n.refs() if kind == "node"]
+        while stack:
+            i = stack.pop()
+            if nodes_p[i].is_compute:
+                prods.append(i)
+            else:
+                stack.extend(idx for kind, idx in nodes_p[i].refs() if kind == "node")
+        out.append(sorted(set(prods)))
+    return out
+
+
+def inductor_view(nodes_p, occs: Sequence[Occurrence]) -> InductorView:
+    """Aggregate Inductor's kernels over occurrences (see :class:`InductorView`)."""
+    hist: Counter = Counter()
+    splits: Counter = Counter()
+    one = recomputed = 0
+    prods = _compute_producers(nodes_p)
+    mapped = 0
+    for o in occs:
+        whole = o.in_one_kernel
+        if whole is None:
+            continue
+        mapped += 1
+        hist[str(o.n_kernels)] += 1
+        one += whole
+        recomputed += bool(o.recomputed)
+        if not whole:
+            for j, ps in enumerate(prods):
+                for i in ps:
+                    ki, kj = set(o.node_kernels[i]), set(o.node_kernels[j])
+                    if ki and kj and ki.isdisjoint(kj):
+                        splits[f"n{i}:{nodes_p[i].short} -> n{j}:{nodes_p[j].short}"] += 1
+    return InductorView(kernels_hist=dict(sorted(hist.items(), key=lambda kv: int(kv[0]))), one_kernel=one,
+                        missed_fusion=mapped > 0 and (mapped - one) * 2 > mapped, splits=dict(splits.most_common()),
+                        recomputed=recomputed)
+
+
+def _sample(occs: list[Occurrence], cap: int) -> tuple[Occurrence, ...]:
+    """Up to ``cap`` occurrences spread over graphs, safe ones first (generation takes its
+    shapes from stored safe occurrences), plus one example of each rejection reason."""
+    by_graph: dict[str, list[Occurrence]] = defaultdict(list)
+    for o in sorted(occs, key=lambda o: not o.verdict.ok):  # stable: graph order kept
+        by_graph[str(o.graph)].append(o)
+    picked: list[Occurrence] = []
+    queues = list(by_graph.values())
+    while len(picked) < cap and any(queues):
+        for q in queues:
+            if q and len(picked) < cap:
+                picked.append(q.pop(0))
+    reasons_shown = {r for o in picked for r in o.verdict.reasons}
+    for o in occs:
+        new = set(o.verdict.reasons) - reasons_shown
+        if new and o not in picked:
+            picked.append(o)
+            reasons_shown |= new
+    return tuple(picked)
+
+
+def _bounded(G: GraphIndex, nodes: Sequence[int], inputs: Sequence[int]) -> bool:
+    """A whole fusable region: no input made, and no value read, by a fusable node outside it."""
+    inside = set(nodes)
+    kind = G.kind
+
+    # Looking through views: a view between the block and a matmul does not make it a window.
+    def made_outside(u: int, depth: int = 3) -> bool:
+        if kind[u] != "view" or depth == 0:
+            return kind[u] is None
+        return all(made_outside(x, depth - 1) for x in G.operands[u])
+
+    def read_outside(w: int, depth: int = 3) -> bool:
+        if kind[w] != "view" or depth == 0:
+            return kind[w] is None
+        return all(read_outside(x, depth - 1) for x in G.users[w])
+
+    return all(made_outside(u) for u in inputs) and \
+        all(read_outside(w) for v in nodes for w in G.users[v] if w not in inside)
+
+
+def _score(p: Pattern) -> tuple:
+    # Rank: natural blocks first (most occurrences a whole fusable region, like a GELU between
+    # two matmuls, not a window cut out of a larger region), then by the traffic a fusion could
+    # save (safe occurrences x (compute nodes - 1) intermediate tensors), then patterns shared
+    # by more models, missed fusions first on ties.
+    block = p.counts.bounded * 2 >= p.counts.non_overlapping > 0
+    return (not block, -(p.counts.safe * (p.n_compute - 1)), -p.support.n_models, not p.inductor.missed_fusion,
+            -p.support.n_graphs, p.id)
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def mine(graphs: Sequence[CapturedGraph], *, min_support: int = 2, min_models: int = 1, max_nodes: int = 8,
+         max_views: int = 2, max_fanout: int = 4, closed_only: bool = True, max_extra_outputs: int = 2,
+         max_stored: int = 3, verify: bool = False) -> MiningResult:
+    """Mine frequent pointwise/reduction patterns of ``graphs``.
+
+    Parameters
+    ----------
+    graphs : sequence of CapturedGraph
+        The captured post-grad graphs (``Workspace.load_graphs()``).
+    min_support : int
+        Minimum number of graphs a pattern must occur in.
+    min_models : int
+        Minimum number of distinct models.
+    max_nodes : int
+        Maximum number of compute (pointwise/reduction) nodes in a pattern (>= 2).
+    max_views : int
+        Maximum number of view/getitem nodes in a pattern.
+    max_fanout : int
+        A node with more fusable users than this connects a pattern only through its operands
+        (see :func:`_neighbours`); hubs otherwise make embeddings explode combinatorially.
+    closed_only : bool
+        Keep only closed patterns (see the module docstring).
+    max_extra_outputs : int
+        Interior nodes used outside an occurrence become extra outputs of the fused op, up to
+        this many; beyond that the occurrence is rejected (``miner.mine.safety.check_users``).
+    max_stored : int
+        Occurrences stored per pattern (plus one per distinct rejection reason); counts cover all.
+    verify : bool
+        Also confirm with networkx's VF2 matcher that no two reported patterns are isomorphic
+        (slow for many patterns; tests use it).
+
+    Returns
+    -------
+    MiningResult
+        Patterns ranked by :func:`_score`; ``stats`` holds the timings and lattice sizes.
+    """
+    if max_nodes < 2:
+        raise ValueError("max_nodes must be at least 2")
+    t0 = time.perf_counter()
+    templates: dict[str, NodeTemplate] = {}
+    multi_labels: set[str] = set()
+    indexes = [index_graph(g, templates, multi_labels) for g in graphs]
+    models = [g.key.model for g in graphs]
+    t1 = time.perf_counter()
+    stats: dict[str, Any] = {"graphs": len(graphs), "nodes": sum(len(g.nodes) for g in graphs),
+                             "fusable_nodes": sum(sum(k is not None for k in G.kind) for G in indexes)}
+    pats = _grow(indexes, templates, min_support=min_support, min_models=min_models, max_nodes=max_nodes,
+                 max_views=max_views, max_fanout=max_fanout, stats=stats)
+    t2 = time.perf_counter()
+    valid = {p.pid: _valid(p, templates, multi_labels) for p in pats}
+    closed = _closed_flags(pats, valid, models)
+    reported = [p for p in pats if valid[p.pid] and (closed[p.pid] or not closed_only)]
+
+    out: list[Pattern] = []
+    ids: dict[str, str] = {}
+    for p in reported:
+        nodes_p, n_inputs, n_consts, slots = pattern_nodes(p.code, templates)
+        form = canonical_form(nodes_p, n_inputs, n_consts)
+        pid = pattern_id(form)
+        if ids.setdefault(pid, form) != form:  # never merge two patterns on a hash alone
+            raise RuntimeError(f"pattern id collision on {pid}; lengthen miner.core.pattern.pattern_id")
+        used = {r[1] for _, refs in p.code for r in refs if r[0] == "n"}
+        sinks = tuple(j for j in range(len(p.code)) if j not in used)
+        chosen = _non_overlapping(p.embs)
+        occs = [build_occurrence(indexes[p.embs[i][0]], p.embs[i][1], p.embs[i][2], slots, sinks,
+                                 max_extra_outputs=max_extra_outputs) for i in chosen]
+        safe = [o for o in occs if o.verdict.ok]
+        bounded = sum(_bounded(indexes[p.embs[i][0]], p.embs[i][1], p.embs[i][2]) for i in chosen)
+        rejections = Counter(r for o in occs for r in o.verdict.reasons)
+        gset = sorted({str(indexes[gi].key) for gi in p.graphs})
+        out.append(Pattern(
+            id=pid, nodes=nodes_p, n_inputs=n_inputs, n_consts=n_consts, outputs=sinks,
+            extra_outputs=tuple(sorted({j for o in safe for j in o.verdict.extra_outputs})),
+            ops=ops_summary(nodes_p),
+            support=Support(models=tuple(sorted({models[gi] for gi in p.graphs})), graphs=tuple(gset)),
+            counts=Counts(total=len(p.embs), non_overlapping=len(occs), safe=len(safe),
+                          by_phase=dict(sorted(Counter(o.phase for o in occs).items())), bounded=bounded),
+            inductor=inductor_view(nodes_p, occs),
+            rejections=dict(rejections.most_common()),
+            occurrences=_sample(occs, max_stored),
+            closed=closed[p.pid]))
+    out.sort(key=_score)
+    t3 = time.perf_counter()
+    if verify:
+        _verify_distinct(out)
+    stats.update({"frequent_patterns": len(pats), "reported_patterns": len(out),
+                  "seconds": {"index": round(t1 - t0, 3), "grow": round(t2 - t1, 3),
+                              "report": round(t3 - t2, 3), "total": round(time.perf_counter() - t0, 3)}})
+    params = dict(min_support=min_support, min_models=min_models, max_nodes=max_nodes, max_views=max_views,
+                  max_fanout=max_fanout,
+                  closed_only=closed_only, max_extra_outputs=max_extra_outputs, max_stored=max_stored,
+                  models=sorted(set(models)))
+    return MiningResult(patterns=tuple(out), params=params, stats=stats)
+
+
+def _verify_distinct(patterns: Sequence[Pattern]) -> None:
+    """Raise if two reported patterns are isomorphic (VF2), bucketing by a cheap invariant first."""
+    buckets: dict[tuple, list[Pattern]] = defaultdict(list)
+    for p in patterns:
+        buckets[(len(p.nodes), p.n_inputs, tuple(sorted(n.target for n in p.nodes)))].append(p)
+    for group in buckets.values():
+        for i, a in enumerate(group):
+            for b in group[i + 1:]:
+                if isomorphic(a.nodes, b.nodes):
+                    raise AssertionError(f"patterns {a.id} and {b.id} are isomorphic")
+
+
+def mine_workspace(workspace, models: Iterable[str] | None = None, **options) -> MiningResult:
+    """Load the workspace's captured graphs (optionally of some models) and :func:`mine` them."""
+    graphs = workspace.load_graphs(list(models) if models else None)
+    return mine(graphs, **options)
+
+
+def pattern_at(graph: CapturedGraph, names: Iterable[str], *, max_extra_outputs: int = 2) -> Pattern:
+    """The pattern formed by the given FX nodes of ``graph``, with that one occurrence checked.
+
+    For tests and for inspecting a hand-picked subgraph: no support counting, no validity
+    filter (any connected or unconnected set of fusable nodes is accepted).
+    """
+    templates: dict[str, NodeTemplate] = {}
+    G = index_graph(graph, templates, set())
+    pos = {n: i for i, n in enumerate(G.names)}
+    members = [pos[n] for n in names]
+    bad = [G.names[m] for m in members if G.kind[m] is None]
+    if bad:
+        raise ValueError(f"not pointwise/reduction/view nodes: {', '.join(bad)}")
+    order, inputs, code = structure_order_of_nodes(G, members)
+    nodes_p, n_inputs, n_consts, slots = pattern_nodes(code, templates)
+    pid, _ = code_id(code, templates)
+    used = {r[1] for _, refs in code for r in refs if r[0] == "n"}
+    sinks = tuple(j for j in range(len(code)) if j not in used)
+    occ = build_occurrence(G, order, inputs, slots, sinks, max_extra_outputs=max_extra_outputs)
+    return Pattern(id=pid, nodes=nodes_p, n_inputs=n_inputs, n_consts=n_consts, outputs=sinks,
+                   extra_outputs=occ.verdict.extra_outputs, ops=ops_summary(nodes_p),
+                   support=Support(models=(graph.key.model,), graphs=(str(graph.key),)),
+                   counts=Counts(total=1, non_overlapping=1, safe=int(occ.verdict.ok),
+                                 by_phase={occ.phase: 1}),
+                   inductor=inductor_view(nodes_p, [occ]),
+                   rejections=dict(Counter(occ.verdict.reasons)), occurrences=(occ,))
+
+
+def structure_order_of_nodes(G: GraphIndex, members: Sequence[int]) -> tuple[list[int], list[int], tuple]:
+    """Canonical order of a set of graph nodes: (nodes in order, input producers in order, code)."""
+    mset = set(members)
+    return canonical_order(mset, lambda v: G.label[v], lambda v: G.operands[v])
+

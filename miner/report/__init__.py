@@ -1,0 +1,1 @@
+"""``miner report``: the HTML report and the terminal tables."""

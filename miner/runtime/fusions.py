@@ -1,0 +1,138 @@
+"""Promoted fusions in ``torch.compile``: a fusions folder, loaded by path, as one Inductor pass.
+
+A fusions folder is what ``miner promote`` writes: ``<workspace>/fusions/<name>/`` with
+``pattern.py``, ``kernel.py``, ``fusion.json`` and, once timed on a GPU, ``wins.json``. Any such
+folder loads the same way, the repository's own ``fusions/`` (installed as ``miner_fusions``)
+and a user's workspace alike; nothing is imported by a package name that exists only in one
+checkout. The one line::
+
+    import miner.runtime.fusions
+    miner.runtime.fusions.install("path/to/workspace")   # then torch.compile(model, mode=...) as usual
+
+``install`` puts the fusions' pass into Inductor's global config (both post-grad slots), so it
+holds for every later ``torch.compile`` whatever its ``mode`` ("default", "reduce-overhead",
+"max-autotune"): torch refuses ``mode`` together with ``options``. Without a global setting, pass
+the options yourself: ``torch.compile(model, options=inductor_options("path/to/workspace"))``.
+Either way ``graph_pass.counts[name]`` (the returned pass) says how often each fusion matched.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+from miner.core.errors import UsageError
+from miner.runtime import rewrite
+
+SLOTS = ("post_grad_custom_pre_pass", "post_grad_custom_post_pass")
+
+
+def fusions_dir(where: str | Path) -> Path:
+    """The fusions folder of ``where``: a workspace (holding ``fusions/``) or a fusions folder itself.
+
+    Parameters
+    ----------
+    where : str or Path
+        A workspace root, or the fusions folder (the one holding ``<name>/pattern.py``).
+
+    Returns
+    -------
+    Path
+        The folder whose subfolders are the fusions. A workspace without ``fusions/`` gives its
+        (absent) ``fusions`` path, which holds no fusions.
+    """
+    path = Path(where).expanduser().resolve()
+    if (path / "fusions").is_dir() and not any(path.glob("*/pattern.py")):
+        return path / "fusions"
+    return path
+
+
+def names(where: str | Path) -> list[str]:
+    """The fusions in ``where`` (see :func:`fusions_dir`), sorted."""
+    return sorted(p.parent.name for p in fusions_dir(where).glob("*/pattern.py"))
+
+
+def load(where: str | Path, name: str):
+    """The pattern module of fusion ``name`` in ``where``, imported by path once per process.
+
+    Raises
+    ------
+    UsageError
+        When there is no such fusion; the message lists the fusions there.
+    """
+    folder = fusions_dir(where)
+    path = folder / name / "pattern.py"
+    if not path.is_file():
+        raise UsageError(f"unknown fusion {name!r} in {folder}; fusions: {', '.join(names(folder)) or '(none)'}")
+    return rewrite.load_module(path, rewrite.module_name(path, "pattern"))
+
+
+def graph_pass(where: str | Path, selected: Iterable[str] | None = None) -> rewrite.FusionPass:
+    """One :class:`miner.runtime.rewrite.FusionPass` running the selected fusions of ``where`` (default: all).
+
+    Its ``counts[name]`` counts the matches of each fusion; its ``uuid()`` hashes every fusion's
+    pattern.py, kernel.py and wins.json, so Inductor's caches see an edited or re-measured fusion.
+    """
+    chosen = names(where) if selected is None else list(selected)
+    modules = {n: load(where, n) for n in chosen}
+    return rewrite.FusionPass([rewrite.entry_for(m.__file__, n, m) for n, m in modules.items()])
+
+
+def inductor_options(where: str | Path, selected: Iterable[str] | None = None, *,
+                     graph_pass_: rewrite.FusionPass | None = None) -> dict[str, Any]:
+    """``torch.compile(model, options=...)`` installing the fusions of ``where`` for that compile only.
+
+    ``graph_pass_`` reuses a pass (e.g. one whose counts you read). Not usable with ``mode=``
+    (torch takes one or the other): use :func:`install` there.
+    """
+    return rewrite.inductor_options(graph_pass_ if graph_pass_ is not None else graph_pass(where, selected))
+
+
+def install(where: str | Path, selected: Iterable[str] | None = None) -> rewrite.FusionPass:
+    """Install the fusions of ``where`` into Inductor's global config; returns the pass (its ``counts``).
+
+    Every later ``torch.compile`` uses them, with any ``mode``. A slot already holding a miner
+    pass is replaced; a slot holding someone else's pass raises (chain them yourself).
+    :func:`uninstall` empties the slots again.
+    """
+    import torch._inductor.config as config
+
+    for slot in SLOTS:
+        current = getattr(config, slot)
+        if current is not None and not isinstance(current, rewrite.FusionPass):
+            raise UsageError(f"torch._inductor.config.{slot} already holds {current!r}; not replacing it")
+    p = graph_pass(where, selected)
+    for slot in SLOTS:
+        setattr(config, slot, p)
+    return p
+
+
+def uninstall() -> None:
+    """Remove an installed miner pass from Inductor's global config (a foreign pass stays)."""
+    import torch._inductor.config as config
+
+    for slot in SLOTS:
+        if isinstance(getattr(config, slot), rewrite.FusionPass):
+            setattr(config, slot, None)
+
+
+class Fusions:
+    """The functions above bound to one fusions folder (what ``fusions/__init__.py`` exports)."""
+
+    def __init__(self, where: str | Path):
+        self.root = fusions_dir(where)
+
+    def names(self) -> list[str]:
+        return names(self.root)
+
+    def load(self, name: str):
+        return load(self.root, name)
+
+    def graph_pass(self, selected: Iterable[str] | None = None) -> rewrite.FusionPass:
+        return graph_pass(self.root, selected)
+
+    def inductor_options(self, selected: Iterable[str] | None = None, graph_pass_=None) -> dict[str, Any]:
+        return inductor_options(self.root, selected, graph_pass_=graph_pass_)
+
+    def install(self, selected: Iterable[str] | None = None) -> rewrite.FusionPass:
+        return install(self.root, selected)

@@ -1,0 +1,358 @@
+"""The glue between a pattern module (candidate or fusion) and torch.compile.
+
+A pattern module (``candidates/<id>/pattern.py`` or ``fusions/<name>/pattern.py``) defines
+``pattern`` (the subgraph in aten ops), ``replacement`` (a call of its custom op) and
+``register(pass_dict)``. This module gives them:
+
+- ``define_op``: the replacement as a ``torch.library.custom_op`` (``miner::<name>``) with a fake
+  implementation, so the rewritten post-grad graph stays valid and shapes propagate. Outputs are
+  always fresh tensors (no aliasing). Defining the same op twice (a module imported under two
+  names, e.g. by ``miner bench`` and ``miner validate``) returns the first definition.
+- ``FusionPass``: ONE ``CustomGraphPass`` that runs every registered pattern (torch 2.11 accepts a
+  single pass object per slot). ``uuid()`` hashes the pattern and kernel sources (and this file), so editing a
+  fusion invalidates Inductor's FX graph cache. Each pattern has its own ``PatternMatcherPass``,
+  so ``counts[name]`` says how often each one fired.
+- ``wins_gate`` / ``decide``: the measured-wins gate of a promoted fusion's ``extra_check``: on CUDA
+  a fusion fires only on shapes where its GPU benchmark (``fusions/<name>/wins.json``) says it is
+  at least as fast as Inductor.
+- ``inductor_options(pass)``: the ``torch.compile(options=...)`` dict. The pass goes in both
+  post-grad slots: the *pre* slot runs before Inductor's own pattern passes (on CUDA Inductor
+  rewrites ``amax/sub/exp/sum`` into its online-softmax prim there, which would hide the chain),
+  the *post* slot is where the patterns were mined. A chain rewritten in the first never matches
+  in the second.
+
+Scalars: patterns abstract scalar operands (``mul(x, 0.125)``); ``register_replacement`` binds
+them through ``scalar_workaround`` (each slot traced with an unusual value that no structural
+constant can equal, which the matcher turns into a ``KeywordArg``), so one pattern matches every
+value and passes it to the op.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import math
+import os
+import statistics
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Iterable
+
+import torch
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+WINS_FILE = "wins.json"  # a fusion's measured verdicts, next to its pattern.py
+WINS_KIND, WINS_SCHEMA = "FusionWins", 1
+
+log = logging.getLogger(__name__)
+
+# "<fusion> fire|decline <inputs>: <reason>" -> how often the gate decided so in this process
+# (``miner verify`` reports the decisions made while compiling, so "matched 0" says why)
+GATE_DECISIONS: Counter[str] = Counter()
+
+
+def interpreter_enabled() -> bool:
+    """True when Triton kernels run on CPU tensors (``TRITON_INTERPRET=1`` before triton's import)."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def scalar_trace_values(n: int) -> dict[str, float]:
+    """Values to trace const slots with: unusual floats no dim, flag or literal will ever equal."""
+    return {f"c{i}": 0.000123456789 + 0.001 * i for i in range(n)}
+
+
+def op_schema(n_inputs: int, n_scalars: int, n_outputs: int) -> str:
+    params = [f"Tensor x{k}" for k in range(n_inputs)] + [f"float c{c}" for c in range(n_scalars)]
+    ret = "Tensor" if n_outputs == 1 else "(" + ", ".join(["Tensor"] * n_outputs) + ")"
+    return f"({', '.join(params)}) -> {ret}"
+
+
+_OPS: dict[str, Any] = {}
+
+
+def define_op(qualname: str, n_inputs: int, n_scalars: int, n_outputs: int,
+              impl: Callable[..., Any], fake: Callable[..., Any]):
+    """The custom op ``qualname`` (``"miner::<name>"``): ``impl`` runs the kernel, ``fake`` gives metas.
+
+    Returns the ``OpOverload`` (``torch.ops.miner.<name>.default``).
+    """
+    if qualname in _OPS:
+        return _OPS[qualname]
+    ns, name = qualname.split("::")
+    if hasattr(getattr(torch.ops, ns), name):  # defined by another copy of this module loader
+        _OPS[qualname] = getattr(getattr(torch.ops, ns), name).default
+        return _OPS[qualname]
+
+    def fresh(outs):
+        return outs[0] if n_outputs == 1 else tuple(outs)
+
+    def _impl(*args):
+        return fresh(tuple(impl(*args)))
+
+    def _fake(*args):
+        outs = fake(*args)
+        return fresh(tuple(torch.empty_like(o, memory_format=torch.contiguous_format) for o in outs))
+
+    op = torch.library.custom_op(qualname, _impl, mutates_args=(),
+                                 schema=op_schema(n_inputs, n_scalars, n_outputs))
+    op.register_fake(_fake)
+    _OPS[qualname] = getattr(getattr(torch.ops, ns), name).default
+    return _OPS[qualname]
+
+
+def module_name(path: str | Path, role: str) -> str:
+    """A module name for a candidate file, unique per folder (the same pattern id may live in two workspaces)."""
+    folder = Path(path).resolve().parent
+    digest = hashlib.sha1(str(folder).encode()).hexdigest()[:8]
+    return f"miner_candidates.{folder.name}_{digest}.{role}"
+
+
+def load_module(path: str | Path, name: str) -> ModuleType:
+    """Import ``path`` as module ``name`` once (later calls return the same module)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path}: cannot be imported")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def match_vals(match, n_inputs: int) -> list[torch.Tensor] | None:
+    """The ``meta["val"]`` tensors of the match's inputs ``x0..x{n-1}``; None when one is not a tensor."""
+    vals = []
+    for k in range(n_inputs):
+        node = match.kwargs.get(f"x{k}")
+        val = getattr(node, "meta", {}).get("val") if node is not None else None
+        if not isinstance(val, torch.Tensor):
+            return None
+        vals.append(val)
+    return vals
+
+
+def match_inputs_ok(match, n_inputs: int, input_kinds: tuple[str, ...], rank: int | None) -> bool:
+    """The shared part of every ``extra_check``: devices, dtypes, static shapes, rank.
+
+    On CPU the kernel needs the Triton interpreter; float inputs must be fp32/bf16/fp16, bool
+    inputs bool; all on one device; static sizes; the broadcast rank equals ``rank`` when the
+    pattern's reductions name a positive dim.
+    """
+    vals = match_vals(match, n_inputs)
+    if vals is None:
+        return False
+    device = vals[0].device
+    if device.type == "cpu" and not interpreter_enabled() or device.type not in ("cpu", "cuda"):
+        return False
+    for val, kind in zip(vals, input_kinds):
+        if val.device != device:
+            return False
+        if kind == "float" and val.dtype not in FLOAT_DTYPES or kind == "bool" and val.dtype != torch.bool:
+            return False
+        if not all(isinstance(s, int) for s in val.shape):
+            return False
+    try:
+        shape = torch.broadcast_shapes(*(v.shape for v in vals))
+    except RuntimeError:
+        return False
+    return rank is None or len(shape) == rank
+
+
+# --------------------------------------------------------------------------- the measured-wins gate
+#
+# ``miner bench`` times a candidate against Inductor per (input shapes, dtypes) on a GPU; a fusion
+# that loses on some shapes should leave those to Inductor. ``wins.json`` (written by ``miner
+# promote`` / ``miner bench --import`` from ``candidates/<id>/bench.json``) holds that run's
+# ``miner.bench.bench.wins_table`` entry: ``wins`` and ``loses``, each a list of ``{"inputs": [{shape,
+# dtype, stride}], "speedup_vs_inductor", ...}``.
+
+Signature = tuple[tuple[tuple[int, ...], str], ...]  # per input: (shape, dtype name as in bench rows)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.bfloat16`` -> ``"bfloat16"``: the dtype spelling of bench rows."""
+    return str(dtype).removeprefix("torch.")
+
+
+def signature_of(vals: Iterable[torch.Tensor]) -> Signature:
+    """Per input (shape, dtype name): what a measurement is looked up by (strides are not)."""
+    return tuple((tuple(int(s) for s in v.shape), dtype_name(v.dtype)) for v in vals)
+
+
+def load_wins(path: str | Path) -> dict | None:
+    """A fusion's ``wins.json`` (its measured verdicts), or None when it has none (unmeasured)."""
+    from miner.core.workspace import read_envelope
+
+    path = Path(path)
+    if not path.exists():
+        return None
+    return read_envelope(path, WINS_KIND, WINS_SCHEMA, "miner bench --import <run>/bench.json")
+
+
+def measurements(wins: dict | None) -> list[tuple[Signature, float]]:
+    """(signature, speedup over Inductor) of every measured row in ``wins`` (won and lost)."""
+    rows = [*(wins or {}).get("wins", ()), *(wins or {}).get("loses", ())]
+    return [(tuple((tuple(i["shape"]), i["dtype"]) for i in r["inputs"]), float(r["speedup_vs_inductor"]))
+            for r in rows]
+
+
+def _size(signature: Signature) -> tuple[int, int]:
+    """(row length, element count) of the largest input: the row a row kernel reduces, and its work.
+
+    Row length as ``BenchCase.row_length`` defines it (last dim of the largest input).
+    """
+    shape = max((s for s, _ in signature), key=math.prod, default=())
+    return (shape[-1] if shape else 1), math.prod(shape)
+
+
+def _distance(a: Signature, b: Signature) -> float:
+    """Log distance in row length plus log distance in element count (sizes 0 count as 1)."""
+    (ra, na), (rb, nb) = _size(a), _size(b)
+    return abs(math.log(max(ra, 1) / max(rb, 1))) + abs(math.log(max(na, 1) / max(nb, 1)))
+
+
+def _label(signature: Signature) -> str:
+    return " ".join(f"{d}[{','.join(map(str, s))}]" for s, d in signature)
+
+
+def decide(signature: Signature, wins: dict | None) -> tuple[bool, str]:
+    """Whether a fusion should fire on inputs ``signature``, given its measurements; and why.
+
+    - no measurement (``wins`` None, or no rows in it): fire; "unmeasured: fires wherever the
+      extra check allows" (a fusion is promoted because it validated; timing it is a later step);
+    - the exact (shapes, dtypes) was measured: fire iff its speedup over Inductor is >= 1.0
+      (several rows, e.g. other strides: their median);
+    - otherwise, among the rows with the same input dtypes, follow the one nearest in row length
+      and element count of the largest input (log distance: a 2x longer row counts as far as a 2x
+      shorter one); on a tie the slower row decides (fire only where measured to win);
+    - no row with these dtypes: do not fire; "no measurement for these dtypes" (bf16 and fp32
+      kernels win and lose in different places, one says nothing about the other).
+
+    Pure (no torch, no FX): ``wins_gate`` computes the signature from a match.
+    """
+    signature = tuple((tuple(shape), dtype) for shape, dtype in signature)
+    rows = measurements(wins)
+    if not rows:
+        return True, "unmeasured: fires wherever the extra check allows"
+    exact = [s for sig, s in rows if sig == signature]
+    if exact:
+        s = statistics.median(exact)
+        return s >= 1.0, f"measured on these shapes: {s:.2f}x Inductor"
+    dtypes = tuple(d for _, d in signature)
+    same = [(sig, s) for sig, s in rows if tuple(d for _, d in sig) == dtypes]
+    if not same:
+        return False, "no measurement for these dtypes"
+    sig, s = min(same, key=lambda r: (_distance(r[0], signature), r[1]))
+    return s >= 1.0, f"nearest measured {_label(sig)}: {s:.2f}x Inductor"
+
+
+def wins_gate(match, wins: dict | None, n_inputs: int) -> bool:
+    """The measured-wins part of a fusion's ``extra_check``: ``decide`` on the match's input metas.
+
+    Applies only when the matched tensors are on CUDA: the measurements are GPU timings, so on
+    the CPU (the Triton interpreter: tests, validation) the gate passes and only the rest of the
+    extra check decides. A match whose inputs are not static tensors is declined (the rest of the
+    check declines those too). Each decision is logged at DEBUG on ``miner.runtime.rewrite``.
+    """
+    vals = match_vals(match, n_inputs)
+    if vals is None:
+        return False
+    if any(v.device.type != "cuda" for v in vals):
+        return True
+    if not all(isinstance(s, int) for v in vals for s in v.shape):
+        return False
+    signature = signature_of(vals)
+    fire, reason = decide(signature, wins)
+    name = (wins or {}).get("name", "?")
+    GATE_DECISIONS[f"{name} {'fire' if fire else 'decline'} {_label(signature)}: {reason}"] += 1
+    log.debug("%s %s %s: %s", name, "fire" if fire else "decline", _label(signature), reason)
+    return fire
+
+
+@dataclass
+class Entry:
+    """One pattern module in a FusionPass: its name, module and source files (hashed by uuid)."""
+
+    name: str
+    module: ModuleType
+    files: tuple[str, ...]
+
+
+class FusionPass(CustomGraphPass):
+    """Runs every entry's pattern over a post-grad graph; ``counts`` = matches per entry."""
+
+    def __init__(self, entries: Iterable[Entry]):
+        self.entries = list(entries)
+        self.counts: Counter[str] = Counter()
+        self._passes: dict[str, Any] | None = None
+
+    def _build(self) -> dict[str, Any]:
+        from torch._inductor.pattern_matcher import PatternMatcherPass
+
+        passes = {}
+        for e in self.entries:
+            p = PatternMatcherPass(pass_name=f"miner_{e.name}")
+            e.module.register(p)
+            passes[e.name] = p
+        return passes
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        from torch._inductor.pattern_matcher import stable_topological_sort
+
+        if self._passes is None:
+            self._passes = self._build()
+        for name, p in self._passes.items():
+            n = p.apply(graph)
+            if n:
+                self.counts[name] += n
+                # The matcher inserts the replacement at the pattern's first node; an input defined
+                # later (a dropout mask drawn after the row max) must move above it.
+                stable_topological_sort(graph)
+                graph.eliminate_dead_code()
+
+    def uuid(self) -> bytes:
+        # As torch's get_hash_for_files, but uncached: that one is lru_cached per path tuple, so an
+        # edit within one process would keep the old hash.
+        # A listed file may be absent (a fusion's wins.json before any GPU run): hashed as absent, so
+        # the measurement appearing later changes the uuid too.
+        files = tuple(sorted({f for e in self.entries for f in e.files} | {__file__}))
+        h = hashlib.sha256(",".join(e.name for e in self.entries).encode())
+        for f in files:
+            path = Path(f)
+            h.update(path.read_bytes() if path.exists() else f"absent:{path.name}".encode())
+        return h.digest()
+
+    def __deepcopy__(self, memo):  # torch.compile deep-copies the inductor config
+        return self
+
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def inductor_options(graph_pass: FusionPass) -> dict[str, Any]:
+    """Options for ``torch.compile(model, options=...)`` that install ``graph_pass``."""
+    return {"post_grad_custom_pre_pass": graph_pass, "post_grad_custom_post_pass": graph_pass}
+
+
+def entry_for(pattern_path: str | Path, name: str, module: ModuleType | None = None) -> Entry:
+    """An Entry for a pattern module file (its sibling kernel.py and wins.json are hashed too)."""
+    path = Path(pattern_path)
+    module = module or load_module(path, module_name(path, "pattern"))
+    # wins.json may be absent (never timed): hashed as absent, so a measurement appearing later changes the uuid
+    files = tuple(str(p) for p in (path, path.with_name("kernel.py"), path.with_name(WINS_FILE)))
+    return Entry(name, module, files)
+
+
+__all__ = ["Entry", "FusionPass", "Signature", "WINS_FILE", "decide", "define_op", "dtype_name", "entry_for",
+           "inductor_options", "interpreter_enabled", "load_module", "load_wins", "match_inputs_ok", "match_vals",
+           "measurements", "module_name", "op_schema", "scalar_trace_values", "signature_of", "wins_gate"]

@@ -1,0 +1,1 @@
+"""``miner scan``: build zoo models, compile them with Inductor, capture their post-grad graphs."""

@@ -1,0 +1,289 @@
+"""Capture Inductor's post-grad FX graphs, with node metadata and the kernel each node ended up in.
+
+How (verified on torch 2.11 and 2.13; see docs/torch-internals.md):
+
+* a ``CustomGraphPass`` in ``torch._inductor.config.post_grad_custom_post_pass`` sees every
+  post-grad graph (forward, backward, inference) right before lowering; it summarizes the
+  graph into ``NodeRecord``s on the spot, since later passes keep mutating it;
+* Inductor's caches are disabled for the whole step (forward *and* backward): a cache hit
+  skips custom passes entirely;
+* with provenance tracking on, Inductor fills
+  ``torch._inductor.debug._inductor_triton_kernel_to_post_grad_node_info`` while it generates
+  code; we wrap ``GraphLowering.compile_to_module`` to snapshot the entries each graph added.
+
+``PRIVATE_SURFACE`` lists every private Inductor name this module relies on;
+``tests/test_capture.py::test_private_surface`` fails loudly when a torch upgrade moves one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.fx
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+from miner.core.ops import categorize, target_name
+from miner.core.records import CapturedGraph, GraphKey, KernelRef, NodeRecord, TensorMeta
+
+PRIVATE_SURFACE = (
+    "torch._inductor.custom_graph_pass.CustomGraphPass",
+    "torch._inductor.config.post_grad_custom_post_pass",
+    "torch._inductor.config.force_disable_caches",
+    "torch._inductor.config.trace.provenance_tracking_level",
+    "torch._inductor.graph.GraphLowering.compile_to_module",
+    "torch._inductor.debug._inductor_triton_kernel_to_post_grad_node_info",
+    "torch._dynamo.utils.counters",
+)
+
+
+# --------------------------------------------------------------------------- node summaries
+
+def encode_arg(value: Any) -> Any:
+    """An FX argument as a JSON value (see ``NodeRecord``)."""
+    if isinstance(value, torch.fx.Node):
+        return {"node": value.name}
+    if isinstance(value, (list, tuple)):
+        return [encode_arg(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): encode_arg(v) for k, v in value.items()}
+    if isinstance(value, torch.dtype):
+        return {"dtype": str(value).removeprefix("torch.")}
+    if isinstance(value, torch.device):
+        return {"device": str(value)}
+    if isinstance(value, (torch.layout, torch.memory_format)):
+        return {"enum": str(value)}
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"float": str(value)}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return {"sym": str(value)}
+    return {"repr": repr(value)}
+
+
+def tensor_metas(val: Any) -> tuple[TensorMeta, ...]:
+    """TensorMeta for each tensor in a node's ``meta['val']`` (a tensor, or a tuple of them)."""
+    if isinstance(val, torch.Tensor):
+        def dims(xs):
+            return tuple(int(s) if isinstance(s, int) or not hasattr(s, "node") else str(s) for s in xs)
+        try:
+            stride = dims(val.stride())
+        except (RuntimeError, NotImplementedError):  # sparse or otherwise stride-less
+            stride = None
+        return (TensorMeta(dims(val.shape), str(val.dtype).removeprefix("torch."), stride, val.device.type),)
+    if isinstance(val, (list, tuple)):
+        return tuple(m for v in val for m in tensor_metas(v))
+    return ()
+
+
+_INDEX = re.compile(r"\[(\d+)\]")
+
+
+def module_path(node: torch.fx.Node) -> str | None:
+    """The innermost HF module a node came from, as a dotted path (``bert.encoder.layer.0.output``)."""
+    stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack")
+    if not stack:
+        return None
+    path = list(stack.values())[-1][0]
+    path = _INDEX.sub(r".\1", str(path))
+    path = re.sub(r"^L\['self'\]\.?|^L__self__\.?", "", path)
+    return path.replace("._modules['", ".").replace("']", "") or None
+
+
+def summarize(graph: torch.fx.Graph) -> list[NodeRecord]:
+    """NodeRecords for every node of ``graph`` (kernels filled in later)."""
+    records = []
+    for n in graph.nodes:
+        if n.op == "call_function":
+            target, category = target_name(n.target), categorize(n.target)
+        elif n.op == "placeholder":
+            target, category = n.name, "input"
+        elif n.op == "output":
+            target, category = "output", "output"
+        else:
+            target, category = str(n.target), "other"
+        records.append(NodeRecord(
+            name=n.name, op=n.op, target=target, category=category,
+            args=tuple(encode_arg(a) for a in n.args),
+            kwargs={k: encode_arg(v) for k, v in n.kwargs.items()},
+            users=tuple(u.name for u in n.users),
+            meta=tensor_metas(n.meta.get("val")),
+            module=module_path(n),
+        ))
+    return records
+
+
+def phase_of(graph: torch.fx.Graph, mode: str) -> str:
+    if mode == "infer":
+        return "inference"
+    tangents = any(n.op == "placeholder" and n.name.startswith("tangents") for n in graph.nodes)
+    return "backward" if tangents else "forward"
+
+
+# --------------------------------------------------------------------------- kernel map
+
+def kernel_kind(name: str, node_categories: list[str]) -> str:
+    """Kind of a generated kernel from its name (GPU) or, for C++ kernels, the nodes it holds."""
+    base = name.rsplit(":", 1)[0]
+    for prefix, kind in (("triton_poi_", "pointwise"), ("triton_red_", "reduction"),
+                         ("triton_per_", "persistent_reduction"), ("triton_tem_", "template"),
+                         ("triton_for_", "foreach")):
+        if base.startswith(prefix):
+            return kind
+    if base.startswith("extern_kernels.") or "fused" not in base:
+        return "template" if "template" in base.lower() else "extern"
+    if base.startswith("cpp_fused_"):
+        return "reduction" if "reduction" in node_categories else "pointwise"
+    return "other"
+
+
+def attach_kernels(records: list[NodeRecord], kernel_nodes: dict[str, list[str]]) -> tuple[list[NodeRecord], list[KernelRef]]:
+    """Fill each record's ``kernels`` from Inductor's ``{"kernel:handle": [fx names]}`` map."""
+    category = {r.name: r.category for r in records}
+    by_node: dict[str, list[KernelRef]] = {}
+    kernels = []
+    for kname, names in kernel_nodes.items():
+        ref = KernelRef(kname, kernel_kind(kname, [category.get(n, "other") for n in names]))
+        kernels.append(ref)
+        for n in names:
+            by_node.setdefault(n, []).append(ref)
+    out = [dataclasses.replace(r, kernels=tuple(by_node.get(r.name, ()))) for r in records]
+    return out, kernels
+
+
+# --------------------------------------------------------------------------- the capture itself
+
+@dataclass
+class _Pending:
+    graph: torch.fx.Graph  # held so that id() stays unique until the kernel map arrives
+    phase: str
+    records: list[NodeRecord]
+    kernels: dict[str, list[str]] | None = None
+
+
+class CapturePass(CustomGraphPass):
+    """The post-grad custom pass: records each graph it sees. Chains to an ``inner`` pass first."""
+
+    def __init__(self, mode: str, inner: Callable | None = None):
+        self.mode = mode
+        self.inner = inner
+        self.pending: list[_Pending] = []
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        if self.inner is not None:
+            self.inner(graph)
+        self.pending.append(_Pending(graph, phase_of(graph, self.mode), summarize(graph)))
+
+    def uuid(self) -> None:
+        return None  # never cache: a cache hit would skip this pass
+
+    def __deepcopy__(self, memo):  # torch.compile deep-copies the inductor config
+        return self
+
+
+@contextlib.contextmanager
+def capturing(mode: str) -> Iterator[CapturePass]:
+    """Within this block, every Inductor compile is captured (caches off, provenance on)."""
+    import torch._inductor.config as inductor_config
+    import torch._inductor.debug as inductor_debug
+    from torch._inductor.graph import GraphLowering
+
+    cap = CapturePass(mode, inner=inductor_config.post_grad_custom_post_pass)
+    original = GraphLowering.compile_to_module
+
+    def compile_to_module(self):
+        before = set(inductor_debug._inductor_triton_kernel_to_post_grad_node_info)
+        module = original(self)
+        info = inductor_debug._inductor_triton_kernel_to_post_grad_node_info
+        for p in cap.pending:
+            if p.graph is self.module.graph and p.kernels is None:
+                p.kernels = {k: list(v) for k, v in info.items() if k not in before}
+        return module
+
+    GraphLowering.compile_to_module = compile_to_module
+    try:
+        with inductor_config.patch({"post_grad_custom_post_pass": cap,
+                                    "force_disable_caches": True,
+                                    "trace.provenance_tracking_level": 1}):
+            yield cap
+    finally:
+        GraphLowering.compile_to_module = original
+
+
+def captured_graphs(cap: CapturePass, model: str, preset: str, mode: str, provenance: dict) -> list[CapturedGraph]:
+    graphs, index = [], Counter()
+    for p in cap.pending:
+        records, kernels = attach_kernels(p.records, p.kernels or {})
+        key = GraphKey(model, preset, mode, p.phase, index[p.phase])
+        index[p.phase] += 1
+        graphs.append(CapturedGraph(key, tuple(records), tuple(kernels),
+                                    {**provenance, "kernel_map": p.kernels is not None}))
+    return graphs
+
+
+@dataclass
+class StepOutcome:
+    graphs: list[CapturedGraph]
+    graph_breaks: int
+    seconds: float
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+
+
+def versions() -> dict[str, str]:
+    import platform
+
+    import transformers
+    out = {"torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version()}
+    try:
+        import triton
+        out["triton"] = triton.__version__
+    except ImportError:
+        pass
+    return out
+
+
+def capture_step(model: torch.nn.Module, inputs: dict, loss_fn: Callable, *, name: str, preset: str, mode: str,
+                 device: str, autocast_dtype: torch.dtype | None = None,
+                 progress: Callable[[str], None] = lambda s: None) -> StepOutcome:
+    """Compile ``model`` with Inductor and run one step (train: forward+loss+backward), capturing graphs."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(model, backend="inductor", dynamic=False)
+    amp = (torch.autocast(device_type=device.split(":")[0], dtype=autocast_dtype)
+           if autocast_dtype is not None else contextlib.nullcontext())
+    phase_seconds = {}
+    t0 = time.perf_counter()
+    with capturing(mode) as cap:
+        if mode == "train":
+            progress("compiling forward")
+            with amp:
+                loss = loss_fn(compiled(**inputs))
+            phase_seconds["forward"] = time.perf_counter() - t0
+            progress(f"compiling backward (forward took {phase_seconds['forward']:.1f}s)")
+            loss.backward()
+            phase_seconds["backward"] = time.perf_counter() - t0 - phase_seconds["forward"]
+        else:
+            progress("compiling inference")
+            with torch.no_grad(), amp:
+                compiled(**inputs)
+            phase_seconds["inference"] = time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
+    breaks = sum(counters["graph_break"].values())
+    provenance = {**versions(), "device": device, "date": time.strftime("%Y-%m-%d"),
+                  "autocast": str(autocast_dtype).removeprefix("torch.") if autocast_dtype else None}
+    if device.startswith("cuda"):
+        provenance["gpu"] = torch.cuda.get_device_name()
+    graphs = captured_graphs(cap, name, preset, mode, provenance)
+    if not graphs:
+        raise RuntimeError("no post-grad graph was captured (was the compile served from a cache?)")
+    return StepOutcome(graphs, breaks, seconds, phase_seconds)

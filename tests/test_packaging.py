@@ -1,0 +1,47 @@
+"""Packaging: every package is listed, the installed top-level names are ours alone, fusions ship as files."""
+
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _config() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+
+
+def test_every_package_folder_under_miner_is_listed():
+    listed = set(_config()["packages"])
+    found = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "miner").rglob("__init__.py")}
+    assert found <= listed, f"add to pyproject.toml [tool.setuptools] packages: {sorted(found - listed)}"
+
+
+def test_generic_folders_install_under_names_of_ours():
+    config = _config()
+    assert config["package-dir"] == {"miner_models": "models", "miner_fusions": "fusions"}
+    assert {p.split(".")[0] for p in config["packages"]} == {"miner", "miner_models", "miner_fusions"}
+
+
+def test_the_checkout_resolves_its_own_zoo_and_fusions():
+    import miner_fusions
+    import miner_models
+
+    assert Path(miner_models.__file__).parent == REPO / "models"
+    assert Path(miner_fusions.__file__).parent == REPO / "fusions"
+
+
+@pytest.mark.slow
+def test_the_wheel_holds_only_our_top_level_names(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path), str(REPO)], check=True, capture_output=True)
+    (wheel,) = tmp_path.glob("miner-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert tops == {"miner", "miner_models", "miner_fusions"}
+    assert "miner/report/style.css" in names
+    assert "miner_fusions/softmax_like/pattern.py" in names and "miner_fusions/softmax_like/wins.json" in names
