@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from miner import regions
-from miner.records import CapturedGraph, GraphKey, KernelRef, NodeRecord, TensorMeta, from_json
-from miner.workspace import Workspace
+from miner.mine import regions
+from miner.core.records import CapturedGraph, GraphKey, KernelRef, NodeRecord, TensorMeta, from_json
+from miner.core.workspace import Workspace
 from tests.test_mine_helpers import fx_graph, shuffled, with_kernels
 
 FIXTURE = Path(__file__).parent / "fixtures" / "h200_regions.json"
@@ -197,7 +197,7 @@ def test_save_and_load_round_trip(tmp_path, h200):
 
 
 def test_load_names_a_corrupt_file(tmp_path):
-    from miner.errors import WorkspaceError
+    from miner.core.errors import WorkspaceError
     ws = Workspace(tmp_path)
     regions.regions_path(ws).parent.mkdir(parents=True)
     regions.regions_path(ws).write_text("{nope")

@@ -1,8 +1,8 @@
 """Regions: what Inductor fused into one kernel, as a canonical pattern.
 
 A **region** is the FX node set of one generated kernel call site (``KernelRef`` ``name:handle``
-of a :class:`~miner.records.CapturedGraph`): its nodes in graph order, its external inputs, its
-outputs, and the canonical :class:`~miner.pattern.Pattern` of that node set (the same nouns and
+of a :class:`~miner.core.records.CapturedGraph`): its nodes in graph order, its external inputs, its
+outputs, and the canonical :class:`~miner.core.pattern.Pattern` of that node set (the same nouns and
 ids as mining: a mined pattern equal to a whole region has the region's id). Identical regions
 across layers, graphs and models group into one :class:`RegionPattern` with one occurrence per
 call site (t5's 12 attention-softmax kernels are one region pattern with 12 occurrences), each
@@ -29,8 +29,8 @@ their regions):
 - **outputs**: region nodes whose value leaves the kernel: read by the graph output, by an
   extern/other op, or by a node of another kernel that does not recompute it (looking through
   unmapped views). Sinks of the region always count as outputs.
-- **pattern**: the canonical pattern (``miner.canon``); ``pattern.occurrences`` holds this one
-  region's :class:`~miner.pattern.Occurrence` (nodes aligned with the pattern's nodes). The
+- **pattern**: the canonical pattern (``miner.mine.canon``); ``pattern.occurrences`` holds this one
+  region's :class:`~miner.core.pattern.Occurrence` (nodes aligned with the pattern's nodes). The
   ``inductor_lookup_seed`` index (which dropout seed of the step) is abstracted into a scalar
   slot, as ``mul(x, 0.5)``'s 0.5 is, so the dropouts of every layer are one pattern.
 - **bytes**: the bytes of its inputs plus its outputs from the captured metas (each tensor once);
@@ -40,7 +40,7 @@ Region occurrences are not safety-checked (``Occurrence.verdict`` is a plain ok 
 lowering a whole region is a different contract from the mined pattern's row kernel.
 
 Canonical forms: a region with few sinks of identical shape is numbered exactly as
-``miner.canon.canonical_order`` does (mining's ids); one whose sink tie groups admit more than
+``miner.mine.canon.canonical_order`` does (mining's ids); one whose sink tie groups admit more than
 :data:`MAX_PERMUTATIONS` orders, or whose unfolded label trees are huge, is numbered with
 hashed subtree signatures and a greedy choice among tied sinks (:func:`region_order`): still a
 function of the structure in every case seen, but not proven canonical (``Region.exact`` is then
@@ -56,11 +56,11 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from miner.canon import NodeTemplate, _walk, canonical_order, pattern_nodes, template_of
-from miner.pattern import (Counts, InductorView, Occurrence, Pattern, PatternNode, Support, Verdict,
+from miner.mine.canon import NodeTemplate, _walk, canonical_order, pattern_nodes, template_of
+from miner.core.pattern import (Counts, InductorView, Occurrence, Pattern, PatternNode, Support, Verdict,
                            canonical_form, node_from_json, occurrence_from_json, occurrence_to_json, pattern_id,
                            short_name)
-from miner.records import CapturedGraph, GraphKey, KernelRef, NodeRecord, to_json
+from miner.core.records import CapturedGraph, GraphKey, KernelRef, NodeRecord, to_json
 
 REGIONS_SCHEMA = 1
 REGIONS_FILE = "regions.json"
@@ -365,7 +365,7 @@ def _handle(ref: str) -> int:
 
 
 def region_template(rec: NodeRecord) -> tuple[NodeTemplate, tuple[str, ...], tuple[Any, ...]]:
-    """``miner.canon.template_of`` with :data:`VALUE_INT_ARGS` abstracted into scalar slots."""
+    """``miner.mine.canon.template_of`` with :data:`VALUE_INT_ARGS` abstracted into scalar slots."""
     t, refs, consts = template_of(rec)
     slots = VALUE_INT_ARGS.get(rec.target)
     if not slots:
@@ -442,7 +442,7 @@ def _bytes(graph: CapturedGraph, inputs: Sequence[str], outputs: Sequence[str]) 
 
 
 def region_order(members: Sequence, label, operands) -> tuple[bool, list, list, tuple]:
-    """(exact, order, inputs, code) of a region's DAG; ``miner.canon.canonical_order`` when affordable.
+    """(exact, order, inputs, code) of a region's DAG; ``miner.mine.canon.canonical_order`` when affordable.
 
     Affordable: the unfolded label tree below every sink is at most :data:`MAX_SIGNATURE`
     characters and the tied sinks admit at most :data:`MAX_PERMUTATIONS` orders. Otherwise sinks
@@ -519,7 +519,7 @@ def group(graphs: Iterable[CapturedGraph], profiles: Iterable[Any] | None = None
         for r in extract(g, kinds):
             form = r.pattern.canonical()
             if forms.setdefault(r.pattern.id, form) != form:
-                raise RuntimeError(f"pattern id collision on {r.pattern.id}; lengthen miner.pattern.pattern_id")
+                raise RuntimeError(f"pattern id collision on {r.pattern.id}; lengthen miner.core.pattern.pattern_id")
             by_id[r.pattern.id].append(r)
     out = []
     for pid, regs in by_id.items():
@@ -610,7 +610,7 @@ def save(workspace: Any, region_patterns: Iterable[RegionPattern]) -> Any:
     """Write ``mined/regions.json`` atomically (one region pattern per line); returns its path."""
     import json
 
-    from miner.workspace import write_text
+    from miner.core.workspace import write_text
 
     rows = [json.dumps(region_pattern_to_json(rp), separators=(",", ":")) for rp in region_patterns]
     text = '{"schema": %d, "kind": "RegionPatterns", "region_patterns": [\n' % REGIONS_SCHEMA
@@ -620,8 +620,8 @@ def save(workspace: Any, region_patterns: Iterable[RegionPattern]) -> Any:
 
 def load(workspace: Any) -> list[RegionPattern]:
     """Read ``mined/regions.json``; ``WorkspaceError`` naming the file when it is unusable."""
-    from miner.errors import WorkspaceError
-    from miner.workspace import read_envelope
+    from miner.core.errors import WorkspaceError
+    from miner.core.workspace import read_envelope
 
     path = regions_path(workspace)
     data = read_envelope(path, "RegionPatterns", REGIONS_SCHEMA, "miner mine")
