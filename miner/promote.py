@@ -5,11 +5,11 @@ kernel is the validated one) with the fusion's own names: the op is ``miner::<na
 is imported as ``fusions.<name>.kernel``. ``fusions/__init__.py`` (the registry) is rewritten
 from the folders under ``fusions/``. A candidate that is not validated is refused.
 
-``fusions/<name>/wins.json`` holds the candidate's GPU verdicts (``miner.bench.bench.wins_table`` of
+``fusions/<name>/wins.json`` holds the candidate's GPU verdicts (``miner.bench.results.wins_table`` of
 its latest run in ``candidates/<id>/bench.json``); the fusion's extra check reads it
 (``miner.runtime.rewrite.wins_gate``) so that on CUDA it fires only where it was measured to win.
 Without a bench.json there is no wins.json and the fusion fires as unmeasured;
-``miner bench --import`` refreshes it (``refresh_wins``).
+``miner promote`` again refreshes it (``miner bench --import`` says when).
 """
 
 from __future__ import annotations
@@ -23,11 +23,13 @@ from pathlib import Path
 from miner import __version__
 from miner.generate import codegen
 from miner.runtime import rewrite
+from miner.core import candidate as candidates
+from miner.core.candidate import Candidate
 from miner.core.errors import UsageError
-from miner.generate.generate import (KERNEL_IMPORT, candidate_dir, example_shapes, header, render_kernel_py,
+from miner.generate.generate import (KERNEL_IMPORT, example_shapes, header, render_kernel_py,
                                      render_pattern_py,
                             spec_from_pattern)
-from miner.check.validate import ODD_COLS, _reshape, _rows, _shrink
+from miner.check.cases import fusion_cases
 from miner.core.workspace import Workspace, read_json, write_json, write_text
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -40,27 +42,29 @@ class Promoted:
     files: tuple[Path, ...]
 
 
-def check_promotable(workspace: Workspace, cid: str) -> tuple[Path, dict]:
-    path = candidate_dir(workspace, cid)
-    meta = read_json(path / "candidate.json")
-    status = meta.get("status", "generated")
-    if status != "validated" or not (path / "validation.json").exists():
-        why = f"status {status}" + (f": {meta.get('failure')}" if meta.get("failure") else "")
-        raise UsageError(f"candidate {meta['id']} is not validated ({why}); run `miner validate {meta['id']}` first")
-    validation = read_json(path / "validation.json")
+def check_promotable(workspace: Workspace, cid: str) -> tuple[Candidate, dict]:
+    """The candidate and its validation; ``UsageError`` unless it was validated with the rewrite proven."""
+    cand = candidates.load(workspace, cid)
+    validation = candidates.validation(cand.path)
+    if validation is None:
+        stale = " (its validation.json checked older sources)" if (cand.path / "validation.json").exists() else ""
+        raise UsageError(f"candidate {cand.id} is not validated (status generated){stale}; "
+                         f"run `miner validate {cand.id}` first")
     if not validation.get("ok"):
-        raise UsageError(f"candidate {meta['id']} failed validation: {validation.get('failure')}")
+        raise UsageError(f"candidate {cand.id} is not validated (status failed: {validation.get('failure')}); "
+                         f"fix it and run `miner validate {cand.id}`")
     if not any(c["kind"] == "rewrite" and c["ok"] for c in validation.get("checks", [])):
-        raise UsageError(f"candidate {meta['id']} was validated without proving the rewrite in a model "
-                         f"(--no-model); run `miner validate {meta['id']}`")
-    return path, meta
+        raise UsageError(f"candidate {cand.id} was validated without proving the rewrite in a model "
+                         f"(--no-model); run `miner validate {cand.id}`")
+    return cand, validation
 
 
 def promote(workspace: Workspace, cid: str, name: str, root: Path | None = None) -> Promoted:
     """Write fusions/<name>/ and tests/fusions/test_<name>.py (``root``: repo root for tests, default workspace)."""
     if not NAME_RE.match(name) or keyword.iskeyword(name):
         raise UsageError(f"fusion name {name!r}: use lower_snake_case (e.g. softmax_like)")
-    path, meta = check_promotable(workspace, cid)
+    cand, validation = check_promotable(workspace, cid)
+    meta = cand.meta
     from miner.core.pattern import pattern_from_json
 
     pattern = pattern_from_json(meta["pattern"])
@@ -77,15 +81,13 @@ def promote(workspace: Workspace, cid: str, name: str, root: Path | None = None)
         write_json(folder / "fusion.json", {
             "name": name, "pattern_id": meta["id"], "ops": meta["ops"], "miner_version": __version__,
             "promoted_by": command, "observed": meta["observed"], "occurrences": meta["occurrences"],
-            "validation": read_json(path / "validation.json")}),
+            "validation": validation}),
     ]
     wins = write_wins(workspace, folder, meta["id"])
     files += [wins] if wins else []
     files.append(write_registry(workspace))
     tests_root = (root or workspace.root) / "tests" / "fusions"
     files.append(write_text(tests_root / f"test_{name}.py", render_test(name, meta, spec, command)))
-    meta["promoted_as"] = name
-    write_json(path / "candidate.json", meta)
     return Promoted(name, meta["id"], tuple(files))
 
 
@@ -96,7 +98,7 @@ def measured_wins(workspace: Workspace, cid: str) -> dict | None:
     which GPU the model will run on, so the newest measurement stands. The payload is that run's
     ``wins_table`` entry plus the run's GPU, torch, triton and date and the bench file's path.
     """
-    from miner.bench import bench
+    from miner import bench
 
     path = workspace.candidates / cid / "bench.json"
     if not path.exists():
@@ -123,17 +125,6 @@ def write_wins(workspace: Workspace, folder: Path, cid: str) -> Path | None:
         return None
     # named after the fusion (the gate's decisions are reported under this name), not the candidate label
     return write_json(target, {**wins, "name": folder.name, "candidate_label": wins.get("name")})
-
-
-def refresh_wins(workspace: Workspace, cids: set[str]) -> list[Path]:
-    """Rewrite wins.json of every promoted fusion whose candidate is in ``cids`` (``miner bench --import``)."""
-    written = []
-    for fusion_json in sorted(workspace.fusions.glob("*/fusion.json")):
-        cid = read_json(fusion_json).get("pattern_id")
-        if cid in cids:
-            path = write_wins(workspace, fusion_json.parent, cid)
-            written += [path] if path else []
-    return written
 
 
 def write_registry(workspace: Workspace) -> Path:
@@ -171,28 +162,8 @@ inductor_options, install = _FUSIONS.inductor_options, _FUSIONS.install
 '''
 
 
-def test_cases(meta: dict) -> list[tuple[list[list[int]], list[float], str]]:
-    """(input shapes, scalars, label) for the fusion's test: observed shapes (shrunk) and odd ones."""
-    observed = [o for o in meta["observed"] if o.get("outputs")]
-    out, seen = [], set()
-    for o in observed:
-        e = _shrink(o, 64)
-        shapes = [i["shape"] for i in e["inputs"]]
-        if repr(shapes) not in seen:
-            seen.add(repr(shapes))
-            out.append((shapes, list(e["scalars"]), f"{o['model']}/{o['phase']}"))
-    first = _shrink(observed[0], 16)
-    lead, _ = _rows(first)
-    one_pass_max = meta.get("kernel", {}).get("one_pass_max", 8192)
-    for label, e in ((f"cols{ODD_COLS}", _reshape(first, n_cols=ODD_COLS)),
-                     ("one_row", _reshape(first, lead=[1] * len(lead))),
-                     ("long_row", _reshape(first, lead=[1] * len(lead), n_cols=one_pass_max + ODD_COLS))):
-        out.append(([i["shape"] for i in e["inputs"]], list(first["scalars"]), label))
-    return out
-
-
 def render_test(name: str, meta: dict, spec, command: str) -> str:
-    cases = test_cases(meta)
+    cases = fusion_cases(meta)
     kinds = meta["signature"]["input_kinds"]
     case_lines = "".join(f"    pytest.param({shapes!r}, {scalars!r}, id={label!r}),\n" for shapes, scalars, label in cases)
     first_shapes, first_scalars, _ = cases[0]

@@ -21,9 +21,9 @@ import difflib
 import re
 
 from miner.core.errors import UsageError
-from .base import PRESETS, Built, ModelSpec  # noqa: F401  (public API)
+from .base import PRESETS, Built, Dims, ModelSpec  # noqa: F401  (public API)
 from .local import FACTORY_RE, checkpoint_spec, factory_spec, is_checkpoint_dir
-from .specs import hand_registry
+from .specs import dims, hand_registry  # noqa: F401  (public API)
 
 REGISTRY: dict[str, ModelSpec] = hand_registry()
 GROUPS = ("hf-suite", "all")

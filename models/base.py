@@ -58,6 +58,22 @@ def _loss_mean(out: Any) -> torch.Tensor:
     return first.float().mean()
 
 
+@dataclass(frozen=True)
+class Dims:
+    """The sizes a preset gives a model: batch and sequence length, and the width of each layer."""
+
+    batch: int
+    seq: int
+    hidden: int
+    heads: int
+    inter: int
+    vocab: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+
 @dataclass
 class Built:
     """A model ready for one step: ``loss(model(**inputs))`` (train mode) or ``model(**inputs)``."""

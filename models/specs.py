@@ -9,10 +9,10 @@ shape of Llama-3.2-1B).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any
 
-from .base import TINY, Built, ModelSpec, finish, fix_special_tokens, instantiate
+from .base import SHAPES, TINY, Built, Dims, ModelSpec, finish, fix_special_tokens, instantiate
 
 L, H, A, I, V = TINY["layers"], TINY["hidden"], TINY["heads"], TINY["inter"], TINY["vocab"]
 
@@ -28,9 +28,15 @@ class HandSpec:
     note: str = ""
 
 
+def config(spec: HandSpec, preset: str) -> Any:
+    """The transformers config of ``spec`` at ``preset`` (no weights)."""
+    import transformers
+    return getattr(transformers, spec.config_cls)(**(spec.tiny if preset == "tiny" else spec.base))
+
+
 def build_hand(spec: HandSpec, preset: str, mode: str, device: str) -> Built:
     import transformers
-    cfg = getattr(transformers, spec.config_cls)(**(spec.tiny if preset == "tiny" else spec.base))
+    cfg = config(spec, preset)
     fix_special_tokens(cfg, cfg.vocab_size)
     model = instantiate(getattr(transformers, spec.model_cls), cfg, device)
     return finish(model, cfg, spec.task, preset, mode, device)
@@ -81,3 +87,23 @@ HAND_SPECS: tuple[HandSpec, ...] = (
 def hand_registry() -> dict[str, ModelSpec]:
     return {s.name: ModelSpec(s.name, partial(build_hand, s), note=f"{s.model_cls} ({s.task}); base: {s.note}",
                               source="hand") for s in HAND_SPECS}
+
+
+# The feed-forward width under its name in each config class (gpt2's n_inner None means 4 x hidden).
+_INTER_ATTRS = ("intermediate_size", "n_inner", "d_ff", "hidden_dim", "ffn_dim", "encoder_ffn_dim")
+
+
+@lru_cache(maxsize=None)
+def dims(name: str, preset: str) -> Dims:
+    """The sizes of hand-written model ``name`` at ``preset``, read from its config (once per process).
+
+    Raises
+    ------
+    KeyError
+        For a model without a hand-written spec (its sizes are not pinned).
+    """
+    spec = {s.name: s for s in HAND_SPECS}[name]
+    cfg = config(spec, preset)
+    inter = next((getattr(cfg, a) for a in _INTER_ATTRS if getattr(cfg, a, None)), 4 * cfg.hidden_size)
+    batch, seq = SHAPES[preset]
+    return Dims(batch, seq, cfg.hidden_size, cfg.num_attention_heads, inter, cfg.vocab_size)

@@ -16,9 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from miner.bench import bench
+from miner import bench
 from miner.bench import roofline as rl
-from miner.bench.bench import BenchCase, BenchRow, Env, TensorSpec, Timing, VariantResult
+from miner.bench import run as bench_run
+from miner.core import candidate as candidates
+from miner.bench import BenchCase, BenchRow, Env, TensorSpec, Timing, VariantResult
+from miner.core import dtypes
+from miner.core.tensors import storage_elements
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -102,9 +106,9 @@ def test_bytes_moved_counts_each_tensor_once_and_broadcast_storage():
     out = ((8192, 768), "bfloat16", None)
     assert rl.bytes_moved([x, w], [out]) == 2 * 8192 * 768 * 2 + 768 * 4
     assert rl.tensor_bytes((4, 3), "torch.float32") == 48
-    assert rl.storage_elements((2, 3), (1, 2)) == 6  # transposed: same storage
+    assert storage_elements((2, 3), (1, 2)) == 6  # transposed: same storage
     with pytest.raises(ValueError):
-        rl.dtype_bytes("float13")
+        dtypes.size("float13")
 
 
 def test_roofline_math():
@@ -164,23 +168,21 @@ def test_cases_from_candidate_json_and_plan(tmp_path):
     assert len(cases) == 2
     assert cases[0].models == ("bert", "t5") and cases[0].count == 4 and cases[0].scalars == (0.125,)
     assert cases[0].preset == "tiny" and cases[0].phases == ("forward",)
-    cand = bench.Candidate("x", "x", path, reference=lambda *a: a, kernel=lambda *a: a, cases=cases)
-    planned = bench.plan_cases(cand, "all")
+    planned = bench.plan_cases(meta, "all")
     labels = {(c.source, c.label, c.models) for c in planned}
     # bert and t5 share the attention-softmax shape at base size: one case, both models
     assert ("derived", "bfloat16[16,12,512,512]", ("bert", "t5")) in labels
     assert ("derived", "bfloat16[8192,50257]", ("gpt2",)) in labels
     assert sum(c.source == "captured" for c in planned) == 2
-    assert all(c.source == "captured" for c in bench.plan_cases(cand, "captured"))
-    assert [c.models for c in bench.plan_cases(cand, "base", models=["gpt2"])] == [("gpt2",)]
+    assert all(c.source == "captured" for c in bench.plan_cases(meta, "captured"))
+    assert [c.models for c in bench.plan_cases(meta, "base", models=["gpt2"])] == [("gpt2",)]
 
 
 def test_dtypes_cast_float_inputs_only_and_keep_observed_first(tmp_path):
     path = write_candidate(tmp_path)
-    cases = bench.cases_from_meta(json.loads((path / "candidate.json").read_text()))
-    cand = bench.Candidate("x", "x", path, reference=lambda *a: a, kernel=lambda *a: a, cases=cases)
-    observed = bench.plan_cases(cand, "captured")
-    both = bench.plan_cases(cand, "captured", dtypes=("captured", "float16"))
+    meta = json.loads((path / "candidate.json").read_text())
+    observed = bench.plan_cases(meta, "captured")
+    both = bench.plan_cases(meta, "captured", casts=("captured", "float16"))
     assert both[: len(observed)] == observed and len(both) == 2 * len(observed)
     cast = both[len(observed):]
     assert all(c.cast == "float16" and all(s.dtype == "float16" for s in c.inputs) for c in cast)
@@ -216,9 +218,9 @@ def test_compare_tolerances_and_nan_positions():
 def test_float64_reference_widens_casts_inside_the_pattern(tmp_path):
     import torch
 
-    cand = bench.load_candidate(write_candidate(tmp_path))
+    cand = candidates.at(write_candidate(tmp_path))
     x = torch.randn(4, 100).to(torch.bfloat16)
-    (ref,) = bench.reference64(cand.reference, [x, 0.125])
+    (ref,) = bench.reference64(cand.pattern_module.pattern, [x, 0.125])
     assert ref.dtype == torch.float64
     exact = torch.softmax(x.double() * 0.125, -1)
     assert (ref - exact).abs().max().item() < 1e-12
@@ -351,7 +353,7 @@ def test_gpu_bench_softmax_like(tmp_path):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
-    cand = bench.load_candidate(write_candidate(tmp_path, shapes=((8192, 768),)))
+    cand = candidates.at(write_candidate(tmp_path, shapes=((8192, 768),)))
     env, rows = bench.run_bench([cand], device="cuda", shapes="captured", replays=5, log=lambda s: None)
     (row,) = rows
     # eager is the float64 check's subject too; a variant with no check (None) is not a failure
@@ -362,10 +364,10 @@ def test_gpu_bench_softmax_like(tmp_path):
 
 
 def test_run_bench_orders_base_cases_first_and_keeps_to_the_budget(tmp_path, monkeypatch):
-    cand = bench.load_candidate(write_candidate(tmp_path))
+    cand = candidates.at(write_candidate(tmp_path))
     seen = []
-    monkeypatch.setattr(bench, "bench_case", lambda c, case, env, **kw: seen.append(case) or case)
-    monkeypatch.setattr(bench, "environment", lambda device, bw=None: _row().env)
+    monkeypatch.setattr(bench_run, "bench_case", lambda c, case, env, **kw: seen.append(case) or case)
+    monkeypatch.setattr(bench_run, "environment", lambda device, bw=None: _row().env)
     env, rows = bench.run_bench([cand], device="cuda", log=lambda s: None)
     assert [c.preset for c in seen] == ["base", "base", "tiny", "tiny"]
     logs = []

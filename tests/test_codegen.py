@@ -8,7 +8,9 @@ import torch
 
 import test_codegen_fixtures as F
 from miner.generate import codegen
-from miner.generate.generate import Generated, generate_one, load_candidate, make_inputs, spec_from_pattern
+from miner.core import candidate as candidates
+from miner.core.tensors import make_inputs
+from miner.generate.generate import Generated, generate_one, spec_from_pattern
 from miner.core.workspace import Workspace
 
 
@@ -74,8 +76,9 @@ def workspace(tmp_path_factory):
 def test_generated_kernel_matches_float64_reference(workspace, name, variant):
     result = generate_one(F.ALL[name](), workspace, "test")
     assert isinstance(result, Generated)
-    cand = load_candidate(workspace, result.id)
-    xs, cs = make_inputs(cand.meta["observed"][0])
+    cand = candidates.load(workspace, result.id)
+    observed = cand.meta["observed"][0]
+    xs, cs = make_inputs(observed["inputs"]), [float(s) for s in observed["scalars"]]
     outs = cand.kernel_module.launch(*xs, *cs, variant=variant)
     ref = cand.pattern_module.pattern(*[x.double() if x.is_floating_point() else x for x in xs], *cs)
     expect = cand.pattern_module.pattern(*xs, *cs)
@@ -88,7 +91,7 @@ def test_generated_kernel_matches_float64_reference(workspace, name, variant):
 def test_online_softmax_survives_fully_masked_rows(workspace):
     # Rows of -inf: eager softmax gives NaN; the online rescaling must not turn that into 0 or inf
     # elsewhere, and finite rows next to them stay exact.
-    cand = load_candidate(workspace, generate_one(F.softmax(), workspace, "test").id)
+    cand = candidates.load(workspace, generate_one(F.softmax(), workspace, "test").id)
     x = torch.randn(4, 9000)
     x[1] = float("-inf")
     x[2, :8990] = float("-inf")
@@ -97,7 +100,7 @@ def test_online_softmax_survives_fully_masked_rows(workspace):
 
 
 def test_broadcast_and_strided_inputs(workspace):
-    cand = load_candidate(workspace, generate_one(F.scaled_masked_softmax(), workspace, "test").id)
+    cand = candidates.load(workspace, generate_one(F.scaled_masked_softmax(), workspace, "test").id)
     x = torch.randn(3, 2, 5, 8).transpose(-1, -2)  # (3, 2, 8, 5), non-contiguous rows (col stride 8)
     mask = torch.randn(3, 1, 1, 5)
     (out,) = cand.kernel_module.launch(x, mask, 0.125)
@@ -105,7 +108,7 @@ def test_broadcast_and_strided_inputs(workspace):
 
 
 def test_pow_and_tanh_helpers_match_torch(workspace):
-    cand = load_candidate(workspace, generate_one(F.gelu_tanh(), workspace, "test").id)
+    cand = candidates.load(workspace, generate_one(F.gelu_tanh(), workspace, "test").id)
     x = torch.cat([torch.linspace(-6, 6, 101), torch.tensor([0.0, 1e-4, -1e-4, 0.05, -0.07])]).reshape(1, -1)
     cs = (0.5, 3.0, 0.044715, 0.7978845608028654, 1.0)
     (out,) = cand.kernel_module.launch(x, *cs)
@@ -118,7 +121,7 @@ def test_looped_kernel_on_rows_that_start_off_the_16_element_grid(workspace, nam
     # n_cols = 4101: row r starts at element 4101 * r, so every row has a different lead before
     # its 16-aligned start (head chunk, full chunks, tail chunk); inputs laid out like the rows
     # take the aligned loads, broadcast ones (weights, masks) their logical columns.
-    cand = load_candidate(workspace, generate_one(F.ALL[name](), workspace, "test").id)
+    cand = candidates.load(workspace, generate_one(F.ALL[name](), workspace, "test").id)
     observed = cand.meta["observed"][0]
     rank = len(max((i["shape"] for i in observed["inputs"]), key=len))
     torch.manual_seed(0)

@@ -8,7 +8,8 @@ contain (TORCH-NOTES.md, "How common blocks look in post-grad graphs").
 from __future__ import annotations
 
 from miner.core.pattern import Occurrence, Pattern, PatternNode, Verdict, canonical_form, ops_summary, pattern_id
-from miner.core.records import GraphKey, TensorMeta
+from miner.core.records import GraphKey
+from miner.core.tensors import TensorSpec
 
 
 def _contig(shape):
@@ -27,7 +28,7 @@ def make(nodes, n_inputs, outputs, input_shapes, dtype="float32", n_consts=0, sc
         graph=GraphKey(model, "tiny", "train" if phase != "inference" else "infer", phase),
         nodes=tuple(f"n{j}" for j in range(len(nodes))), inputs=tuple(f"i{k}" for k in range(n_inputs)),
         scalars=tuple(scalars), outputs=tuple(outputs),
-        input_meta=tuple(TensorMeta(tuple(s), d, _contig(s)) for s, d in zip(input_shapes, dts)),
+        input_meta=tuple(TensorSpec(tuple(s), d, _contig(s)) for s, d in zip(input_shapes, dts)),
         phase=phase, verdict=Verdict(ok=True))
     pid = pattern_id(canonical_form(nodes, n_inputs, n_consts))
     return Pattern(id=pid, nodes=nodes, n_inputs=n_inputs, n_consts=n_consts, outputs=tuple(outputs),

@@ -3,7 +3,6 @@
 import pytest
 import torch
 
-import test_codegen_fixtures as F
 from miner.core.errors import UsageError
 from miner.core.workspace import Workspace
 from miner.runtime import fusions

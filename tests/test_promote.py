@@ -9,8 +9,9 @@ import torch
 from torch._subclasses import FakeTensorMode
 
 import test_codegen_fixtures as F
-from miner.bench import bench
-from miner.bench.bench import BenchCase, BenchRow, Env, TensorSpec, Timing, VariantResult
+from miner import bench
+from miner.bench import BenchCase, BenchRow, Env, TensorSpec, Timing, VariantResult
+from miner.core import candidate as candidates
 from miner.core.errors import UsageError
 from miner.generate.generate import generate_one
 from miner.promote import promote
@@ -78,7 +79,8 @@ def test_promote_writes_fusion_test_and_registry(ws):
     test = (ws.root / "tests" / "fusions" / "test_softmax_like.py").read_text()
     assert "@pytest.mark.gpu" in test and "@pytest.mark.slow" in test
     compile(test, "test_softmax_like.py", "exec")
-    assert json.loads((r.path / "candidate.json").read_text())["promoted_as"] == "softmax_like"
+    assert candidates.status(ws, candidates.load(ws, r.id)) == "promoted"
+    assert "promoted_as" not in json.loads((r.path / "candidate.json").read_text())  # promote writes fusions/ only
     assert len(out.files) == 5 and not (folder / "wins.json").exists()  # never timed: unmeasured
     assert "and rewrite.wins_gate(match, WINS, N_INPUTS)" in pattern
 
@@ -140,26 +142,29 @@ def test_promote_writes_wins_json_and_the_fusion_fires_only_where_it_wins(ws, wo
     graph_pass = fusions.graph_pass(["gated_exp"])
     before = graph_pass.uuid()
     bench.save_results([bench_row(r.id, (6, 20), 1.1)], ENV, candidate_dirs={r.id: r.path}, report_dir=None)
-    from miner.promote import refresh_wins
-
-    assert refresh_wins(ws, {r.id}) == [ws.fusions / "gated_exp" / "wins.json"]
+    assert graph_pass.uuid() == before  # bench wrote its own file only
+    assert ws.fusions / "gated_exp" / "wins.json" in promote(ws, r.id, "gated_exp").files  # promote refreshes it
     after = graph_pass.uuid()
     assert after != before
     (ws.fusions / "gated_exp" / "wins.json").unlink()
     assert graph_pass.uuid() not in (before, after)
 
 
-def test_bench_import_refreshes_a_promoted_fusions_wins(ws, capsys):
+def test_bench_import_writes_bench_json_only_and_names_the_fusions_to_refresh(ws, capsys):
     from miner import cli
 
     r = validated(ws)
     promote(ws, r.id, "gated_exp")
     target = ws.fusions / "gated_exp" / "wins.json"
     assert not target.exists()
+    fusion_files = {p: p.read_bytes() for p in (ws.fusions / "gated_exp").iterdir()}
     run = ws.root / "reports" / "gpu" / "run"
     bench.save_results([bench_row(r.id, (6, 20), 0.5), bench_row("pother", (6, 20), 2.0)], ENV,
                        candidate_dirs=None, report_dir=run, json_only=True)
     assert cli.main(["--workspace", str(ws.root), "bench", "--import", str(run / "bench.json")]) == 0
-    assert f"refreshed {target}" in capsys.readouterr().out
+    assert f"miner promote {r.id} --name gated_exp" in capsys.readouterr().out
+    assert {p: p.read_bytes() for p in (ws.fusions / "gated_exp").iterdir()} == fusion_files
+    assert (r.path / "bench.json").exists()
+    promote(ws, r.id, "gated_exp")
     wins = json.loads(target.read_text())
     assert wins["wins"] == [] and wins["loses"][0]["speedup_vs_inductor"] == 0.5

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from miner.mine import regions
-from miner.core.records import CapturedGraph, GraphKey, KernelRef, NodeRecord, TensorMeta, from_json
+from miner.core.records import CapturedGraph, GraphKey, KernelRef, NodeRecord, from_json
+from miner.core.tensors import TensorSpec
 from miner.core.workspace import Workspace
 from tests.test_mine_helpers import fx_graph, shuffled, with_kernels
 
@@ -135,17 +136,17 @@ def test_unmapped_views_feeding_a_kernel_join_its_region():
 
 
 def _seed_graph(index: int) -> CapturedGraph:
-    m = TensorMeta((4,), "float32", (1,), "cuda")
+    m = TensorSpec((4,), "float32", (1,), "cuda")
     recs = (
-        NodeRecord("seeds", "placeholder", "seeds", "input", users=("seed",), meta=(TensorMeta((3,), "int64", (1,)),)),
+        NodeRecord("seeds", "placeholder", "seeds", "input", users=("seed",), meta=(TensorSpec((3,), "int64", (1,)),)),
         NodeRecord("x", "placeholder", "x", "input", users=("mul",), meta=(m,)),
         NodeRecord("seed", "call_function", "prims.inductor_lookup_seed.default", "random",
-                   args=({"node": "seeds"}, index), users=("rand",), meta=(TensorMeta((), "int64", ()),),
+                   args=({"node": "seeds"}, index), users=("rand",), meta=(TensorSpec((), "int64", ()),),
                    kernels=(KernelRef("k:1", "pointwise"),)),
         NodeRecord("rand", "call_function", "prims.inductor_random.default", "random",
                    args=([4], {"node": "seed"}, "rand"), users=("gt",), meta=(m,), kernels=(KernelRef("k:1", "pointwise"),)),
         NodeRecord("gt", "call_function", "aten.gt.Scalar", "pointwise", args=({"node": "rand"}, 0.1), users=("mul",),
-                   meta=(TensorMeta((4,), "bool", (1,)),), kernels=(KernelRef("k:1", "pointwise"),)),
+                   meta=(TensorSpec((4,), "bool", (1,)),), kernels=(KernelRef("k:1", "pointwise"),)),
         NodeRecord("mul", "call_function", "aten.mul.Tensor", "pointwise", args=({"node": "gt"}, {"node": "x"}),
                    users=("output",), meta=(m,), kernels=(KernelRef("k:1", "pointwise"),)),
         NodeRecord("output", "output", "output", "output", args=([{"node": "mul"}],)),

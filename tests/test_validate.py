@@ -7,8 +7,10 @@ import torch
 
 import test_codegen_fixtures as F
 from miner.runtime import rewrite
-from miner.generate.generate import generate_one, load_candidate
-from miner.check.validate import check_rewrite, numeric_cases, validate
+from miner.core import candidate as candidates
+from miner.generate.generate import generate_one
+from miner.check.cases import numeric_cases
+from miner.check.validate import check_rewrite, validate
 from miner.core.workspace import Workspace
 
 
@@ -31,11 +33,13 @@ def test_numeric_cases_cover_observed_and_odd_shapes(ws):
 
 def test_validate_numerics_only_marks_validated(ws):
     r = generate_one(F.rms_norm(), ws, "x")
+    written = (r.path / "candidate.json").read_bytes()
     v = validate(ws, r.id, device="cpu", model=False)
     assert v.ok, v.failure
-    meta = json.loads((r.path / "candidate.json").read_text())
+    assert (r.path / "candidate.json").read_bytes() == written  # generate's file: validate writes its own
     saved = json.loads((r.path / "validation.json").read_text())
-    assert meta["status"] == "validated" and saved["ok"] and len(saved["checks"]) >= 8
+    assert candidates.status(ws, candidates.load(ws, r.id)) == "validated"
+    assert saved["ok"] and saved["model"] is False and len(saved["checks"]) >= 8
     assert all(c["kind"] == "numerics" and c["ok"] for c in saved["checks"])
 
 
@@ -45,12 +49,14 @@ def test_a_wrong_kernel_fails_with_the_reason(ws):
     kernel.write_text(kernel.read_text().replace("v2 = (v0 / v1)", "v2 = (v0 / v1) * 1.001"))
     v = validate(ws, r.id, device="cpu", model=False)
     assert not v.ok and "elements outside rtol=1e-05" in v.failure
-    meta = json.loads((r.path / "candidate.json").read_text())
-    assert meta["status"] == "failed" and meta["failure"] == v.failure
+    cand = candidates.load(ws, r.id)
+    assert candidates.status(ws, cand) == "failed" and candidates.failure(cand) == v.failure
+    generate_one(F.exp_softmax(), ws, "x")  # regenerated: that validation checked other sources
+    assert candidates.status(ws, cand) == "generated" and candidates.failure(cand) is None
 
 
 def test_rewrite_fires_in_torch_compile_and_matches_eager(ws):
-    cand = load_candidate(ws, generate_one(F.softmax(), ws, "x").id)
+    cand = candidates.load(ws, generate_one(F.softmax(), ws, "x").id)
     graph_pass = rewrite.FusionPass([rewrite.entry_for(cand.path / "pattern.py", cand.id, cand.pattern_module)])
     x = torch.randn(2, 4, 8, 8)
     torch._dynamo.reset()
@@ -63,7 +69,7 @@ def test_rewrite_fires_in_torch_compile_and_matches_eager(ws):
 
 
 def test_pass_uuid_hashes_the_sources(ws):
-    cand = load_candidate(ws, generate_one(F.silu_mul(), ws, "x").id)
+    cand = candidates.load(ws, generate_one(F.silu_mul(), ws, "x").id)
     entry = rewrite.entry_for(cand.path / "pattern.py", cand.id, cand.pattern_module)
     before = rewrite.FusionPass([entry]).uuid()
     (cand.path / "kernel.py").write_text((cand.path / "kernel.py").read_text() + "\n# edited\n")
@@ -89,7 +95,7 @@ def test_extra_check_declines_cpu_without_the_interpreter(ws, monkeypatch):
 
 @pytest.mark.slow
 def test_rewrite_proven_on_a_zoo_model(ws):
-    cand = load_candidate(ws, generate_one(F.layer_norm(shape=(2, 64, 128)), ws, "x").id)
+    cand = candidates.load(ws, generate_one(F.layer_norm(shape=(2, 64, 128)), ws, "x").id)
     check = check_rewrite(cand, "bert", "train")
     assert check.ok, check.detail
     assert check.matches > 0

@@ -13,34 +13,13 @@ from __future__ import annotations
 import math
 from typing import Iterable, Sequence
 
+from miner.core.tensors import TensorSpec
+
 QUANTILES = (0.5, 0.2, 0.8)  # median first, then the 20% and 80% quantiles (as Liger reports them)
 
-_DTYPE_BYTES = {
-    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
-    "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "complex64": 8,
-}
-
-
-def dtype_bytes(dtype: str) -> int:
-    """Size in bytes of one element of ``dtype`` ("bfloat16", "torch.float32", ...)."""
-    name = str(dtype).removeprefix("torch.")
-    try:
-        return _DTYPE_BYTES[name]
-    except KeyError:
-        raise ValueError(f"unknown dtype {dtype!r}") from None
-
-
-def storage_elements(shape: Sequence[int], stride: Sequence[int] | None = None) -> int:
-    """Elements a tensor's memory spans: numel when contiguous, less when broadcast (stride 0)."""
-    if any(s == 0 for s in shape):
-        return 0
-    if stride is None:
-        return math.prod(shape)
-    return 1 + sum((s - 1) * abs(st) for s, st in zip(shape, stride))
-
-
 def tensor_bytes(shape: Sequence[int], dtype: str, stride: Sequence[int] | None = None) -> int:
-    return storage_elements(shape, stride) * dtype_bytes(dtype)
+    """Bytes of the memory a tensor spans (``miner.core.tensors.TensorSpec.nbytes``)."""
+    return TensorSpec(tuple(shape), dtype, None if stride is None else tuple(stride)).nbytes
 
 
 def bytes_moved(inputs: Iterable[tuple[Sequence[int], str, Sequence[int] | None]],

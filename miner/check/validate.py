@@ -5,14 +5,17 @@ Two kinds of checks, each a ``Check(kind, case, ok, detail, ...)``:
 - ``numerics``: ``kernel.launch`` against ``pattern`` evaluated in float64 on the same inputs, for
   every observed (shape, dtype) (both kernel variants), plus odd cases derived from the first
   observed shape: a non-power-of-two row, a single row, a row longer than the one-pass limit
-  (the looped kernel) and bf16/fp16 inputs. Tolerances per output dtype: ``TOLERANCES``.
-  On a CPU the Triton kernel runs in the interpreter, so shapes are shrunk to ``CPU_MAX_ROWS``.
+  (the looped kernel) and bf16/fp16 inputs (``miner.check.cases``). Tolerances per output dtype:
+  ``miner.core.dtypes.ELEMENT_TOL``. On a CPU the Triton kernel runs in the interpreter, so
+  shapes are shrunk to ``cases.CPU_MAX_ROWS`` rows.
 - ``rewrite``: a zoo model the pattern was found in (tiny preset) compiled with the candidate's
   ``FusionPass``; the pass must match (count > 0) and the loss, logits and gradients must match
-  eager (``MODEL_TOL``). Dropout draws the same numbers in both runs (``fallback_random``).
+  eager (``miner.core.dtypes.MODEL_TOL``). Dropout draws the same numbers in both runs
+  (``fallback_random``).
 
-Results go to ``candidates/<id>/validation.json``; candidate.json's ``status`` becomes
-``validated`` or ``failed`` (with ``failure``: the first failing check). ``miner promote`` refuses
+Results go to ``candidates/<id>/validation.json``, this stage's only file (with ``failure``: the
+first failing check, and ``sources``: the digest of the pattern.py and kernel.py it checked); the
+candidate's status follows from it (``miner.core.candidate.status``). ``miner promote`` refuses
 anything not validated.
 """
 
@@ -25,15 +28,14 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from miner import __version__
-from miner.generate.generate import Candidate, load_candidate, make_inputs
-from miner.core.workspace import Workspace, read_json, write_json
+from miner.check.cases import numeric_cases
+from miner.core import candidate as candidates
+from miner.core import dtypes
+from miner.core.candidate import Candidate
+from miner.core.dtypes import MODEL_TOL
+from miner.core.tensors import make_inputs
+from miner.core.workspace import Workspace, write_json
 
-# output dtype -> (rtol, atol) against the float64 reference
-TOLERANCES = {"float32": (1e-5, 1e-5), "bfloat16": (1.6e-2, 1e-2), "float16": (1e-3, 1e-3)}
-MODEL_TOL = {"loss": (1e-4, 1e-5), "logits": (1e-4, 1e-4), "grads": (1e-3, 1e-4)}  # (rtol, atol)
-CPU_MAX_ROWS = 256  # rows per numeric case on the interpreter (~1 ms per program)
-LOOPED_MAX_ROWS = 16  # rows per looped-kernel case on the interpreter (one program per row)
-ODD_COLS = 37  # a row length that is no power of two
 MODEL_ORDER = ("gpt2", "bert", "llama", "t5")  # cheapest compile first
 
 
@@ -54,6 +56,7 @@ class Validation:
     id: str
     ok: bool
     device: str
+    model: bool = True  # the rewrite was proven in a model (``--no-model``: numerics only)
     checks: list[Check] = field(default_factory=list)
     failure: str | None = None
 
@@ -63,84 +66,11 @@ class Validation:
 
         return {"id": self.id, "ok": self.ok, "failure": self.failure, "miner_version": __version__,
                 "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                "device": self.device, "torch": torch.__version__, "triton": triton.__version__,
+                "device": self.device, "model": self.model, "torch": torch.__version__, "triton": triton.__version__,
                 "checks": [asdict(c) for c in self.checks]}
 
 
-# --------------------------------------------------------------------------- numeric cases
-
-def _reshape(entry: dict, lead: list[int] | None = None, n_cols: int | None = None, dtype: str | None = None) -> dict:
-    """An observed entry with new leading dims / row length / float dtype (broadcast dims kept at 1)."""
-    shapes = [i["shape"] for i in entry["inputs"]]
-    rank = max(len(s) for s in shapes)
-    full = [max((s[d - rank + len(s)] if d - rank + len(s) >= 0 else 1) for s in shapes) for d in range(rank)]
-    new_full = list(full)
-    if lead is not None:
-        new_full[:-1] = lead
-    if n_cols is not None:
-        new_full[-1] = n_cols
-    inputs = []
-    for i in entry["inputs"]:
-        s = i["shape"]
-        off = rank - len(s)
-        shape = [1 if s[d] == 1 and full[d + off] != 1 else new_full[d + off] for d in range(len(s))]
-        dt = dtype if dtype and i["dtype"] in TOLERANCES else i["dtype"]
-        inputs.append({"shape": shape, "dtype": dt, "stride": None})
-    return {**entry, "inputs": inputs}
-
-
-def _rows(entry: dict) -> tuple[list[int], int]:
-    shapes = [i["shape"] for i in entry["inputs"]]
-    rank = max(len(s) for s in shapes)
-    full = [max((s[d - rank + len(s)] if d - rank + len(s) >= 0 else 1) for s in shapes) for d in range(rank)]
-    return full[:-1], (full[-1] if full else 1)
-
-
-def _shrink(entry: dict, max_rows: int) -> dict:
-    lead, _ = _rows(entry)
-    if math.prod(lead) <= max_rows:
-        return entry
-    new = list(lead)
-    for d in range(len(new)):  # shrink outer dims first, keep at least 2 where possible
-        while math.prod(new) > max_rows and new[d] > 2:
-            new[d] = max(2, new[d] // 2)
-    return _reshape(entry, lead=new)
-
-
-def _desc(entry: dict) -> str:
-    return " ".join(f"{tuple(i['shape'])}:{i['dtype']}" for i in entry["inputs"])
-
-
-def numeric_cases(meta: dict, on_cpu: bool) -> list[tuple[str, dict, str | None]]:
-    """(label, observed-like entry, variant) for every numeric check of a candidate."""
-    observed = [o for o in meta.get("observed", []) if o.get("outputs")]
-    if not observed:
-        return []
-    cases = []
-    seen = set()
-    for o in observed:
-        e = _shrink(o, CPU_MAX_ROWS) if on_cpu else o
-        key = repr((e["inputs"], e["scalars"]))
-        if key in seen:
-            continue
-        seen.add(key)
-        desc = _desc(e)
-        shrunk = " (shrunk)" if e is not o else ""
-        cases.append((f"observed {o['model']}/{o['phase']} {desc}{shrunk}", e, None))
-        small = _shrink(o, LOOPED_MAX_ROWS) if on_cpu else o  # one program per row in the looped kernel
-        cases.append((f"observed {o['model']}/{o['phase']} {_desc(small)} looped", small, "looped"))
-    first = _shrink(observed[0], 16)
-    lead, _ = _rows(first)
-    one_pass_max = meta.get("kernel", {}).get("one_pass_max", 8192)
-    cases.append((f"odd row length {ODD_COLS}", _reshape(first, n_cols=ODD_COLS), None))
-    cases.append((f"odd row length {ODD_COLS} looped", _reshape(first, n_cols=ODD_COLS), "looped"))
-    cases.append(("one row", _reshape(first, lead=[1] * len(lead)), None))
-    cases.append((f"long row {one_pass_max + ODD_COLS} (looped kernel)",
-                  _reshape(first, lead=[1] * len(lead), n_cols=one_pass_max + ODD_COLS), None))
-    for dt in ("bfloat16", "float16"):
-        cases.append((f"{dt} inputs", _reshape(first, dtype=dt), None))
-    return cases
-
+# --------------------------------------------------------------------------- numerics
 
 def _compare(out, ref, expect_dtype) -> tuple[bool, float, float, str]:
     import torch
@@ -152,7 +82,7 @@ def _compare(out, ref, expect_dtype) -> tuple[bool, float, float, str]:
     if out.dtype == torch.bool:
         bad = int((out != ref).sum())
         return bad == 0, float(bad), float(bad), f"{bad} mismatching booleans" if bad else ""
-    rtol, atol = TOLERANCES[str(out.dtype).replace("torch.", "")]
+    rtol, atol = dtypes.ELEMENT_TOL[dtypes.name(out.dtype)]
     o, r = out.double().cpu(), ref.double().cpu()
     nan_ok = torch.equal(torch.isnan(o), torch.isnan(r))
     finite = ~torch.isnan(r)
@@ -168,7 +98,8 @@ def _compare(out, ref, expect_dtype) -> tuple[bool, float, float, str]:
 
 def check_numerics(cand: Candidate, label: str, entry: dict, variant: str | None, device: str) -> Check:
     t0 = time.perf_counter()
-    xs, cs = make_inputs(entry, device=device, seed=0)
+    xs = make_inputs(entry["inputs"], device=device, seed=0)
+    cs = [float(s) for s in entry.get("scalars", [])]
     try:
         expect = cand.pattern_module.pattern(*[x.to("meta") for x in xs], *cs)
         outs = cand.kernel_module.launch(*xs, *cs, variant=variant)
@@ -294,12 +225,12 @@ def models_build(model_name: str, mode: str, device: str):
 
 def validate(workspace: Workspace, cid: str, device: str | None = None, model: bool = True,
              log=lambda s: None) -> Validation:
-    """Run every check of one candidate; writes validation.json and candidate.json's status."""
+    """Run every check of one candidate; writes validation.json (nothing else)."""
     import torch
 
-    cand = load_candidate(workspace, cid)
+    cand = candidates.load(workspace, cid)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    v = Validation(cand.id, True, device)
+    v = Validation(cand.id, True, device, model)
     for label, entry, variant in numeric_cases(cand.meta, on_cpu=device == "cpu"):
         c = check_numerics(cand, label, entry, variant, device)
         log(_line(c))
@@ -317,12 +248,7 @@ def validate(workspace: Workspace, cid: str, device: str | None = None, model: b
     failed = [c for c in v.checks if not c.ok]
     v.ok = not failed
     v.failure = f"{failed[0].kind} {failed[0].case}: {failed[0].detail}" if failed else None
-    write_json(cand.path / "validation.json", v.to_json())
-    meta = read_json(cand.path / "candidate.json")
-    meta["status"] = "validated" if v.ok else "failed"
-    meta["failure"] = v.failure
-    meta["validated_with"] = {"model": model, "device": device}
-    write_json(cand.path / "candidate.json", meta)
+    write_json(cand.path / "validation.json", {**v.to_json(), "sources": candidates.sources_digest(cand.path)})
     return v
 
 
@@ -330,12 +256,3 @@ def _line(c: Check) -> str:
     mark = "ok  " if c.ok else "FAIL"
     extra = f" max_abs={c.max_abs:.2e}" if c.max_abs is not None and math.isfinite(c.max_abs) else ""
     return f"  {mark} {c.kind:<8} {c.case}{extra} {c.detail} ({c.seconds:.1f}s)".rstrip()
-
-
-def status(workspace: Workspace, cid: str) -> tuple[str, str | None]:
-    """(status, failure) of a candidate, from candidate.json."""
-    from miner.generate.generate import candidate_dir
-
-    meta = read_json(candidate_dir(workspace, cid) / "candidate.json")
-    return meta.get("status", "generated"), meta.get("failure")
-

@@ -22,10 +22,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from miner.bench import roofline as rl
+from miner.core.dtypes import AUTOCAST_MODEL_TOL
 from miner.core.errors import MinerError, UsageError
-
-# Parity between the two compiled models under bf16 autocast (relative norm differences).
-PARITY_TOL = {"loss": 1e-2, "logits": 3e-2, "grads": 5e-2}
 
 
 @dataclass(frozen=True)
@@ -134,7 +132,7 @@ def make_parity(loss_d, loss_f, logits_d, logits_f, grads_d, grads_f) -> Parity:
     loss_rel = rel_diff(loss_f, loss_d) if loss_d is not None and loss_f is not None else None
     logits_rel = rel_diff(logits_f, logits_d) if logits_d is not None and logits_f is not None else None
     g_rel, worst, worst_rel = grads_parity(grads_f, grads_d) if grads_d else (None, None, None)
-    ok = all(v is None or v <= PARITY_TOL[k] for k, v in (("loss", loss_rel), ("logits", logits_rel), ("grads", g_rel)))
+    ok = all(v is None or v <= AUTOCAST_MODEL_TOL[k] for k, v in (("loss", loss_rel), ("logits", logits_rel), ("grads", g_rel)))
     return Parity(None if loss_d is None else float(loss_d), None if loss_f is None else float(loss_f),
                   loss_rel, logits_rel, g_rel, worst, worst_rel, ok)
 
@@ -342,7 +340,7 @@ def verify_model(build: Callable[[], Any], *, model: str, mode: str, preset: str
         for decision, n in sorted(v.gate.items()):
             log(f"    gate x{n}: {decision}")
         variants.append(v)
-    from miner.bench.bench import gpu_timing_lock
+    from miner.bench.timing import gpu_timing_lock
 
     with gpu_timing_lock():
         for v in variants:
@@ -375,7 +373,7 @@ def verify_model(build: Callable[[], Any], *, model: str, mode: str, preset: str
 
 
 def run_env(device: str) -> dict:
-    from miner.bench.bench import environment
+    from miner.bench.timing import environment
     e = environment(device, copy_gbps=0.0)
     return {"gpu": e.gpu, "torch": e.torch, "triton": e.triton, "cuda": e.cuda, "date": e.date,
             "device": e.device, "interpret": e.interpret}
@@ -458,14 +456,14 @@ def save(results: Sequence[VerifyResult], out_dir: Path) -> list[Path]:
 
     out_dir = Path(out_dir)
     env = next((r.env for r in results if r.env), {})
-    data = {"schema": 1, "kind": "VerifyRun", "env": env, "parity_tolerance": PARITY_TOL,
+    data = {"schema": 1, "kind": "VerifyRun", "env": env, "parity_tolerance": AUTOCAST_MODEL_TOL,
             "results": [result_to_json(r) for r in results]}
     head = (f"GPU {env.get('gpu')}, torch {env.get('torch')}, triton {env.get('triton')}, CUDA {env.get('cuda')}, "
             f"date {env.get('date')}")
     md = (f"# miner verify\n\n{head}\n\n`torch.compile(model)` vs `torch.compile(model, "
           "options=fusions.inductor_options())`, bf16 autocast; train = forward + loss + backward. Median step "
           "time over the timed steps (CUDA events), peak memory of those steps, parity of one seeded step "
-          f"(relative norm differences; tolerances {PARITY_TOL}).\n\n" + markdown_table(results))
+          f"(relative norm differences; tolerances {AUTOCAST_MODEL_TOL}).\n\n" + markdown_table(results))
     gates = [(r, d, n) for r in results for d, n in sorted(r.gate.items())]
     if gates:
         md += ("\n## Measured-wins gate while compiling the fused model\n\nA promoted fusion fires on CUDA only "

@@ -6,6 +6,8 @@ import os
 import sys
 from pathlib import Path
 
+from miner.core import candidate as candidates
+from miner.core.dtypes import CAST_FLOATS
 from miner.core.errors import UsageError
 
 HELP = ("time each candidate on its observed and base-model shapes: eager, Inductor, Inductor "
@@ -50,7 +52,7 @@ def _prepare_cpu_smoke() -> None:
 
 
 def run(args) -> int:
-    from miner.bench import bench
+    from miner import bench
     from miner.core.workspace import Workspace
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -59,10 +61,10 @@ def run(args) -> int:
     if unknown:
         raise UsageError(f"unknown variant(s) {', '.join(unknown)}; variants: {', '.join(known)}")
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
-    bad = [d for d in dtypes if d != "captured" and d not in bench.FLOAT_DTYPES]
+    bad = [d for d in dtypes if d != "captured" and d not in CAST_FLOATS]
     if bad or not dtypes:
         raise UsageError(f"unknown dtype(s) {', '.join(bad) or '(none)'}; --dtypes takes captured, "
-                         f"{', '.join(bench.FLOAT_DTYPES)}")
+                         f"{', '.join(CAST_FLOATS)}")
     if args.import_run:
         return _import_run(args, bench, Workspace(args.workspace))
     if args.allow_cpu:
@@ -72,15 +74,15 @@ def run(args) -> int:
     device = bench.require_cuda("miner bench", allow_cpu=args.allow_cpu)
     ws = Workspace(args.workspace)
     ids = [c.strip() for c in args.candidates.split(",")] if args.candidates else None
-    dirs = bench.find_candidates(ws.candidates, ids)
-    if not dirs:
+    cands = candidates.load_all(ws, ids)
+    if not cands:
         raise UsageError(f"no candidates in {ws.candidates} (run `miner generate` first)")
-    cands = [bench.load_candidate(d) for d in dirs]
     if not args.include_failed:
-        failed = [c for c in cands if c.meta.get("status") == "failed"]
-        for c in failed:
-            print(f"skipping {c.id} ({c.name}): its validation failed ({c.meta.get('failure', 'see validation.json')})")
-        cands = [c for c in cands if c.meta.get("status") != "failed"]
+        failed = {c.id: candidates.failure(c) for c in cands}
+        for c in cands:
+            if failed[c.id]:
+                print(f"skipping {c.id} ({c.label}): its validation failed ({failed[c.id]})")
+        cands = [c for c in cands if not failed[c.id]]
     models = [m.strip() for m in args.models.split(",")] if args.models else None
     dirs_by_id = {c.id: c.path for c in cands}
     done: list = []
@@ -96,7 +98,7 @@ def run(args) -> int:
         save(done, row.env)
 
     env, rows = bench.run_bench(cands, device=device, variants=variants, shapes=args.shapes, models=models,
-                                dtypes=dtypes,
+                                casts=dtypes,
                                 replays=args.replays, time_budget_s=args.time_budget, on_row=on_row)
     print()
     print(bench.env_header(env))
@@ -109,21 +111,22 @@ def run(args) -> int:
 
 
 def _import_run(args, bench, ws) -> int:
+    """Copy a run table's rows into each candidate's bench.json (this stage's file, nothing else)."""
     path = Path(args.import_run)
     rows = bench.load_rows(path)
     if not rows:
         raise UsageError(f"{path}: no rows")
-    dirs = {p.name: p for p in bench.find_candidates(ws.candidates)}
+    dirs = {p.name: p for p in candidates.folders(ws)}
     missing = sorted({r.candidate for r in rows} - set(dirs))
     for cid in missing:
         print(f"no folder for candidate {cid} under {ws.candidates}: its rows stay in the run table only")
     out = Path(args.out) if args.out else path.parent
     for p in bench.save_results(rows, rows[0].env, candidate_dirs=dirs, report_dir=out):
         print(f"wrote {p}")
-    # promoted fusions gate on their candidate's measurements: new rows mean a new wins.json
-    from miner.promote import refresh_wins
-
-    for p in refresh_wins(ws, {r.candidate for r in rows} & set(dirs)):
-        print(f"refreshed {p} (the fusion's measured-wins gate)")
+    # A promoted fusion gates on the measurements promote copied into its wins.json: say which to refresh.
+    fusions = candidates.fusions_by_candidate(ws)
+    for cid in sorted({r.candidate for r in rows} & set(fusions)):
+        print(f"fusions/{fusions[cid]}/wins.json predates these rows: refresh its gate with "
+              f"`miner promote {cid} --name {fusions[cid]}`")
     print("\n".join(bench.targets(rows)))
     return 0

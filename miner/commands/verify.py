@@ -38,7 +38,7 @@ def run(args) -> int:
                 raise UsageError("--allow-cpu needs TRITON_INTERPRET=1 set before triton is imported: "
                                  "run `TRITON_INTERPRET=1 miner verify --allow-cpu ...`")
             os.environ["TRITON_INTERPRET"] = "1"
-    from miner.bench import bench
+    from miner import bench
     from miner.check import verify
     from miner.core.workspace import Workspace
 
@@ -70,6 +70,6 @@ def run(args) -> int:
 
 
 def _env_like(env: dict):
-    from miner.bench.bench import Env
+    from miner.bench.timing import Env
     return Env(device=env.get("device", "cpu"), gpu=env.get("gpu", "cpu"), torch=env.get("torch", ""),
                triton=env.get("triton", ""), date=env.get("date", "0000-00-00"), copy_gbps=0.0, l2_bytes=0)

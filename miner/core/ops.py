@@ -11,13 +11,14 @@ from __future__ import annotations
 import importlib
 import operator
 from functools import lru_cache
+from typing import Any
 
 import torch
 
 CATEGORIES = ("pointwise", "reduction", "view", "matmul", "mutation", "random", "other", "input", "output")
 
 # Ops whose tags say nothing about randomness: any op whose schema takes a Generator, plus these.
-_RANDOM_NAMES = {"inductor_random", "inductor_randint", "inductor_seeds", "inductor_lookup_seed",
+RANDOM_NAMES = {"inductor_random", "inductor_randint", "inductor_seeds", "inductor_lookup_seed",
                  "native_dropout", "bernoulli", "rand", "randn", "rand_like", "randn_like", "randint",
                  "randperm", "normal", "uniform", "multinomial", "philox_rand"}
 # Matrix products and the fused attention kernels that contain them.
@@ -72,7 +73,7 @@ def categorize(target, name: str | None = None) -> str:
         return "other"
     schema = target._schema
     base = schema.name.split("::")[-1]
-    if base in _RANDOM_NAMES or any(a.type.kind() == "OptionalType" and "Generator" in str(a.type)
+    if base in RANDOM_NAMES or any(a.type.kind() == "OptionalType" and "Generator" in str(a.type)
                                     for a in schema.arguments) or torch.Tag.nondeterministic_seeded in target.tags:
         return "random"
     if schema.is_mutable:
@@ -86,3 +87,41 @@ def categorize(target, name: str | None = None) -> str:
     if torch.Tag.reduction in target.tags:
         return "reduction"
     return "other"
+
+
+@lru_cache(maxsize=None)
+def schema_arguments(target: str) -> tuple | None:
+    """The schema arguments of op ``target`` (``torch._C.Argument`` objects); None without a schema."""
+    schema = getattr(resolve_target(target), "_schema", None)
+    return None if schema is None else tuple(schema.arguments)
+
+
+def bind(target: str, args: tuple | list, kwargs: dict) -> dict[str, Any]:
+    """The arguments of one call of ``target`` by schema name, defaults filled in.
+
+    Parameters
+    ----------
+    target : str
+        The op, as in ``NodeRecord.target`` (``"aten.sum.dim_IntList"``).
+    args, kwargs
+        The call's positional and keyword arguments, in any encoding (JSON values or objects).
+
+    Returns
+    -------
+    dict
+        ``{argument name: value}``. A required argument the call does not pass is absent (see
+        :func:`missing`); for an op without a schema this is ``dict(kwargs)``.
+    """
+    schema = schema_arguments(target)
+    if schema is None:
+        return dict(kwargs)
+    out = {a.name: a.default_value for a in schema if a.has_default_value()}
+    positional = [a.name for a in schema if not a.kwarg_only]
+    out.update(zip(positional, args))
+    out.update(kwargs)
+    return out
+
+
+def missing(target: str, bound: dict) -> list[str]:
+    """The required arguments of ``target`` that ``bound`` (from :func:`bind`) lacks."""
+    return [a.name for a in schema_arguments(target) or () if a.name not in bound]

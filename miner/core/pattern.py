@@ -18,13 +18,13 @@ The pattern's ``id`` is ``"p"`` + the first 10 hex digits of the SHA-1 of :meth:
 equal; ``miner.mine.canon`` guarantees that equal structure gives an equal form.
 
 Reading a pattern as code: :meth:`Pattern.to_source` / :meth:`Pattern.to_fx_function` give a
-plain Python function of aten ops::
+plain Python function of aten ops (``miner.core.source``, the renderer of every generated file)::
 
-    def pattern(in0, in1, c0):
-        n0 = torch.ops.aten.mul.Tensor(in0, c0)
-        n1 = torch.ops.aten.exp.default(n0)
+    def pattern(x0, x1, c0):
+        v0 = torch.ops.aten.mul.Tensor(x0, c0)
+        v1 = torch.ops.aten.exp.default(v0)
         ...
-        return n3
+        return (v3,)
 
 and :meth:`Pattern.evaluate` runs it eagerly on tensors.
 
@@ -36,16 +36,16 @@ corrupt or of another schema.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
-import operator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from miner.core import source
 from miner.core.errors import WorkspaceError
-from miner.core.records import GraphKey, KernelRef, TensorMeta, to_json
+from miner.core.records import GraphKey, KernelRef, to_json
+from miner.core.tensors import TensorSpec
 
 PATTERNS_SCHEMA = 1
 PATTERNS_FILE = "patterns.json"
@@ -142,7 +142,7 @@ class Occurrence:
     outputs : tuple[int, ...]
         Pattern nodes whose values leave the pattern here: its sinks plus any interior node
         used outside (those are also in ``verdict.extra_outputs``).
-    input_meta, output_meta : tuple[TensorMeta | None, ...]
+    input_meta, output_meta : tuple[TensorSpec | None, ...]
         Shape, dtype and stride of each input / each output (aligned with ``outputs``).
     phase : str
         ``forward``, ``backward`` or ``inference`` (from ``graph``).
@@ -159,8 +159,8 @@ class Occurrence:
     inputs: tuple[str, ...] = ()
     scalars: tuple[Any, ...] = ()
     outputs: tuple[int, ...] = ()
-    input_meta: tuple[TensorMeta | None, ...] = ()
-    output_meta: tuple[TensorMeta | None, ...] = ()
+    input_meta: tuple[TensorSpec | None, ...] = ()
+    output_meta: tuple[TensorSpec | None, ...] = ()
     phase: str = ""
     verdict: Verdict = Verdict(ok=True)
     node_kernels: tuple[tuple[str, ...], ...] = ()
@@ -318,7 +318,7 @@ class Pattern:
     # ---- as code
     def to_source(self, name: str = "pattern", scalars: tuple[Any, ...] | None = None,
                   outputs: Iterable[int] | None = None) -> str:
-        """Python source of a function of aten ops equivalent to the pattern.
+        """Python source of a function of aten ops equivalent to the pattern (``miner.core.source.render``).
 
         Parameters
         ----------
@@ -326,45 +326,26 @@ class Pattern:
             Function name.
         scalars : tuple, optional
             Values for the const slots, inlined as literals. When None, the slots become
-            trailing parameters ``c0, c1, ...`` after the inputs ``in0, in1, ...``.
+            trailing parameters ``c0, c1, ...`` after the inputs ``x0, x1, ...``.
         outputs : iterable of int, optional
-            Which pattern nodes to return (default: :attr:`outputs`). One output is returned
-            bare, several as a tuple in the given order.
+            Which pattern nodes to return (default: :attr:`outputs`), always as a tuple.
 
-        The source uses the names ``torch`` and ``operator`` (import them where it is exec'd).
+        The source uses the name ``torch`` (import it where it is exec'd).
         """
-        outs = tuple(self.outputs if outputs is None else outputs)
-        params = [f"in{k}" for k in range(self.n_inputs)]
-        if scalars is None:
-            params += [f"c{c}" for c in range(self.n_consts)]
-        elif len(scalars) != self.n_consts:
+        if scalars is not None and len(scalars) != self.n_consts:
             raise ValueError(f"{self.id}: {self.n_consts} scalars expected, got {len(scalars)}")
-        lines = [f"def {name}({', '.join(params)}):"]
-        for j, node in enumerate(self.nodes):
-            fn = _callable_expr(node.target)
-            parts = [_arg_source(a, scalars) for a in node.args]
-            parts += [f"{k}={_arg_source(v, scalars)}" for k, v in node.kwargs.items()]
-            lines.append(f"    n{j} = {fn}({', '.join(parts)})")
-        ret = ", ".join(f"n{j}" for j in outs)
-        lines.append(f"    return {ret}" if len(outs) == 1 else f"    return ({ret},)")
-        return "\n".join(lines) + "\n"
+        return source.render(self.nodes, self.n_inputs, self.n_consts, self.outputs if outputs is None else outputs,
+                             name, scalars)
 
     def to_fx_function(self, scalars: tuple[Any, ...] | None = None,
                        outputs: Iterable[int] | None = None, name: str = "pattern") -> Callable:
         """The function of :meth:`to_source`, compiled (traceable by ``make_fx`` / ``fx.symbolic_trace``)."""
-        import torch  # local: reading patterns.json must not need torch
-
-        namespace: dict[str, Any] = {"torch": torch, "operator": operator}
-        exec(compile(self.to_source(name, scalars, outputs), f"<pattern {self.id}>", "exec"), namespace)
-        return namespace[name]
+        return source.compile_function(self.to_source(name, scalars, outputs), name, f"<pattern {self.id}>")
 
     def evaluate(self, inputs: Iterable[Any], scalars: Iterable[Any] = (),
                  outputs: Iterable[int] | None = None) -> tuple[Any, ...]:
         """Run the pattern eagerly; returns the output values as a tuple (even for one output)."""
-        outs = tuple(self.outputs if outputs is None else outputs)
-        fn = self.to_fx_function(scalars=tuple(scalars), outputs=outs)
-        result = fn(*inputs)
-        return (result,) if len(outs) == 1 else tuple(result)
+        return tuple(self.to_fx_function(scalars=tuple(scalars), outputs=outputs)(*inputs))
 
     def summary(self) -> str:
         return (f"{self.id} {self.ops} [{self.support.n_models} models, {self.support.n_graphs} graphs, "
@@ -432,48 +413,6 @@ def _collect_refs(v: Any, out: list[tuple[str, int]]) -> None:
             _collect_refs(x, out)
 
 
-def _callable_expr(target: str) -> str:
-    if target.startswith("operator."):
-        return target
-    parts = target.split(".")
-    if len(parts) == 2:
-        parts.append("default")
-    return "torch.ops." + ".".join(parts)
-
-
-def _arg_source(v: Any, scalars: tuple[Any, ...] | None) -> str:
-    if isinstance(v, dict) and len(v) == 1:
-        (k, x), = v.items()
-        if k == "input":
-            return f"in{x}"
-        if k == "node":
-            return f"n{x}"
-        if k == "const":
-            return f"c{x}" if scalars is None else _literal_source(scalars[x])
-        if k == "dtype":
-            return f"torch.{x}"
-        if k == "device":
-            return f"torch.device({x!r})"
-        if k == "enum":
-            return str(x)  # "torch.contiguous_format"
-        if k == "float":
-            return f"float({x!r})"  # non-finite floats are stored as {"float": "-inf"}
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_arg_source(x, scalars) for x in v) + "]"
-    return _literal_source(v)
-
-
-def _literal_source(v: Any) -> str:
-    if isinstance(v, dict) and set(v) == {"float"}:
-        return f"float({v['float']!r})"
-    if isinstance(v, float):
-        if v != v:
-            return "float('nan')"
-        if v in (float("inf"), float("-inf")):
-            return f"float('{v}')"
-    return repr(v)
-
-
 # --------------------------------------------------------------------------- JSON
 
 
@@ -486,12 +425,8 @@ def _tuple(v: Any) -> Any:
     return v
 
 
-def _meta(d: Any) -> TensorMeta | None:
-    if d is None:
-        return None
-    return TensorMeta(shape=tuple(d["shape"]), dtype=d["dtype"],
-                      stride=None if d.get("stride") is None else tuple(d["stride"]),
-                      device=d.get("device", "cpu"))
+def _meta(d: Any) -> TensorSpec | None:
+    return None if d is None else TensorSpec.from_json(d)
 
 
 def verdict_from_json(d: dict) -> Verdict:

@@ -13,41 +13,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from miner.core.tensors import TensorSpec
+
 SCHEMA_VERSION = 1
 
 MODES = ("train", "infer")
 PHASES = ("forward", "backward", "inference")
 KERNEL_KINDS = ("pointwise", "reduction", "persistent_reduction", "extern", "template", "foreach", "other")
-
-
-@dataclass(frozen=True)
-class TensorMeta:
-    """Shape, dtype and stride of one tensor value (sizes may be symbolic strings)."""
-
-    shape: tuple[int | str, ...]
-    dtype: str  # e.g. "float32", "bfloat16"
-    stride: tuple[int | str, ...] | None = None
-    device: str = "cpu"
-
-    @property
-    def numel(self) -> int | None:
-        n = 1
-        for s in self.shape:
-            if not isinstance(s, int):
-                return None
-            n *= s
-        return n
-
-    @property
-    def contiguous(self) -> bool | None:
-        if self.stride is None or not all(isinstance(s, int) for s in self.shape + self.stride):
-            return None
-        expected = 1
-        for size, stride in zip(reversed(self.shape), reversed(self.stride)):
-            if size != 1 and stride != expected:
-                return False
-            expected *= size
-        return True
 
 
 @dataclass(frozen=True)
@@ -75,7 +47,7 @@ class NodeRecord:
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
     users: tuple[str, ...] = ()
-    meta: tuple[TensorMeta, ...] = ()  # one entry per tensor output (several for var_mean)
+    meta: tuple[TensorSpec, ...] = ()  # one entry per tensor output (several for var_mean)
     module: str | None = None  # HF module path, e.g. "bert.encoder.layer.0.attention.self"
     kernels: tuple[KernelRef, ...] = ()
 
@@ -157,11 +129,13 @@ class ScanResult:
 
 # --------------------------------------------------------------------------- JSON
 
-_RECORDS = {c.__name__: c for c in (TensorMeta, KernelRef, NodeRecord, GraphKey, CapturedGraph, ScanResult)}
+_RECORDS = {c.__name__: c for c in (TensorSpec, KernelRef, NodeRecord, GraphKey, CapturedGraph, ScanResult)}
 
 
 def to_json(record: Any) -> Any:
-    """A record (or a structure of records) as plain JSON values."""
+    """A record (or a structure of records) as plain JSON values (a record's own ``to_json`` wins)."""
+    if callable(getattr(record, "to_json", None)) and not isinstance(record, type):
+        return record.to_json()
     if dataclasses.is_dataclass(record) and not isinstance(record, type):
         return {f.name: to_json(getattr(record, f.name)) for f in dataclasses.fields(record)}
     if isinstance(record, (list, tuple)):

@@ -20,14 +20,14 @@ what ``miner generate`` prints (e.g. ``unsupported op aten.cat.default``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import torch
+from miner.core import dtypes, ops, source
+from miner.core.pattern import PatternNode
+from miner.core.source import literal_value
 
-from miner.core.ops import resolve_target
-
-FLOAT_DTYPES = ("float32", "bfloat16", "float16")
+FLOAT_DTYPES = dtypes.KERNEL_FLOATS
 
 
 class Unsupported(Exception):
@@ -35,15 +35,6 @@ class Unsupported(Exception):
 
 
 # --------------------------------------------------------------------------- the pattern, as codegen sees it
-
-@dataclass(frozen=True)
-class PNode:
-    """One pattern node: op target and args (``{"input": k}``, ``{"node": j}``, ``{"const": c}``, literals)."""
-
-    target: str
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any] = field(default_factory=dict)
-
 
 @dataclass(frozen=True)
 class PatternSpec:
@@ -54,7 +45,7 @@ class PatternSpec:
     """
 
     id: str
-    nodes: tuple[PNode, ...]
+    nodes: tuple[PatternNode, ...]
     n_inputs: int
     n_consts: int
     outputs: tuple[int, ...]
@@ -133,21 +124,19 @@ def _split_target(target: str) -> tuple[str, str, str]:
 
 def normalize_args(target: str, args: tuple, kwargs: dict) -> dict[str, Any]:
     """Bind positional args and kwargs to the op's schema argument names (defaults filled in)."""
-    op = resolve_target(target)
-    if op is None or not hasattr(op, "_schema"):
+    if ops.schema_arguments(target) is None:
         raise Unsupported(f"unsupported op {target}")
-    out: dict[str, Any] = {}
-    schema_args = op._schema.arguments
-    for i, a in enumerate(schema_args):
-        if i < len(args) and not a.kwarg_only:
-            out[a.name] = args[i]
-        elif a.name in kwargs:
-            out[a.name] = kwargs[a.name]
-        elif a.has_default_value():
-            out[a.name] = a.default_value
-        else:
-            raise Unsupported(f"{target}: missing argument {a.name!r}")
-    return out
+    bound = ops.bind(target, args, kwargs)
+    for name in ops.missing(target, bound):
+        raise Unsupported(f"{target}: missing argument {name!r}")
+    return {k: _decode(v) for k, v in bound.items()}
+
+
+def _decode(v: Any) -> Any:
+    """Literal floats as numbers (JSON holds non-finite ones as ``{"float": "-inf"}``), recursively."""
+    if isinstance(v, (list, tuple)):
+        return [_decode(x) for x in v]
+    return literal_value(v)
 
 
 def _literal(x: Any) -> str:
@@ -658,40 +647,7 @@ def _indent(lines: list[str]) -> str:
 
 def reference_source(spec: PatternSpec, name: str = "pattern") -> str:
     """The pattern as a plain function of aten/prims ops (the eager reference and search function)."""
-    params = [f"x{k}" for k in range(spec.n_inputs)] + [f"c{c}" for c in range(spec.n_consts)]
-    lines = [f"def {name}({', '.join(params)}):"]
-    for j, node in enumerate(spec.nodes):
-        args = ", ".join(_py_arg(a) for a in node.args)
-        kw = "".join(f", {k}={_py_arg(v)}" for k, v in node.kwargs.items())
-        if node.target == "operator.getitem":
-            lines.append(f"    v{j} = {_py_arg(node.args[0])}[{node.args[1]}]")
-        else:
-            ns, base, overload = _split_target(node.target)
-            lines.append(f"    v{j} = torch.ops.{ns}.{base}.{overload}({args}{kw})")
-    outs = ", ".join(f"v{o}" for o in spec.outputs)
-    lines.append(f"    return ({outs},)")
-    return "\n".join(lines) + "\n"
-
-
-def _py_arg(a: Any) -> str:
-    if isinstance(a, dict):
-        if "input" in a:
-            return f"x{a['input']}"
-        if "node" in a:
-            return f"v{a['node']}"
-        if "const" in a:
-            return f"c{a['const']}"
-        if "dtype" in a:
-            return f"torch.{a['dtype']}"
-        if "device" in a:
-            return f"torch.device({a['device']!r})"
-        if "enum" in a:
-            return a["enum"]
-    if isinstance(a, (list, tuple)):
-        return "[" + ", ".join(_py_arg(x) for x in a) + "]"
-    if isinstance(a, float) and (math.isinf(a) or math.isnan(a)):
-        return f"float({str(a)!r})"
-    return repr(a)
+    return source.render(spec.nodes, spec.n_inputs, spec.n_consts, spec.outputs, name)
 
 
 def kernel_source(prog: Program) -> str:
@@ -704,9 +660,5 @@ def signature_params(spec: PatternSpec) -> list[str]:
     return [f"x{k}" for k in range(spec.n_inputs)] + [f"c{c}" for c in range(spec.n_consts)]
 
 
-def dtype_name(d: Any) -> str:
-    return str(d).replace("torch.", "")
-
-
-__all__ = ["PNode", "PatternSpec", "Program", "Unsupported", "lower", "kernel_source", "reference_source",
-           "normalize_args", "torch"]
+__all__ = ["PatternSpec", "Program", "Unsupported", "lower", "kernel_source", "reference_source",
+           "normalize_args"]

@@ -24,8 +24,10 @@ from typing import Any, Iterable
 
 from miner import __version__
 from miner.generate import codegen
-from miner.generate.codegen import PNode, PatternSpec, Program, Unsupported
+from miner.generate.codegen import PatternSpec, Program, Unsupported
+from miner.core import dtypes, source
 from miner.core.errors import UsageError
+from miner.core.source import literal_value
 from miner.runtime.launch import LOOP_BLOCK, ONE_PASS_MAX
 from miner.core.workspace import Workspace, read_json, write_json, write_text
 
@@ -50,31 +52,19 @@ class Skipped:
 def spec_from_pattern(pattern) -> PatternSpec:
     """The codegen view of a ``miner.core.pattern.Pattern``: nodes, slots, outputs, observed dtypes, rank."""
     ok = [o for o in pattern.occurrences if o.verdict.ok] or list(pattern.occurrences)
-    dtypes: list[set[str]] = [set() for _ in range(pattern.n_inputs)]
+    seen: list[set[str]] = [set() for _ in range(pattern.n_inputs)]
     rank = None
     for occ in ok:
         shapes = []
         for k, m in enumerate(occ.input_meta[:pattern.n_inputs]):
             if m is not None:
-                dtypes[k].add(m.dtype)
+                seen[k].add(m.dtype)
                 shapes.append(len(m.shape))
         if shapes:
             rank = max(shapes) if rank is None else max(rank, max(shapes))
-    nodes = tuple(PNode(n.target, tuple(_plain(a) for a in n.args), {k: _plain(v) for k, v in n.kwargs.items()})
-                  for n in pattern.nodes)
-    return PatternSpec(id=pattern.id, nodes=nodes, n_inputs=pattern.n_inputs, n_consts=pattern.n_consts,
-                       outputs=tuple(pattern.all_outputs), input_dtypes=tuple(tuple(sorted(d)) for d in dtypes),
+    return PatternSpec(id=pattern.id, nodes=tuple(pattern.nodes), n_inputs=pattern.n_inputs, n_consts=pattern.n_consts,
+                       outputs=tuple(pattern.all_outputs), input_dtypes=tuple(tuple(sorted(d)) for d in seen),
                        rank=rank)
-
-
-def _plain(v: Any) -> Any:
-    if isinstance(v, tuple):
-        return [_plain(x) for x in v]
-    if isinstance(v, dict) and set(v) == {"float"}:
-        return float(v["float"])
-    if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
-    return v
 
 
 def label_for(ops: str) -> str:
@@ -115,7 +105,7 @@ def observed_entries(pattern, spec: PatternSpec) -> list[dict]:
             continue
         inputs = [{"shape": _shape_of(m), "dtype": m.dtype,
                    "stride": list(m.stride) if m.stride is not None else None} for m in occ.input_meta]
-        scalars = [_plain(s) for s in occ.scalars]
+        scalars = [literal_value(s) for s in occ.scalars]
         key = (occ.graph.model, occ.graph.preset, occ.phase, repr(inputs), repr(scalars))
         counts[key] += 1
         if key not in groups:
@@ -139,12 +129,8 @@ def observed_entries(pattern, spec: PatternSpec) -> list[dict]:
     return out
 
 
-_ELT = {"float32": 4, "float16": 2, "bfloat16": 2, "bool": 1, "int64": 8, "int32": 4, "float64": 8, "int8": 1,
-        "uint8": 1}
-
-
 def _nbytes(shape, dtype) -> int:
-    return math.prod(shape) * _ELT.get(dtype, 4)
+    return math.prod(shape) * dtypes.size(dtype, default=4)
 
 
 def node_metas(spec: PatternSpec, inputs: list[dict], scalars: list) -> list[tuple[tuple, str] | None]:
@@ -154,7 +140,7 @@ def node_metas(spec: PatternSpec, inputs: list[dict], scalars: list) -> list[tup
     fn = reference_function(spec, all_nodes=True)
     xs = [torch.empty(i["shape"], dtype=getattr(torch, i["dtype"]), device="meta") for i in inputs]
     vals = fn(*xs, *[float(s) for s in scalars])
-    return [(tuple(v.shape), codegen.dtype_name(v.dtype)) if isinstance(v, torch.Tensor) else None for v in vals]
+    return [(tuple(v.shape), dtypes.name(v.dtype)) if isinstance(v, torch.Tensor) else None for v in vals]
 
 
 def bytes_moved(spec: PatternSpec, inputs: list[dict], metas: list, node_kernels: tuple = ()) -> dict:
@@ -233,17 +219,9 @@ def header(pattern_id: str, command: str, what: str) -> str:
 
 def reference_function(spec: PatternSpec, all_nodes: bool = False):
     """``pattern`` as a Python function (``all_nodes``: return every node's value, for metas)."""
-    import operator
-
-    import torch
-
-    src = codegen.reference_source(spec, name="fn")
-    if all_nodes:
-        names = ", ".join(f"v{j}" for j in range(len(spec.nodes)))
-        src = src.rsplit("    return", 1)[0] + f"    return ({names},)\n"
-    ns: dict[str, Any] = {"torch": torch, "operator": operator}
-    exec(compile(src, f"<pattern {spec.id}>", "exec"), ns)
-    return ns["fn"]
+    outputs = range(len(spec.nodes)) if all_nodes else spec.outputs
+    return source.compile_function(source.render(spec.nodes, spec.n_inputs, spec.n_consts, outputs, "fn"), "fn",
+                                   f"<pattern {spec.id}>")
 
 
 def render_kernel_py(prog: Program, head: str) -> str:
@@ -438,11 +416,9 @@ def generate_one(pattern, workspace: Workspace, command: str) -> Generated | Ski
         "safety": safety_summary(pattern),
         "inductor": {"kernels_hist": dict(pattern.inductor.kernels_hist),
                      "missed_fusion": pattern.inductor.missed_fusion, "splits": dict(pattern.inductor.splits)},
-        "status": "generated",
         "pattern": pattern_json(pattern),
     }
-    write_json(old, meta)
-    (folder / "validation.json").unlink(missing_ok=True)  # stale once the files change
+    write_json(old, meta)  # written once, here: later stages write files of their own
     return Generated(pattern.id, label, folder, len(observed))
 
 
@@ -526,75 +502,6 @@ def remove_stale(workspace: Workspace, keep: Iterable[str]) -> list[str]:
             shutil.rmtree(d)
             gone.append(d.name)
     return gone
-
-
-# --------------------------------------------------------------------------- consumers' helpers
-
-@dataclass
-class Candidate:
-    id: str
-    path: Path
-    meta: dict
-    pattern_module: Any
-    kernel_module: Any
-
-
-def candidate_dir(workspace: Workspace, cid: str) -> Path:
-    root = workspace.candidates
-    exact = root / cid
-    if (exact / "candidate.json").exists():
-        return exact
-    found = [p.parent for p in root.glob(f"{cid}*/candidate.json")]
-    if len(found) == 1:
-        return found[0]
-    valid = sorted(p.parent.name for p in root.glob("*/candidate.json"))
-    raise UsageError(f"unknown candidate {cid!r}; candidates: {', '.join(valid) or '(none: run miner generate)'}")
-
-
-def load_candidate(workspace: Workspace, cid: str) -> Candidate:
-    """Import a candidate's pattern.py and kernel.py (each once per process)."""
-    from miner.runtime import rewrite
-
-    path = candidate_dir(workspace, cid)
-    meta = read_json(path / "candidate.json")
-    pid = meta["id"]
-    pattern_module = rewrite.load_module(path / "pattern.py", rewrite.module_name(path / "pattern.py", "pattern"))
-    kernel_module = pattern_module._kernel()
-    return Candidate(pid, path, meta, pattern_module, kernel_module)
-
-
-def make_inputs(observed: dict, device: str = "cpu", seed: int = 0):
-    """(tensors, scalars) for one observed entry: randn in its dtype/shape/strides, bools random."""
-    import torch
-
-    g = torch.Generator().manual_seed(seed)
-    xs = []
-    for i in observed["inputs"]:
-        dtype = getattr(torch, i["dtype"])
-        shape = tuple(i["shape"])
-        stride = i.get("stride")
-        if dtype == torch.bool:
-            base = torch.rand(shape, generator=g) < 0.5
-        else:
-            base = torch.randn(shape, generator=g, dtype=torch.float32).to(dtype)
-        if stride is not None and len(stride) == len(shape) and tuple(stride) != base.stride() \
-                and _strides_fit(shape, stride):
-            t = torch.empty_strided(shape, stride, dtype=dtype)
-            t.copy_(base)
-            base = t
-        xs.append(base.to(device))
-    return xs, [float(s) for s in observed.get("scalars", [])]
-
-
-def _strides_fit(shape, stride) -> bool:
-    """Non-overlapping strides (so an empty_strided tensor holds distinct values)."""
-    dims = sorted((st, sz) for st, sz in zip(stride, shape) if sz != 1)
-    expected = 1
-    for st, sz in dims:
-        if st < expected:
-            return False
-        expected = st * sz
-    return True
 
 
 def describe(r: Generated | Skipped) -> str:

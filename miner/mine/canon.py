@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable, Hashable, Iterable, Sequence
 
-from miner.core.ops import resolve_target
+from miner.core.ops import schema_arguments
 from miner.core.pattern import PatternNode, canonical_form, pattern_id
 from miner.core.records import NodeRecord
 
@@ -76,13 +76,9 @@ def _scalar_slots(target: str) -> tuple[dict[int, bool], dict[str, bool]]:
     A number passed there is an operand value (abstracted into a const slot); a number passed
     to an ``int``/``int[]``/``bool`` argument is structural (dims, keepdim).
     """
-    op = resolve_target(target)
-    schema = getattr(op, "_schema", None)
     by_pos: dict[int, bool] = {}
     by_name: dict[str, bool] = {}
-    if schema is None:
-        return by_pos, by_name
-    for i, a in enumerate(schema.arguments):
+    for i, a in enumerate(schema_arguments(target) or ()):
         t = a.type
         if t.kind() == "OptionalType":
             t = t.getElementType()

@@ -37,11 +37,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable
 
-from miner.core.ops import _RANDOM_NAMES, resolve_target
+from miner.core import ops
+from miner.core.dtypes import is_float
+from miner.core.ops import RANDOM_NAMES, resolve_target
 from miner.core.pattern import Occurrence, Verdict, short_name
 from miner.core.records import CapturedGraph, NodeRecord
 
-FLOAT_DTYPES = {"float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2"}
 
 
 @dataclass(frozen=True)
@@ -299,27 +300,12 @@ def is_random(rec: NodeRecord) -> bool:
     if rec.category == "random":
         return True
     parts = rec.target.split(".")
-    return len(parts) > 1 and parts[1] in _RANDOM_NAMES
-
-
-@lru_cache(maxsize=None)
-def _arg_names(target: str) -> tuple[tuple[str, ...], dict[str, Any]]:
-    op = resolve_target(target)
-    schema = getattr(op, "_schema", None)
-    if schema is None:
-        return (), {}
-    names = tuple(a.name for a in schema.arguments if not a.kwarg_only)
-    defaults = {a.name: a.default_value for a in schema.arguments if a.has_default_value()}
-    return names, defaults
+    return len(parts) > 1 and parts[1] in RANDOM_NAMES
 
 
 def bound_args(rec: NodeRecord) -> dict[str, Any]:
     """The node's arguments by schema name (defaults filled in)."""
-    names, defaults = _arg_names(rec.target)
-    out = dict(defaults)
-    out.update({n: v for n, v in zip(names, rec.args)})
-    out.update(rec.kwargs)
-    return out
+    return ops.bind(rec.target, rec.args, rec.kwargs)
 
 
 def _shape_of(c: _Ctx, name: str) -> tuple | None:
@@ -378,7 +364,7 @@ def _pointwise_findings(graph: CapturedGraph, rec: NodeRecord) -> list[str]:
         if not meta:
             continue
         m = meta[0]
-        if m.dtype in FLOAT_DTYPES and m.numel != 1:
+        if is_float(m.dtype) and m.numel != 1:
             dtypes.add(m.dtype)
         if shape is not None and not _row_broadcastable(tuple(m.shape), shape):
             found.append(f"broadcasts operand {pos} of shape {list(m.shape)} to {list(shape)} "

@@ -33,14 +33,6 @@ LAUNCH_SECONDS = 2.0e-6  # per kernel, inside a CUDA graph
 MIN_CANDIDATES = 3
 MIN_POINTS = 10
 
-DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4,
-               "int16": 2, "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
-
-
-def dtype_bytes(dtype: str | None) -> int:
-    return DTYPE_BYTES.get(str(dtype).replace("torch.", ""), 4)
-
-
 @dataclass(frozen=True)
 class Features:
     """What the cost model knows about one (candidate, shape, dtype)."""

@@ -6,7 +6,7 @@
 
 Score = expected time saved in one step of every zoo model the pattern occurs in. Each *safe*
 occurrence (an unsafe one is never rewritten) is a ``Call`` of the pattern on some inputs; by
-default the call is scaled to its model's published size (``miner.bench.bench.derive_shape``: tiny-preset
+default the call is scaled to its model's published size (``miner.core.sizes.derive_shape``: tiny-preset
 captures stand for bert-base, gpt2, llama-1B, t5-base), since that is what users run. Per call the
 saving is Inductor's time minus the fused kernel's: measured where ``miner bench`` timed those
 inputs, predicted otherwise (``miner.rank.costmodel``); savings add up over calls x counts. Ties are
@@ -24,7 +24,6 @@ import difflib
 import functools
 import json
 import math
-import re
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -34,7 +33,12 @@ from typing import Any, Iterable, Sequence
 from miner.rank import costmodel
 from miner.rank import families
 from miner.rank.costmodel import CostModel, Features, Sample
+from miner.core import candidate as candidates
+from miner.core.candidate import Candidate
+from miner.core import dtypes
 from miner.core.errors import MinerError, UsageError, WorkspaceError
+from miner.core.sizes import derive_shape
+from miner.core.tensors import TensorSpec
 from miner.core.pattern import Pattern, load_mining, pattern_from_json, patterns_path
 from miner.core.workspace import Workspace, read_json
 
@@ -62,36 +66,19 @@ class Estimate:
 
 
 @dataclass(frozen=True)
-class Tensor:
-    shape: tuple[int, ...]
-    dtype: str
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape) if self.shape else 1
-
-    @property
-    def nbytes(self) -> int:
-        return self.numel * costmodel.dtype_bytes(self.dtype)
-
-    def __str__(self) -> str:
-        return f"{short_dtype(self.dtype)}[{','.join(map(str, self.shape))}]"
-
-
-@dataclass(frozen=True)
 class Call:
     """Safe occurrences of a pattern in one model with the same inputs: what a fusion would replace."""
 
     model: str
     phase: str
-    inputs: tuple[Tensor, ...]
-    outputs: tuple[Tensor, ...]
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
     count: float  # occurrences (an expected value for patterns known from a sample)
     inductor_kernels: int | None = None  # in the sampled occurrence
     kernel_mix: tuple[tuple[int, float], ...] = ()  # (Inductor kernels, share of the count); empty: inductor_kernels
     bytes: dict[str, float] = field(default_factory=dict)  # fused / unfused / inductor, from candidate.json
     source: str = "captured"  # or "derived" (scaled to the model's published size)
-    captured: tuple[Tensor, ...] = ()  # the captured inputs a derived call was scaled from
+    captured: tuple[TensorSpec, ...] = ()  # the captured inputs a derived call was scaled from
 
     @property
     def key(self) -> tuple:
@@ -113,17 +100,17 @@ class Call:
         return " ".join(f"{k}:{100 * w:.0f}%" for k, w in self.mix)
 
     @property
-    def main(self) -> Tensor | None:
+    def main(self) -> TensorSpec | None:
         return max(self.inputs or self.outputs, key=lambda t: t.numel, default=None)
 
     @property
     def label(self) -> str:
-        return " ".join(str(t) for t in self.inputs)
+        return " ".join(t.short for t in self.inputs)
 
 
 @dataclass(frozen=True)
 class BenchPoint:
-    """One benchmarked input set of a candidate, from ``miner.bench.bench``'s ``BenchRow``."""
+    """One benchmarked input set of a candidate, from ``miner.bench``'s ``BenchRow``."""
 
     candidate: str
     key: tuple
@@ -158,13 +145,21 @@ class BenchRun:
 
 @dataclass(frozen=True)
 class CandidateInfo:
-    id: str
-    path: Path
-    meta: dict
-    status: str  # generated | failed | validated | benchmarked | promoted
+    """A candidate and what the workspace says of it: status, fusion, validation, bench points."""
+
+    candidate: Candidate
+    status: str  # see miner.core.candidate.STATUSES
     fusion: str | None = None
     validation: dict | None = None
     bench: tuple[BenchPoint, ...] = ()
+
+    @property
+    def id(self) -> str:
+        return self.candidate.id
+
+    @property
+    def meta(self) -> dict:
+        return self.candidate.meta
 
     @property
     def label(self) -> str:
@@ -256,22 +251,17 @@ class Review:
         raise UsageError(f"{'ambiguous' if len(matches) > 1 else 'unknown'} candidate {ident!r}{hint}")
 
 
-def short_dtype(dtype: str) -> str:
-    d = str(dtype).replace("torch.", "")
-    return {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64"}.get(d, d)
-
-
 # --------------------------------------------------------------------------- reading the workspace
 
-def _tensor(d: Any) -> Tensor | None:
+def _tensor(d: Any) -> TensorSpec | None:
     shape = getattr(d, "shape", None) if not isinstance(d, dict) else d.get("shape")
     dtype = getattr(d, "dtype", None) if not isinstance(d, dict) else d.get("dtype")
     if shape is None or not all(isinstance(s, int) for s in shape):
         return None  # symbolic sizes: nothing to time
-    return Tensor(tuple(shape), str(dtype or "float32").replace("torch.", ""))
+    return TensorSpec(tuple(shape), dtypes.name(dtype or "float32"))
 
 
-def _tensors(xs: Iterable[Any]) -> tuple[Tensor, ...] | None:
+def _tensors(xs: Iterable[Any]) -> tuple[TensorSpec, ...] | None:
     ts = [_tensor(x) for x in xs if x is not None]
     return None if any(t is None for t in ts) else tuple(ts)
 
@@ -289,29 +279,23 @@ def load_patterns(ws: Workspace, problems: list[str]) -> tuple[list[Pattern], di
 
 def load_candidates(ws: Workspace, problems: list[str]) -> tuple[list[CandidateInfo], list[BenchRun]]:
     out = []
-    promoted = promoted_fusions(ws)
+    promoted = candidates.fusions_by_candidate(ws)
     bench, runs = load_bench(ws, problems)
-    for d in sorted(p.parent for p in ws.candidates.glob("*/candidate.json")):
+    for d in candidates.folders(ws):
         try:
-            meta = read_json(d / "candidate.json")
+            cand = candidates.at(d)
         except WorkspaceError as e:
             problems.append(str(e))
             continue
-        cid = str(meta.get("id") or d.name)
-        validation = None
-        if (d / "validation.json").exists():
-            try:
-                validation = read_json(d / "validation.json")
-            except WorkspaceError as e:
-                problems.append(str(e))
-        points = bench.get(cid, [])
-        fusion = promoted.get(cid) or (str(meta["promoted_as"]) if meta.get("promoted_as") and
-                                       (ws.fusions / str(meta["promoted_as"])).is_dir() else None)
-        vstatus = str(meta.get("status") or "generated")
-        if isinstance(validation, dict) and validation.get("ok") is not None:
-            vstatus = "validated" if validation["ok"] else "failed"
-        status = "promoted" if fusion else "benchmarked" if points and vstatus != "failed" else vstatus
-        out.append(CandidateInfo(cid, d, meta, status, fusion, validation, tuple(points)))
+        try:
+            validation = candidates.validation(d)
+        except WorkspaceError as e:
+            problems.append(str(e))
+            validation = None
+        points = bench.get(cand.id, [])
+        fusion = promoted.get(cand.id)
+        status = candidates.status_of(validation, fusion, timed=bool(points))
+        out.append(CandidateInfo(cand, status, fusion, validation, tuple(points)))
     used = {p.run for c in out for p in c.bench}
     return out, [r for k, r in runs.items() if k in used]
 
@@ -341,8 +325,8 @@ def load_bench(ws: Workspace, problems: list[str]) -> tuple[dict[str, list[Bench
 
 
 def bench_points(path: Path) -> tuple[list[BenchPoint], list[BenchRun]]:
-    """A candidate's (or a run's) ``bench.json`` through ``miner.bench.bench.load_rows``."""
-    from miner.bench.bench import load_rows
+    """A candidate's (or a run's) ``bench.json`` through ``miner.bench.results.load_rows``."""
+    from miner.bench.results import load_rows
 
     points, runs = [], {}
     for row in load_rows(path):
@@ -356,8 +340,8 @@ def bench_points(path: Path) -> tuple[list[BenchPoint], list[BenchRun]]:
                  for v in row.variants if v.timing is not None}
         errors = {v.name: v.error or ("numerics" if v.numerics_ok is False else "")
                   for v in row.variants if v.timing is None}
-        inputs = tuple(Tensor(tuple(s.shape), s.dtype) for s in row.case.inputs)
-        points.append(BenchPoint(row.candidate, tuple((t.shape, t.dtype) for t in inputs), " ".join(map(str, inputs)),
+        inputs = tuple(TensorSpec(tuple(s.shape), s.dtype) for s in row.case.inputs)
+        points.append(BenchPoint(row.candidate, tuple((t.shape, t.dtype) for t in inputs), " ".join(t.short for t in inputs),
                                  tuple(row.case.models), row.case.source, times, errors,
                                  row.bytes_moved, row.roofline_ms, run.key))
     return points, list(runs.values())
@@ -390,7 +374,7 @@ def run_tables(ws: Workspace, problems: list[str]) -> list[RunTable]:
     out = []
     for path in sorted(ws.reports.glob("gpu/*/bench.json")):
         try:
-            from miner.bench.bench import load_rows
+            from miner.bench.results import load_rows
             rows = load_rows(path)
         except (MinerError, KeyError, TypeError, ValueError, ImportError) as e:
             problems.append(f"{path}: {e}")
@@ -401,27 +385,6 @@ def run_tables(ws: Workspace, problems: list[str]) -> list[RunTable]:
         out.append(RunTable(path, env.gpu, {k: v for k, v in (("torch", env.torch), ("triton", env.triton),
                                                                ("cuda", env.cuda)) if v},
                             env.date, env.copy_gbps, len(rows), tuple(dict.fromkeys(r.candidate for r in rows))))
-    return out
-
-
-_PATTERN_ID = re.compile(r"\bp[0-9a-f]{10}\b")
-
-
-def promoted_fusions(ws: Workspace) -> dict[str, str]:
-    """pattern/candidate id -> fusion name, from ``fusions/<name>/fusion.json`` (``miner promote``),
-    else from the generated headers of ``fusions/<name>/*.py``."""
-    out = {}
-    for d in sorted(p for p in ws.fusions.glob("*") if p.is_dir() and not p.name.startswith(("_", "."))):
-        try:
-            pid = read_json(d / "fusion.json").get("pattern_id") if (d / "fusion.json").exists() else None
-        except WorkspaceError:
-            pid = None
-        if pid:
-            out.setdefault(str(pid), d.name)
-            continue
-        for f in sorted(d.glob("*.py")):
-            for pid in _PATTERN_ID.findall(f.read_text(errors="replace")[:3000]):
-                out.setdefault(pid, d.name)
     return out
 
 
@@ -474,16 +437,9 @@ def expected_calls(p: Pattern, sample: Sequence[Call]) -> list[Call]:
 @functools.lru_cache(maxsize=None)
 def _derived(shape: tuple[int, ...], model: str) -> tuple[int, ...] | None:
     try:
-        from miner.bench.bench import derive_shape
-        return derive_shape(shape, model, _tiny_dims_cached())
-    except (ImportError, ValueError, KeyError):
+        return derive_shape(shape, model)
+    except ValueError:  # a model without pinned sizes, or a size no role explains
         return None
-
-
-@functools.lru_cache(maxsize=1)
-def _tiny_dims_cached():
-    from miner.bench.bench import _tiny_dims
-    return _tiny_dims()
 
 
 def at_published_size(call: Call) -> Call:
@@ -492,8 +448,8 @@ def at_published_size(call: Call) -> Call:
     if any(s is None for s in shapes):
         return call
     shapes = [s[0] for s in shapes]
-    ins = tuple(Tensor(s, t.dtype) for s, t in zip(shapes, call.inputs))
-    outs = tuple(Tensor(s, t.dtype) for s, t in zip(shapes[len(call.inputs):], call.outputs))
+    ins = tuple(TensorSpec(s, t.dtype) for s, t in zip(shapes, call.inputs))
+    outs = tuple(TensorSpec(s, t.dtype) for s, t in zip(shapes[len(call.inputs):], call.outputs))
     if ins == call.inputs:
         return call
     ratio = sum(t.nbytes for t in ins + outs) / max(1, sum(t.nbytes for t in call.inputs + call.outputs))
@@ -518,7 +474,8 @@ def call_features(p: Pattern, call: Call) -> Features:
                     n_cast=casts, n_inputs=len(call.inputs), n_outputs=max(1, len(call.outputs)),
                     bytes_in=bytes_in, bytes_out=max(0.0, fused - bytes_in), bytes_inductor=float(inductor),
                     row_length=int(row), n_rows=int(main.numel // max(row, 1)) if main else 1,
-                    dtype_bytes=costmodel.dtype_bytes(main.dtype if main else None), inductor_kernels=k)
+                    dtype_bytes=dtypes.size(main.dtype if main else "float32", default=4),
+                    inductor_kernels=k)
 
 
 def estimate_call(p: Pattern, call: Call, bench: dict[tuple, BenchPoint], model: CostModel) -> CallEstimate:
@@ -556,7 +513,7 @@ def training_samples(items: Sequence[tuple[Pattern, CandidateInfo]]) -> list[Sam
                 continue
             call = known.get(b.key)
             if call is None and calls:
-                ins = tuple(Tensor(s, d) for s, d in b.key)
+                ins = tuple(TensorSpec(s, d) for s, d in b.key)
                 call = replace(calls[0], inputs=ins, outputs=(), bytes={"fused": float(b.bytes_moved)})
             if call is not None:
                 samples.append(Sample(c.id, b.label, call_features(p, call), b.speedup))

@@ -21,7 +21,8 @@ from typing import Iterable, Sequence
 from miner import __version__
 from miner.rank.costmodel import FEATURE_NAMES, Accuracy
 from miner.core.errors import MinerError
-from miner.rank.rank import PREDICTED_MARK, CallEstimate, Estimate, Ranked, Review, short_dtype
+from miner.core.dtypes import short as short_dtype
+from miner.rank.rank import PREDICTED_MARK, CallEstimate, Estimate, Ranked, Review
 from miner.core.workspace import Workspace, write_text
 
 LEGEND = (f"{PREDICTED_MARK} = predicted (not measured): by the cost model, or by the analytical roofline "
@@ -158,8 +159,8 @@ def render_show(review: Review, r: Ranked) -> str:
     if c is None:
         lines += ["", f"no candidate: {review.skipped.get(r.id, 'not generated yet (miner generate)')}"]
     if c is not None:
-        lines += ["", f"candidate files: {c.path}"]
-        for key in ("op", "regenerate", "signature", "kernel", "promoted_as"):
+        lines += ["", f"candidate files: {c.candidate.path}"]
+        for key in ("op", "regenerate", "signature", "kernel"):
             if c.meta.get(key):
                 lines.append(f"  {key}: {c.meta[key]}")
         lines += ["", "validation:"] + (_validation_lines(c.validation) or ["  not validated"])
@@ -630,7 +631,7 @@ def candidate_html(r: Ranked, skipped: dict[str, str] | None = None) -> str:
              ("speedup vs Inductor", _est(r.speedup, ".2f", "×")),
              ("saved per step", _est(r.saved_ms, ".1f", " µs", 1e3))]
     if c is not None:
-        facts.append(("files", f"<code>{_e(c.path.name)}/</code>"))
+        facts.append(("files", f"<code>{_e(c.candidate.path.name)}/</code>"))
     else:
         facts.append(("no candidate", _e(skipped.get(r.id, "not generated yet"))))
     kind = "candidate" if c is not None else "mined pattern"

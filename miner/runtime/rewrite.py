@@ -45,7 +45,9 @@ from typing import Any, Callable, Iterable
 import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
-FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+from miner.core import dtypes
+
+FLOAT_DTYPES = tuple(dtypes.torch_dtype(d) for d in dtypes.KERNEL_FLOATS)  # what the kernels take
 WINS_FILE = "wins.json"  # a fusion's measured verdicts, next to its pattern.py
 WINS_KIND, WINS_SCHEMA = "FusionWins", 1
 
@@ -173,20 +175,15 @@ def match_inputs_ok(match, n_inputs: int, input_kinds: tuple[str, ...], rank: in
 # ``miner bench`` times a candidate against Inductor per (input shapes, dtypes) on a GPU; a fusion
 # that loses on some shapes should leave those to Inductor. ``wins.json`` (written by ``miner
 # promote`` / ``miner bench --import`` from ``candidates/<id>/bench.json``) holds that run's
-# ``miner.bench.bench.wins_table`` entry: ``wins`` and ``loses``, each a list of ``{"inputs": [{shape,
+# ``miner.bench.results.wins_table`` entry: ``wins`` and ``loses``, each a list of ``{"inputs": [{shape,
 # dtype, stride}], "speedup_vs_inductor", ...}``.
 
 Signature = tuple[tuple[tuple[int, ...], str], ...]  # per input: (shape, dtype name as in bench rows)
 
 
-def dtype_name(dtype: torch.dtype) -> str:
-    """``torch.bfloat16`` -> ``"bfloat16"``: the dtype spelling of bench rows."""
-    return str(dtype).removeprefix("torch.")
-
-
 def signature_of(vals: Iterable[torch.Tensor]) -> Signature:
     """Per input (shape, dtype name): what a measurement is looked up by (strides are not)."""
-    return tuple((tuple(int(s) for s in v.shape), dtype_name(v.dtype)) for v in vals)
+    return tuple((tuple(int(s) for s in v.shape), dtypes.name(v.dtype)) for v in vals)
 
 
 def load_wins(path: str | Path) -> dict | None:
@@ -353,6 +350,6 @@ def entry_for(pattern_path: str | Path, name: str, module: ModuleType | None = N
     return Entry(name, module, files)
 
 
-__all__ = ["Entry", "FusionPass", "Signature", "WINS_FILE", "decide", "define_op", "dtype_name", "entry_for",
+__all__ = ["Entry", "FusionPass", "Signature", "WINS_FILE", "decide", "define_op", "entry_for",
            "inductor_options", "interpreter_enabled", "load_module", "load_wins", "match_inputs_ok", "match_vals",
            "measurements", "module_name", "op_schema", "scalar_trace_values", "signature_of", "wins_gate"]

@@ -31,7 +31,8 @@ import torch.fx
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from miner.core.ops import categorize, target_name
-from miner.core.records import CapturedGraph, GraphKey, KernelRef, NodeRecord, TensorMeta
+from miner.core.records import CapturedGraph, GraphKey, KernelRef, NodeRecord
+from miner.core.tensors import TensorSpec
 
 PRIVATE_SURFACE = (
     "torch._inductor.custom_graph_pass.CustomGraphPass",
@@ -69,8 +70,8 @@ def encode_arg(value: Any) -> Any:
     return {"repr": repr(value)}
 
 
-def tensor_metas(val: Any) -> tuple[TensorMeta, ...]:
-    """TensorMeta for each tensor in a node's ``meta['val']`` (a tensor, or a tuple of them)."""
+def tensor_metas(val: Any) -> tuple[TensorSpec, ...]:
+    """TensorSpec for each tensor in a node's ``meta['val']`` (a tensor, or a tuple of them)."""
     if isinstance(val, torch.Tensor):
         def dims(xs):
             return tuple(int(s) if isinstance(s, int) or not hasattr(s, "node") else str(s) for s in xs)
@@ -78,7 +79,7 @@ def tensor_metas(val: Any) -> tuple[TensorMeta, ...]:
             stride = dims(val.stride())
         except (RuntimeError, NotImplementedError):  # sparse or otherwise stride-less
             stride = None
-        return (TensorMeta(dims(val.shape), str(val.dtype).removeprefix("torch."), stride, val.device.type),)
+        return (TensorSpec(dims(val.shape), str(val.dtype).removeprefix("torch."), stride, val.device.type),)
     if isinstance(val, (list, tuple)):
         return tuple(m for v in val for m in tensor_metas(v))
     return ()
