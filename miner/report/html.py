@@ -1,0 +1,387 @@
+"""The self-contained HTML page of a ``Review`` (inline CSS from ``style.css``, base64 PNG figures).
+
+Predicted numbers carry a leading ``~``, a violet italic style and a "pred" tag; measured ones none.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import math
+from collections import Counter
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from miner import __version__
+from miner.rank.costmodel import FEATURE_NAMES
+from miner.core.errors import MinerError
+from miner.core.dtypes import short as short_dtype
+from miner.rank.rank import PREDICTED_MARK, Estimate, Ranked, Review
+from miner.core.workspace import Workspace
+from miner.report.figures import accuracy_chart, bench_chart, draw_pattern
+from miner.report.text import LEGEND, VARIANTS, count, cut, num, pct, validation_rows
+
+def _e(x) -> str:
+    return html.escape(str(x))
+
+
+def _est(e: Estimate | None, spec: str = ".2f", suffix: str = "", scale: float = 1.0) -> str:
+    if e is None or not math.isfinite(e.value):
+        return "-"
+    text = f"{e.value * scale:{spec}}{suffix}"
+    if e.measured:
+        return f'<span class="meas" title="measured">{_e(text)}</span>'
+    return f'<span class="pred" title="predicted ({_e(e.source)})">{PREDICTED_MARK}{_e(text)}</span>'
+
+
+def _badge(status: str) -> str:
+    cls = "failed" if status.startswith("fail") else status
+    return f'<span class="badge {_e(cls)}">{_e(status)}</span>'
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[str]], num: set[int] = frozenset(), cls: str = "") -> str:
+    head = "".join(f'<th class="num">{_e(h)}</th>' if i in num else f"<th>{_e(h)}</th>" for i, h in enumerate(header))
+    body = "".join("<tr>" + "".join(f'<td class="num">{c}</td>' if i in num else f"<td>{c}</td>"
+                                    for i, c in enumerate(row)) + "</tr>" for row in rows)
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+RANK_HEADER = ("#", "candidate", "ops", "models", "graphs", "occ", "safe", "missed", "kernels",
+               "speedup", "saved µs/step", "status")
+RANK_NUM = {0, 3, 4, 5, 6, 7, 8, 9, 10}
+
+
+def _rank_cells(i: str, r: Ranked, detailed: set[str]) -> list[str]:
+    ident = f'<a href="#c-{_e(r.id)}">{_e(r.id)}</a>' if r.id in detailed else _e(r.id)
+    label = f'<br><span class="small">{_e(r.label)}</span>' if r.label else ""
+    return [i, f"<code>{ident}</code>{label}", f'<span class="ops">{_e(r.pattern.ops)}</span>', str(r.support[0]),
+            str(r.support[1]), str(r.occurrences), pct(r.safe_share), pct(r.missed_share),
+            "-" if r.inductor_kernels is None else str(r.inductor_kernels),
+            _est(r.speedup, ".2f", "×"), _est(r.saved_ms, ".1f", scale=1e3), _badge(r.status)]
+
+
+def ranked_table(review: Review, fams: Sequence, detailed: set[str], *, table_id: str, top: int | None = None,
+                 last_column: str = "status") -> str:
+    """One row per family (its leader) with the other members folded; the first ``top`` families.
+
+    ``last_column``: "status" (candidates) or "why" (mined patterns: why no candidate was generated).
+    """
+    by_id = {r.id: r for r in review.rows}
+    shown = list(fams[:top] if top else fams)
+    header = RANK_HEADER[:-1] + (("status",) if last_column == "status" else ("why no candidate",))
+    if last_column != "status":
+        header = (header[0], "pattern") + header[2:]
+
+    def cells(i: str, r: Ranked) -> list[str]:
+        c = _rank_cells(i, r, detailed)
+        if last_column != "status":
+            c[-1] = f'<span class="small">{_e(review.skipped.get(r.id, "not generated yet"))}</span>'
+        return c
+
+    head = "".join(f'<th class="num">{_e(h)}</th>' if i in RANK_NUM else f"<th>{_e(h)}</th>" for i, h in enumerate(header))
+    body = []
+    for i, fam in enumerate(shown, 1):
+        lead = by_id[fam.id]
+        body.append('<tr class="family" data-id="{}">'.format(_e(lead.id)) + "".join(
+            f'<td class="num">{c}</td>' if j in RANK_NUM else (f'<td class="ops">{c}</td>' if j == 2 else f"<td>{c}</td>")
+            for j, c in enumerate(cells(str(i), lead))) + "</tr>")
+        if len(fam.members) > 1:
+            members = [by_id[m] for m in fam.members[1:]]
+            inner = _table(header, [cells("", m) for m in members], RANK_NUM)
+            body.append(f'<tr class="members"><td></td><td colspan="{len(header) - 1}"><details class="members">'
+                        f"<summary>{len(members)} more in family “{_e(fam.name)}”</summary>{inner}</details></td></tr>")
+    more = len(fams) - len(shown)
+    tail = (f'<p class="small">{more} more families not shown; <code>miner candidates '
+            f'{"--patterns " if last_column != "status" else ""}--top 0</code> lists them all.</p>') if more > 0 else ""
+    return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>{tail}'
+
+
+def per_model(review: Review) -> dict[str, tuple[int, int, Estimate]]:
+    """model -> (patterns occurring there, candidates among them, µs per step the candidates save there).
+
+    Mined patterns overlap (a sub-chain and its extension share nodes), so only candidates are summed;
+    candidates may overlap too, so the sum is an upper bound.
+    """
+    out: dict[str, list] = {}
+    for r in review.rows:
+        for m in r.pattern.support.models:
+            entry = out.setdefault(m, [0, 0, 0.0, set()])
+            entry[0] += 1
+            entry[1] += r.candidate is not None
+        if r.candidate is None or r.status == "failed":
+            continue
+        for e in r.calls:
+            entry = out.setdefault(e.call.model, [0, 0, 0.0, set()])
+            entry[2] += e.total_saved_ms
+            entry[3].add(e.saved_ms.source)
+    from miner.rank.rank import _combine
+    return {m: (a, b, Estimate(ms, _combine(src) if src else review.model.source)) for m, (a, b, ms, src) in out.items()}
+
+
+def model_summary(ws: Workspace, review: Review) -> str:
+    try:
+        scans = ws.scans()
+    except Exception as e:  # a corrupt scan file must not sink the whole report
+        return f'<p class="banner">Could not read the scan results: {_e(e)}</p>'
+    if not scans:
+        return '<p class="banner">No scan results (captures/*/*/*.scan.json) in this workspace: run <code>miner scan</code>.</p>'
+    mined = per_model(review)
+    rows, seen = [], set()
+    for s in scans:
+        nodes = sum(s.nodes_by_category.values())
+        pr = f"{s.nodes_by_category.get('pointwise', 0)} / {s.nodes_by_category.get('reduction', 0)}"
+        first = s.model not in seen
+        seen.add(s.model)
+        pats, cands, saved = mined.get(s.model, (0, 0, None))
+        saved = saved if cands else None
+        rows.append([_e(s.model), _e(s.preset), _e(s.mode),
+                     '<span class="good">ok</span>' if s.ok else f'<span class="bad">failed</span> {_e(s.error or "")}',
+                     str(len(s.graphs)), str(nodes), pr, str(s.kernels), str(s.graph_breaks), f"{s.seconds:.0f}",
+                     str(pats) if first else "″", str(cands) if first else "″",
+                     (_est(saved, ".1f", scale=1e3) if saved is not None else "-") if first else "″"])
+    return _table(("model", "preset", "mode", "scan", "graphs", "nodes", "pw / red", "kernels", "breaks",
+                   "scan s", "patterns", "candidates", "saved µs/step"), rows,
+                  {4, 5, 6, 7, 8, 9, 10, 11, 12}) + (
+        '<p class="small">nodes: post-grad FX nodes; pw / red: pointwise / reduction nodes; kernels: Inductor kernel '
+        "launches; patterns: mined patterns occurring in the model (they overlap); saved: the sum of its non-failed "
+        "candidates' expected savings per step (an upper bound where candidates overlap).</p>")
+
+
+def accuracy_html(review: Review) -> str:
+    acc, model = review.model.accuracy, review.model
+    if acc is None or not acc.ok:
+        reason = acc.reason if acc and acc.reason else "accuracy is undefined on these points (a constant vector)"
+        return (f'<p class="banner">No accuracy number: {_e(reason)}. Predictions below come from the '
+                f'{"cost model" if model.source == "model" else "analytical roofline model"} and are marked '
+                f'{PREDICTED_MARK}.</p>')
+    rows = [["random forest (cost model)", f"{acc.spearman:.2f}", f"{acc.mae:.3f}×"],
+            ["analytical roofline (baseline)", num(acc.baseline_spearman), num(acc.baseline_mae, ".3f") + "×"]]
+    return (f"<p>Cross-validation: <b>{_e(acc.scheme)}</b> over {acc.n_points} measured (candidate, input) points "
+            f"from {acc.n_candidates} candidates: every point of a candidate is predicted by a forest trained "
+            f"without that candidate (and, for leave-one-family-out, without its near-identical siblings). Spearman = rank correlation of predicted vs measured speedup over Inductor; "
+            f"MAE = mean |predicted − measured| speedup.</p>"
+            + _table(("predictor", "Spearman ρ", "MAE"), rows, {1, 2})
+            + (f'<div class="chart"><img alt="cost model accuracy" src="{accuracy_chart(acc)}" style="max-width:420px"></div>'
+               if acc.held_out else "")
+            + f"<p><b>Used for the predictions on this page:</b> {_e(model.note)}.</p>"
+            + f'<p class="small">The forest learns log(measured / analytical speedup) from: '
+              f'{_e(", ".join(FEATURE_NAMES))}.</p>')
+
+
+def provenance_html(review: Review) -> str:
+    if not review.runs:
+        out = '<p class="banner">No GPU benchmark results of these candidates in this workspace: nothing on this page is measured.</p>'
+    else:
+        rows = [[_e(r.gpu), _e(", ".join(f"{k} {v}" for k, v in r.versions.items())), _e(r.date),
+                 num(r.copy_gbps, ".0f"), str(len(set(r.sources)))] for r in review.runs]
+        out = ("<p>The measured numbers on this page come from these runs (<code>candidates/&lt;id&gt;/bench.json</code>):</p>"
+               + _table(("GPU", "versions", "date (UTC)", "copy bandwidth GB/s", "candidates"), rows, {3, 4}))
+    if review.run_tables:
+        known = {r.id for r in review.rows if r.candidate is not None}
+        rows = [[f"<code>{_e(t.path.parent.name)}</code>", _e(t.gpu), _e(", ".join(f"{k} {v}" for k, v in t.versions.items())),
+                 _e(t.date), num(t.copy_gbps, ".0f"), str(t.rows),
+                 _e(", ".join(t.candidates[:4]) + (" …" if len(t.candidates) > 4 else "")),
+                 "yes" if set(t.candidates) & known else "no (candidates not in this workspace)"]
+                for t in review.run_tables]
+        out += ("<h4>Benchmark run tables under reports/gpu/</h4>"
+                + _table(("run", "GPU", "versions", "date (UTC)", "copy GB/s", "rows", "candidates", "ranked here"),
+                         rows, {4, 5}))
+    return out
+
+
+def latest_verify(ws: Workspace) -> tuple[Path, list] | None:
+    """The newest ``reports/gpu/*/verify.json`` (by its env date) and its results; None if there is none."""
+    from miner.check import verify
+
+    found = []
+    for path in ws.reports.glob("gpu/*/verify.json"):
+        try:
+            results = verify.load(path)
+        except (OSError, ValueError, KeyError, TypeError, MinerError):
+            continue
+        date = next((r.env.get("date") for r in results if r.env.get("date")), "")
+        found.append((date, str(path), path, results))
+    if not found:
+        return None
+    _, _, path, results = max(found)
+    return path, results
+
+
+def verify_html(ws: Workspace) -> str:
+    """End to end: the promoted fusions in real model steps (``miner verify``), with the gate's decisions."""
+    from miner.check import verify
+
+    found = latest_verify(ws)
+    if found is None:
+        return ('<p class="banner">No <code>miner verify</code> run under reports/gpu/: no end-to-end number. '
+                "Run it on a CUDA machine (docs/benchmarking.md).</p>")
+    path, results = found
+    rows = []
+    for r in results:
+        own = {k: v for k, v in r.matches.items() if not k.startswith("inductor.")}
+        fired = ", ".join(f"{k}×{v}" for k, v in sorted(own.items()) if v) or "none"
+        rows.append([_e(r.model), _e(r.mode), _e(f"B{r.batch} S{r.seq}" if r.batch else f"{r.preset} preset"),
+                     verify.format_step(r.default), verify.format_step(r.fused),
+                     "-" if r.speedup is None else f"{r.speedup:.3f}×",
+                     "-" if r.default is None or r.fused is None else
+                     f"{r.default.peak_mem_bytes / 2**30:.2f} / {r.fused.peak_mem_bytes / 2**30:.2f}",
+                     "ok" if r.parity and r.parity.ok else _e(r.error or "FAIL"), _e(fired)])
+    gate = [f"<li>{_e(r.model)} {_e(r.mode)}: ×{n} {_e(d)}</li>" for r in results for d, n in sorted(r.gate.items())]
+    env = results[0].env if results else {}
+    return (f"<p>From <code>{_e(path.relative_to(ws.root).as_posix())}</code> ({_e(env.get('gpu'))}, torch "
+            f"{_e(env.get('torch'))}, {_e(env.get('date'))}): <code>torch.compile(model)</code> vs the same with "
+            "<code>fusions.inductor_options()</code>, bf16 autocast, median step time (p20–p80).</p>"
+            + _table(("model", "mode", "size", "default ms", "fused ms", "speedup", "step peak GiB default / fused",
+                      "parity", "fusions fired"), rows, {3, 4, 5})
+            + ("<p>The measured-wins gate while compiling: a promoted fusion fires on CUDA only where "
+               "<code>miner bench</code> measured it at least as fast as Inductor.</p><ul class=\"small\">"
+               + "".join(gate) + "</ul>" if gate else ""))
+
+
+def candidate_html(r: Ranked, skipped: dict[str, str] | None = None) -> str:
+    skipped = skipped or {}
+    p, c = r.pattern, r.candidate
+    facts = [("ops", f"<code>{_e(p.ops)}</code>"), ("status", _badge(r.status) + (f" fusion <code>{_e(c.fusion)}</code>"
+                                                                                  if c and c.fusion else "")),
+             ("family", f"{_e(r.family.name)} ({len(r.family.members)} member(s))"),
+             ("support", f"{p.support.n_models} models ({_e(', '.join(p.support.models))}), {p.support.n_graphs} graphs"),
+             ("occurrences", f"{r.occurrences} non-overlapping, {r.safe} safe ({pct(r.safe_share)}); by phase "
+                             f"{_e(', '.join(f'{k} {v}' for k, v in p.counts.by_phase.items()))}"),
+             ("Inductor", f"typical {r.inductor_kernels if r.inductor_kernels is not None else '?'} kernel(s) / occurrence; "
+                          f"missed fusion in {pct(r.missed_share)}"),
+             ("speedup vs Inductor", _est(r.speedup, ".2f", "×")),
+             ("saved per step", _est(r.saved_ms, ".1f", " µs", 1e3))]
+    if c is not None:
+        facts.append(("files", f"<code>{_e(c.candidate.path.name)}/</code>"))
+    else:
+        facts.append(("no candidate", _e(skipped.get(r.id, "not generated yet"))))
+    kind = "candidate" if c is not None else "mined pattern"
+    parts = [f'<section id="c-{_e(r.id)}"><h2><span class="small">{kind}</span> {_e(r.id)} '
+             f'{("· " + _e(r.label)) if r.label else ""}</h2>',
+             '<div class="cand"><div>', f'<img alt="pattern {_e(r.id)}" src="{draw_pattern(p)}">',
+             '<p class="small">square boxes: inputs used by several ops (an input used once is named in its '
+             'op\'s box); blue: pointwise; orange: reduction; grey: view; green border: outputs.</p></div><div>',
+             '<table class="facts"><tbody>' + "".join(f"<tr><td>{_e(k)}</td><td>{v}</td></tr>" for k, v in facts)
+             + "</tbody></table>", "</div></div>"]
+    if p.inductor.splits:
+        parts.append("<h4>Where Inductor splits it</h4>" + _table(
+            ("edge", "occurrences"), [[f"<code>{_e(k)}</code>", str(v)] for k, v in p.inductor.splits.items()], {1}))
+    if r.calls:
+        parts.append("<h4>Where it would save time (safe occurrences, grouped by inputs)</h4>")
+        rows = [[_e(e.call.model), _e(e.call.phase), f'<span class="mono">{_e(cut(e.call.label, 90))}</span>'
+                 + (' <span class="small">(derived)</span>' if e.call.source == "derived" else ""), count(e.call.count),
+                 _e(e.call.mix_label),
+                 _est(e.inductor_ms, ".1f", scale=1e3), _est(e.speedup, ".2f", "×"), _est(e.saved_ms, ".1f", scale=1e3)]
+                for e in r.calls[:15]]
+        parts.append(_table(("model", "phase", "inputs", "count", "kernels", "Inductor µs", "speedup",
+                             "saved µs / call"), rows, {3, 4, 5, 6, 7}))
+        if len(r.calls) > 15:
+            parts.append(f'<p class="small">… {len(r.calls) - 15} more input sets.</p>')
+    if p.rejections:
+        parts.append("<h4>Why occurrences were rejected</h4>" + _table(
+            ("reason", "occurrences"), [[_e(k), str(v)] for k, v in sorted(p.rejections.items(), key=lambda kv: -kv[1])],
+            {1}))
+    if p.occurrences:
+        rows = []
+        for o in p.occurrences[:40]:
+            shapes = " ".join(f"{short_dtype(m.dtype)}{list(m.shape)}" for m in o.input_meta if m is not None)
+            verdict = ('<span class="good">ok</span>' if o.verdict.ok
+                       else '<span class="bad">rejected</span>: ' + _e("; ".join(o.verdict.reasons)))
+            rows.append([_e(o.graph), _e(o.phase), f'<span class="mono">{_e(shapes)}</span>', str(o.n_kernels),
+                         _e(", ".join(k.name for k in o.kernels)[:120]), verdict])
+        parts.append(f"<details><summary>Where it occurs: {len(p.occurrences)} sampled occurrences</summary>"
+                     f'<div class="scroll">' + _table(("graph", "phase", "inputs", "kernels", "Inductor kernels",
+                                                     "verdict"), rows, {3}) + "</div></details>")
+    if c is not None:
+        vrows = validation_rows(c.validation) if isinstance(c.validation, dict) else []
+        if c.validation is None:
+            parts.append('<h4>Validation</h4><p class="small">Not validated yet (<code>miner validate</code>).</p>')
+        else:
+            ok = c.validation.get("ok")
+            head = '<span class="good">passed</span>' if ok else '<span class="bad">failed</span>'
+            where = ", ".join(f"{k} {c.validation[k]}" for k in ("device", "torch", "triton", "date") if c.validation.get(k))
+            parts.append(f"<h4>Validation: {head}</h4>" + (f'<p class="small">{_e(where)}</p>' if where else ""))
+            if c.validation.get("failure"):
+                parts.append(f'<p class="bad">{_e(c.validation["failure"])}</p>')
+            if vrows:
+                parts.append('<div class="scroll">' + _table(("check", "result", "detail"), [
+                    [_e(w), '<span class="good">ok</span>' if k else '<span class="bad">fail</span>' if k is False else "?",
+                     f'<span class="small">{_e(d)}</span>'] for w, k, d in vrows]) + "</div>")
+        chart = bench_chart(r)
+        if chart:
+            parts.append("<h4>Benchmark (measured)</h4>"
+                         f'<div class="chart"><img alt="benchmark {_e(r.id)}" src="{chart}"></div>')
+            rows = [[f'<span class="mono">{_e(cut(b.label, 70))}</span>', _e(", ".join(b.models)), _e(b.source)]
+                    + [num(b.times[v][0] * 1e3, ".1f") if v in b.times else
+                       f'<span class="bad" title="{_e(b.errors.get(v, ""))}">n/a</span>' for v in VARIANTS]
+                    + [num(b.roofline_ms * 1e3, ".1f"), num(b.speedup, ".2f") + "×" if b.speedup else "-",
+                       num(b.roofline_pct(), ".0f") + "%"] for b in c.bench]
+            parts.append(_table(("inputs", "models", "shape source", "eager µs", "Inductor µs", "max-autotune µs",
+                                 "candidate µs", "roofline µs", "vs Inductor", "% roofline"), rows,
+                                {3, 4, 5, 6, 7, 8, 9}))
+        else:
+            parts.append('<h4>Benchmark</h4><p class="small">Not benchmarked on a GPU: the speedups above are '
+                         f'predicted ({PREDICTED_MARK}).</p>')
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def render_html(review: Review, ws: Workspace, *, title: str = "miner review", detail_top: int = 10,
+                table_top: int = 50) -> str:
+    CSS = Path(__file__).with_name("style.css").read_text()
+
+    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    detailed_rows = _detailed(review, detail_top)
+    detailed = {r.id for r in detailed_rows}
+    banner_cls = "banner info" if review.runs else "banner"
+    n_cand = sum(r.candidate is not None for r in review.rows)
+    mining = review.mining.get("params", {})
+    counts = Counter(r.status for r in review.rows)
+    body = [f"<header><h1>{_e(title)}</h1><div class=\"sub\">miner {__version__} · generated {now} · "
+            f"{len(review.rows)} patterns, {n_cand} candidates, {len(review.families)} families · "
+            f"{_e(', '.join(f'{v} {k}' for k, v in counts.items()))}</div></header><main>",
+            '<nav class="toc"><a href="#summary">Models</a><a href="#ranking">Candidates</a><a href="#patterns">Mined patterns</a><a href="#endtoend">End to end</a><a href="#costmodel">'
+            'Cost model</a><a href="#provenance">Provenance</a><a href="#details">Details</a></nav>',
+            f'<div class="{banner_cls}">{_e(review.basis)}</div>',
+            f'<p class="legend">{_e(LEGEND)}</p>']
+    body += [f"<div class=\"banner\">{_e(p)}</div>" for p in review.problems]
+    body.append(f'<section id="summary"><h2>Models scanned</h2>{model_summary(ws, review)}'
+                + (f'<p class="small">Mining parameters: {_e(mining)}</p>' if mining else "") + "</section>")
+    body.append('<section id="ranking"><h2>Ranked candidates</h2>'
+                "<p>One row per family of near-identical patterns (same ops up to casts/views or one op); "
+                "unfold a family to see its other members. Score: expected µs saved per step, summed over every "
+                "safe occurrence in the zoo; ties broken by support.</p>"
+                + (ranked_table(review, review.candidate_families, detailed, table_id="ranked")
+                   if review.candidate_families else
+                   '<p class="banner">No candidates yet: run <code>miner generate</code> (the mined patterns are '
+                   'ranked below).</p>' if review.rows else
+                   '<p class="banner">Nothing to rank yet: no mined patterns or candidates.</p>')
+                + f'<p class="legend">{_e(LEGEND)} occ = non-overlapping occurrences; safe = share accepted by the '
+                  "safety checks; missed = share of occurrences Inductor splits into more than one kernel; kernels = "
+                  "Inductor kernels per occurrence (typical); speedup = over Inductor (call-weighted geometric mean); "
+                  "saved = expected µs saved per step, summed over every safe occurrence.</p></section>")
+    if review.pattern_families:
+        body.append('<section id="patterns"><h2>Mined patterns without a candidate</h2>'
+                    "<p>Ranked the same way (all predicted), with the reason <code>miner generate</code> gave for not "
+                    "writing a candidate. Sub-patterns overlap: their savings do not add up.</p>"
+                    + ranked_table(review, review.pattern_families, detailed, table_id="patterns-table", top=table_top,
+                                   last_column="why") + "</section>")
+    body.append(f'<section id="endtoend"><h2>End to end: promoted fusions in model steps</h2>{verify_html(ws)}</section>')
+    body.append(f'<section id="costmodel"><h2>Cost model</h2>{accuracy_html(review)}</section>')
+    body.append(f'<section id="provenance"><h2>Provenance of the measurements</h2>{provenance_html(review)}</section>')
+    body.append('<div id="details">')
+    body += [candidate_html(r, review.skipped) for r in detailed_rows]
+    body.append("</div>")
+    if len(detailed_rows) < len(review.rows):
+        body.append(f'<p class="small">Details are shown for every candidate and the top {detail_top} mined patterns; '
+                    f"<code>miner candidates show &lt;id&gt;</code> prints any other.</p>")
+    body.append(f"<footer>Generated by <code>miner report</code> from the workspace {_e(ws.root.resolve().name)}/."
+                "</footer></main>")
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" '
+            f'content="width=device-width, initial-scale=1"><title>{_e(title)}</title><style>{CSS}</style></head>'
+            f'<body>{"".join(body)}</body></html>\n')
+
+
+def _detailed(review: Review, top: int) -> list[Ranked]:
+    """Every candidate (in ranking order), then the best ``top`` patterns without one."""
+    return [r for r in review.rows if r.candidate is not None] + [r for r in review.rows if r.candidate is None][:top]
