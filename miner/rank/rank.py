@@ -16,446 +16,36 @@ score, not folded in, except that unsafe occurrences save nothing.
 Every number carries its source (``Estimate.source``): "measured", "model" (the cost model) or
 "analytical" (the roofline guess); anything not measured prints with a leading ``~``. Every input
 may be missing: no bench data ranks on predictions, no patterns gives an empty review.
+
+The stage's parts: ``records`` (the records above), ``read`` (the workspace reader: patterns,
+candidates, bench points, calls), this module (the scorer), ``costmodel`` and ``families``. The
+records and the reader stay importable from here (``from miner.rank.rank import Review``).
 """
+
 
 from __future__ import annotations
 
 import difflib
-import functools
 import json
 import math
 import statistics
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Sequence
 
 from miner.rank import costmodel
 from miner.rank import families
 from miner.rank.costmodel import CostModel, Features, Sample
-from miner.core import candidate as candidates
-from miner.core.candidate import Candidate
 from miner.core import dtypes
-from miner.core.errors import MinerError, UsageError, WorkspaceError
-from miner.core.sizes import derive_shape
+from miner.core.errors import UsageError
 from miner.core.tensors import TensorSpec
-from miner.core.pattern import Pattern, load_mining, pattern_from_json, patterns_path
-from miner.core.workspace import Workspace, read_json
-
-PREDICTED_MARK = "~"
-SCALES = ("published", "captured")
-
-
-# --------------------------------------------------------------------------- records
-
-@dataclass(frozen=True)
-class Estimate:
-    """A number and where it comes from: "measured", "model" or "analytical"."""
-
-    value: float
-    source: str
-
-    @property
-    def measured(self) -> bool:
-        return self.source == "measured"
-
-    def fmt(self, spec: str = ".2f", suffix: str = "") -> str:
-        if self.value is None or not math.isfinite(self.value):
-            return "-"
-        return f"{'' if self.measured else PREDICTED_MARK}{self.value:{spec}}{suffix}"
-
-
-@dataclass(frozen=True)
-class Call:
-    """Safe occurrences of a pattern in one model with the same inputs: what a fusion would replace."""
-
-    model: str
-    phase: str
-    inputs: tuple[TensorSpec, ...]
-    outputs: tuple[TensorSpec, ...]
-    count: float  # occurrences (an expected value for patterns known from a sample)
-    inductor_kernels: int | None = None  # in the sampled occurrence
-    kernel_mix: tuple[tuple[int, float], ...] = ()  # (Inductor kernels, share of the count); empty: inductor_kernels
-    bytes: dict[str, float] = field(default_factory=dict)  # fused / unfused / inductor, from candidate.json
-    source: str = "captured"  # or "derived" (scaled to the model's published size)
-    captured: tuple[TensorSpec, ...] = ()  # the captured inputs a derived call was scaled from
-
-    @property
-    def key(self) -> tuple:
-        return tuple((t.shape, t.dtype) for t in self.inputs)
-
-    @property
-    def mix(self) -> tuple[tuple[int, float], ...]:
-        return self.kernel_mix or ((self.inductor_kernels or 1, 1.0),)
-
-    def with_kernels(self, k: int) -> "Call":
-        """This call as if Inductor had used ``k`` kernels (a byte count measured for another k is dropped)."""
-        nbytes = self.bytes if self.inductor_kernels == k else {x: v for x, v in self.bytes.items() if x != "inductor"}
-        return replace(self, inductor_kernels=k, kernel_mix=(), bytes=nbytes)
-
-    @property
-    def mix_label(self) -> str:
-        if len(self.mix) == 1:
-            return str(self.mix[0][0])
-        return " ".join(f"{k}:{100 * w:.0f}%" for k, w in self.mix)
-
-    @property
-    def main(self) -> TensorSpec | None:
-        return max(self.inputs or self.outputs, key=lambda t: t.numel, default=None)
-
-    @property
-    def label(self) -> str:
-        return " ".join(t.short for t in self.inputs)
-
-
-@dataclass(frozen=True)
-class BenchPoint:
-    """One benchmarked input set of a candidate, from ``miner.bench``'s ``BenchRow``."""
-
-    candidate: str
-    key: tuple
-    label: str
-    models: tuple[str, ...]
-    source: str  # captured | derived
-    times: dict[str, tuple[float, float, float]]  # variant -> (median, p20, p80) ms
-    errors: dict[str, str]
-    bytes_moved: int
-    roofline_ms: float
-    run: str  # BenchRun.key
-
-    @property
-    def speedup(self) -> float | None:
-        ind, cand = self.times.get("inductor"), self.times.get("candidate")
-        return ind[0] / cand[0] if ind and cand and cand[0] > 0 else None
-
-    def roofline_pct(self, variant: str = "candidate") -> float | None:
-        t = self.times.get(variant)
-        return 100.0 * self.roofline_ms / t[0] if t and t[0] > 0 else None
-
-
-@dataclass(frozen=True)
-class BenchRun:
-    key: str
-    gpu: str
-    versions: dict[str, str]
-    date: str
-    copy_gbps: float | None
-    sources: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class CandidateInfo:
-    """A candidate and what the workspace says of it: status, fusion, validation, bench points."""
-
-    candidate: Candidate
-    status: str  # see miner.core.candidate.STATUSES
-    fusion: str | None = None
-    validation: dict | None = None
-    bench: tuple[BenchPoint, ...] = ()
-
-    @property
-    def id(self) -> str:
-        return self.candidate.id
-
-    @property
-    def meta(self) -> dict:
-        return self.candidate.meta
-
-    @property
-    def label(self) -> str:
-        return str(self.meta.get("label") or "")
-
-
-@dataclass(frozen=True)
-class CallEstimate:
-    call: Call
-    features: Features
-    speedup: Estimate  # over Inductor
-    inductor_ms: Estimate
-    saved_ms: Estimate  # per call
-    bench: BenchPoint | None = None
-
-    @property
-    def total_saved_ms(self) -> float:
-        return self.saved_ms.value * self.call.count
-
-
-@dataclass(frozen=True)
-class Ranked:
-    id: str
-    pattern: Pattern
-    candidate: CandidateInfo | None
-    family: families.Family
-    status: str
-    occurrences: int  # non-overlapping (in the selected models)
-    safe: int
-    missed_share: float | None  # occurrences Inductor split into more than one kernel
-    inductor_kernels: int | None  # the typical count
-    calls: tuple[CallEstimate, ...]
-    speedup: Estimate | None  # call-count-weighted geometric mean
-    saved_ms: Estimate  # per step of every model, summed
-
-    @property
-    def safe_share(self) -> float:
-        return self.safe / self.occurrences if self.occurrences else 0.0
-
-    @property
-    def support(self) -> tuple[int, int]:
-        return (self.pattern.support.n_models, self.pattern.support.n_graphs)
-
-    @property
-    def label(self) -> str:
-        return (self.candidate.fusion or self.candidate.label) if self.candidate else ""
-
-
-@dataclass(frozen=True)
-class Review:
-    rows: tuple[Ranked, ...]
-    families: tuple[families.Family, ...]
-    model: CostModel
-    runs: tuple[BenchRun, ...]
-    scale: str
-    only_model: str | None
-    basis: str  # what the ranking stands on, in one or two sentences
-    problems: tuple[str, ...] = ()
-    mining: dict = field(default_factory=dict)  # params and stats of miner mine
-    run_tables: tuple[RunTable, ...] = ()  # every reports/gpu/*/bench.json, used or not
-    skipped: dict[str, str] = field(default_factory=dict)  # pattern id -> why no candidate was generated
-
-    @property
-    def candidate_families(self) -> tuple[families.Family, ...]:
-        ids = {r.id for r in self.rows if r.candidate is not None}
-        return tuple(f for f in self.families if f.id in ids)
-
-    @property
-    def pattern_families(self) -> tuple[families.Family, ...]:
-        """Families of mined patterns that have no candidate (yet)."""
-        ids = {r.id for r in self.rows if r.candidate is None}
-        return tuple(f for f in self.families if f.id in ids)
-
-    def find(self, ident: str) -> Ranked:
-        for r in self.rows:
-            if ident in (r.id, r.pattern.id) or (r.candidate and ident == r.candidate.fusion):
-                return r
-        matches = [r for r in self.rows if r.id.startswith(ident)] or [r for r in self.rows if r.label == ident]
-        if len(matches) == 1:
-            return matches[0]
-        ids = [r.id for r in self.rows]
-        close = [m.id for m in matches][:5] or difflib.get_close_matches(ident, ids, n=5, cutoff=0.3)
-        if close:
-            hint = f"; did you mean {', '.join(close)}?"
-        elif ids:
-            hint = f"; known ids: {', '.join(ids[:8])}{' ...' if len(ids) > 8 else ''}"
-        else:
-            hint = "; this workspace has no candidates or patterns (run `miner mine`, `miner generate`)"
-        raise UsageError(f"{'ambiguous' if len(matches) > 1 else 'unknown'} candidate {ident!r}{hint}")
-
-
-# --------------------------------------------------------------------------- reading the workspace
-
-def _tensor(d: Any) -> TensorSpec | None:
-    shape = getattr(d, "shape", None) if not isinstance(d, dict) else d.get("shape")
-    dtype = getattr(d, "dtype", None) if not isinstance(d, dict) else d.get("dtype")
-    if shape is None or not all(isinstance(s, int) for s in shape):
-        return None  # symbolic sizes: nothing to time
-    return TensorSpec(tuple(shape), dtypes.name(dtype or "float32"))
-
-
-def _tensors(xs: Iterable[Any]) -> tuple[TensorSpec, ...] | None:
-    ts = [_tensor(x) for x in xs if x is not None]
-    return None if any(t is None for t in ts) else tuple(ts)
-
-
-def load_patterns(ws: Workspace, problems: list[str]) -> tuple[list[Pattern], dict]:
-    if not patterns_path(ws).exists():
-        return [], {}
-    try:
-        m = load_mining(ws)
-    except WorkspaceError as e:
-        problems.append(str(e))
-        return [], {}
-    return list(m.patterns), {"params": m.params, "stats": m.stats}
-
-
-def load_candidates(ws: Workspace, problems: list[str]) -> tuple[list[CandidateInfo], list[BenchRun]]:
-    out = []
-    promoted = candidates.fusions_by_candidate(ws)
-    bench, runs = load_bench(ws, problems)
-    for d in candidates.folders(ws):
-        try:
-            cand = candidates.at(d)
-        except WorkspaceError as e:
-            problems.append(str(e))
-            continue
-        try:
-            validation = candidates.validation(d)
-        except WorkspaceError as e:
-            problems.append(str(e))
-            validation = None
-        points = bench.get(cand.id, [])
-        fusion = promoted.get(cand.id)
-        status = candidates.status_of(validation, fusion, timed=bool(points))
-        out.append(CandidateInfo(cand, status, fusion, validation, tuple(points)))
-    used = {p.run for c in out for p in c.bench}
-    return out, [r for k, r in runs.items() if k in used]
-
-
-def load_bench(ws: Workspace, problems: list[str]) -> tuple[dict[str, list[BenchPoint]], dict[str, BenchRun]]:
-    """Every benchmark row in the workspace, by candidate id, oldest run first (a later run wins a shape).
-
-    Rows come from ``candidates/<id>/bench.json`` and from the run tables ``reports/gpu/*/bench.json``
-    (the same row in both counts once), so results copied back from a GPU machine are found either way.
-    """
-    by_cand: dict[str, dict[tuple, BenchPoint]] = {}
-    runs: dict[str, BenchRun] = {}
-    paths = sorted(ws.candidates.glob("*/bench.json")) + sorted(ws.reports.glob("gpu/*/bench.json"))
-    for path in paths:
-        try:
-            points, found = bench_points(path)
-        except (MinerError, KeyError, TypeError, ValueError) as e:
-            problems.append(f"{path}: {e}")
-            continue
-        for r in found:
-            old = runs.get(r.key)
-            runs[r.key] = replace(r, sources=tuple(dict.fromkeys((old.sources if old else ()) + r.sources)))
-        for p in points:
-            by_cand.setdefault(p.candidate, {})[(p.run, p.source, p.models, p.key)] = p
-    date = {k: r.date for k, r in runs.items()}
-    return ({c: sorted(pts.values(), key=lambda p: date.get(p.run, "")) for c, pts in by_cand.items()}, runs)
-
-
-def bench_points(path: Path) -> tuple[list[BenchPoint], list[BenchRun]]:
-    """A candidate's (or a run's) ``bench.json`` through ``miner.bench.results.load_rows``."""
-    from miner.bench.results import load_rows
-
-    points, runs = [], {}
-    for row in load_rows(path):
-        env = row.env
-        run = BenchRun(f"{env.gpu} {env.date}", env.gpu,
-                       {k: v for k, v in (("torch", env.torch), ("triton", env.triton), ("cuda", env.cuda),
-                                          ("miner", env.miner)) if v},
-                       env.date, env.copy_gbps, (str(path),))
-        runs[run.key] = run
-        times = {v.name: (v.timing.median_ms, v.timing.p20_ms, v.timing.p80_ms)
-                 for v in row.variants if v.timing is not None}
-        errors = {v.name: v.error or ("numerics" if v.numerics_ok is False else "")
-                  for v in row.variants if v.timing is None}
-        inputs = tuple(TensorSpec(tuple(s.shape), s.dtype) for s in row.case.inputs)
-        points.append(BenchPoint(row.candidate, tuple((t.shape, t.dtype) for t in inputs), " ".join(t.short for t in inputs),
-                                 tuple(row.case.models), row.case.source, times, errors,
-                                 row.bytes_moved, row.roofline_ms, run.key))
-    return points, list(runs.values())
-
-
-def skipped_reasons(ws: Workspace) -> dict[str, str]:
-    """pattern id -> why ``miner generate`` wrote no candidate for it (``candidates/index.json``)."""
-    path = ws.candidates / "index.json"
-    try:
-        data = read_json(path) if path.exists() else {}
-    except WorkspaceError:
-        return {}
-    return {str(s.get("id")): str(s.get("reason", "")) for s in data.get("skipped", []) or [] if isinstance(s, dict)}
-
-
-@dataclass(frozen=True)
-class RunTable:
-    """A benchmark run table under ``reports/gpu/<run>/bench.json``: provenance, whatever the workspace holds."""
-
-    path: Path
-    gpu: str
-    versions: dict[str, str]
-    date: str
-    copy_gbps: float | None
-    rows: int
-    candidates: tuple[str, ...]
-
-
-def run_tables(ws: Workspace, problems: list[str]) -> list[RunTable]:
-    out = []
-    for path in sorted(ws.reports.glob("gpu/*/bench.json")):
-        try:
-            from miner.bench.results import load_rows
-            rows = load_rows(path)
-        except (MinerError, KeyError, TypeError, ValueError, ImportError) as e:
-            problems.append(f"{path}: {e}")
-            continue
-        if not rows:
-            continue
-        env = rows[0].env
-        out.append(RunTable(path, env.gpu, {k: v for k, v in (("torch", env.torch), ("triton", env.triton),
-                                                               ("cuda", env.cuda)) if v},
-                            env.date, env.copy_gbps, len(rows), tuple(dict.fromkeys(r.candidate for r in rows))))
-    return out
-
-
-# --------------------------------------------------------------------------- calls
-
-def calls_of_candidate(meta: dict) -> list[Call]:
-    """The observed calls of ``candidate.json``, as recorded (one per model, phase and input signature)."""
-    calls = []
-    for o in meta.get("observed", ()) or ():
-        ins = _tensors(o.get("inputs", ()))
-        outs = _tensors(o.get("outputs", ()))
-        if not ins:
-            continue
-        calls.append(Call(str(o.get("model", "?")), str(o.get("phase", "")), ins, outs or (), int(o.get("count", 1)),
-                          o.get("inductor_kernels"), {k: float(v) for k, v in (o.get("bytes") or {}).items()
-                                                      if isinstance(v, (int, float))}))
-    return calls
-
-
-def calls_of_pattern(p: Pattern) -> list[Call]:
-    """The safe occurrences of the pattern's stored sample, grouped by (model, phase, inputs)."""
-    groups: dict[tuple, list] = {}
-    for o in p.occurrences:
-        ins, outs = _tensors(o.input_meta), _tensors(o.output_meta)
-        if o.verdict.ok and ins:
-            groups.setdefault((o.graph.model, o.phase, ins, outs or ()), []).append(o)
-    return [Call(model, phase, ins, outs, len(occ), statistics.median_low([o.n_kernels for o in occ]) or None)
-            for (model, phase, ins, outs), occ in groups.items()]
-
-
-def expected_calls(p: Pattern, sample: Sequence[Call]) -> list[Call]:
-    """Calls standing for *all* safe occurrences, not only the stored sample.
-
-    ``patterns.json`` (and so ``candidate.json``'s ``observed``) keeps a few occurrences per pattern
-    but counts all of them. Each sampled call stands for its share of ``counts.safe``, with the mix
-    of Inductor's kernel counts of ``inductor.kernels_hist`` (which covers every
-    occurrence), so a sample that happens to hold the one split occurrence does not make every
-    occurrence look split. Counts are therefore expected values, not integers.
-    """
-    sampled = sum(c.count for c in sample)
-    if not sampled:
-        return []
-    per = p.counts.safe / sampled if p.counts.safe else 1.0
-    hist = {int(k): v for k, v in p.inductor.kernels_hist.items() if int(k) > 0}
-    mapped = sum(hist.values())
-    mix = tuple((k, n / mapped) for k, n in sorted(hist.items()))
-    return [replace(c, count=c.count * per, kernel_mix=mix) for c in sample]
-
-
-@functools.lru_cache(maxsize=None)
-def _derived(shape: tuple[int, ...], model: str) -> tuple[int, ...] | None:
-    try:
-        return derive_shape(shape, model)
-    except ValueError:  # a model without pinned sizes, or a size no role explains
-        return None
-
-
-def at_published_size(call: Call) -> Call:
-    """The call scaled to its model's published size (unchanged when that cannot be derived)."""
-    shapes = [_derived(t.shape, call.model) for t in call.inputs + call.outputs]
-    if any(s is None for s in shapes):
-        return call
-    shapes = [s[0] for s in shapes]
-    ins = tuple(TensorSpec(s, t.dtype) for s, t in zip(shapes, call.inputs))
-    outs = tuple(TensorSpec(s, t.dtype) for s, t in zip(shapes[len(call.inputs):], call.outputs))
-    if ins == call.inputs:
-        return call
-    ratio = sum(t.nbytes for t in ins + outs) / max(1, sum(t.nbytes for t in call.inputs + call.outputs))
-    return replace(call, inputs=ins, outputs=outs, bytes={k: v * ratio for k, v in call.bytes.items()},
-                   source="derived", captured=call.inputs)
-
+from miner.core.pattern import Pattern, pattern_from_json
+from miner.core.workspace import Workspace
+from miner.rank.records import (PREDICTED_MARK, SCALES, BenchPoint, BenchRun, Call, CallEstimate,  # noqa: F401 re-exported
+                                CandidateInfo, Estimate, Ranked, Review, RunTable)
+from miner.rank.read import (at_published_size, bench_points, calls_of_candidate, calls_of_pattern,  # noqa: F401
+                             expected_calls, load_bench, load_candidates, load_patterns, run_tables, skipped_reasons)
 
 # --------------------------------------------------------------------------- features and estimates
 
@@ -520,7 +110,8 @@ def training_samples(items: Sequence[tuple[Pattern, CandidateInfo]]) -> list[Sam
     return samples
 
 
-def _combine(sources: Iterable[str]) -> str:
+def combine_sources(sources: Iterable[str]) -> str:
+    """The source of a sum of estimates: "measured" only if every part was, else "model" if any part was, else "analytical"."""
     s = set(sources)
     return "measured" if s <= {"measured"} else "model" if "model" in s else "analytical"
 
@@ -541,8 +132,8 @@ def rank_one(p: Pattern, c: CandidateInfo | None, model: CostModel, *, scale: st
     speedup = None
     if n:
         speedup = Estimate(math.exp(sum(e.call.count * math.log(max(e.speedup.value, 1e-9)) for e in ests) / n),
-                           _combine(e.speedup.source for e in ests))
-    saved = Estimate(sum(e.total_saved_ms for e in ests), _combine(e.saved_ms.source for e in ests) if ests
+                           combine_sources(e.speedup.source for e in ests))
+    saved = Estimate(sum(e.total_saved_ms for e in ests), combine_sources(e.saved_ms.source for e in ests) if ests
                      else model.source)
     occs, safe = p.counts.non_overlapping, p.counts.safe
     if only_model and p.occurrences:  # estimated from the stored sample
@@ -659,3 +250,10 @@ def to_json(review_: Review) -> list[dict]:
 
 def dumps(review_: Review) -> str:
     return json.dumps(to_json(review_), indent=1)
+
+
+__all__ = ["PREDICTED_MARK", "SCALES", "BenchPoint", "BenchRun", "Call", "CallEstimate", "CandidateInfo", "Estimate",
+           "Ranked", "Review", "RunTable", "at_published_size", "bench_points", "calls_for", "calls_of_candidate",
+           "calls_of_pattern", "combine_sources", "estimate_call", "expected_calls", "load_bench", "load_candidates",
+           "load_patterns", "rank", "rank_one", "review", "run_tables", "skipped_reasons", "to_json", "dumps",
+           "training_samples", "call_features"]

@@ -11,7 +11,7 @@ from collections import Counter
 
 from miner.rank.costmodel import Accuracy
 from miner.core.dtypes import short as short_dtype
-from miner.rank.rank import Ranked
+from miner.rank.records import Ranked
 from miner.report.text import VARIANTS
 
 COLORS = {"eager": "#9aa5b8", "inductor": "#2a62c9", "max-autotune": "#6b8fd6", "candidate": "#1f8a4c",

@@ -16,7 +16,8 @@ from miner import __version__
 from miner.rank.costmodel import FEATURE_NAMES
 from miner.core.errors import MinerError
 from miner.core.dtypes import short as short_dtype
-from miner.rank.rank import PREDICTED_MARK, Estimate, Ranked, Review
+from miner.rank.rank import combine_sources
+from miner.rank.records import PREDICTED_MARK, Estimate, Ranked, Review
 from miner.core.workspace import Workspace
 from miner.report.figures import accuracy_chart, bench_chart, draw_pattern
 from miner.report.text import LEGEND, VARIANTS, count, cut, num, pct, validation_rows
@@ -114,8 +115,7 @@ def per_model(review: Review) -> dict[str, tuple[int, int, Estimate]]:
             entry = out.setdefault(e.call.model, [0, 0, 0.0, set()])
             entry[2] += e.total_saved_ms
             entry[3].add(e.saved_ms.source)
-    from miner.rank.rank import _combine
-    return {m: (a, b, Estimate(ms, _combine(src) if src else review.model.source)) for m, (a, b, ms, src) in out.items()}
+    return {m: (a, b, Estimate(ms, combine_sources(src) if src else review.model.source)) for m, (a, b, ms, src) in out.items()}
 
 
 def model_summary(ws: Workspace, review: Review) -> str:

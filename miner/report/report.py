@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from miner.core.workspace import Workspace, write_text
-from miner.rank.rank import Review
+from miner.rank.records import Review
 from miner.report.figures import accuracy_chart, bench_chart, draw_pattern, layered_positions, pattern_graph
 from miner.report.html import candidate_html, model_summary, per_model, render_html, verify_html
 from miner.report.text import LEGEND, ops_chain, render_show, render_table, validation_rows

@@ -9,7 +9,7 @@ import math
 from typing import Sequence
 
 from miner.rank.costmodel import Accuracy
-from miner.rank.rank import PREDICTED_MARK, CallEstimate, Estimate, Ranked, Review
+from miner.rank.records import PREDICTED_MARK, CallEstimate, Estimate, Ranked, Review
 
 VARIANTS = ("eager", "inductor", "max-autotune", "candidate")  # the timed variants, in table order
 LEGEND = (f"{PREDICTED_MARK} = predicted (not measured): by the cost model, or by the analytical roofline "
