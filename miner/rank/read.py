@@ -93,17 +93,29 @@ def load_bench(ws: Workspace, problems: list[str]) -> tuple[dict[str, list[Bench
     return ({c: sorted(pts.values(), key=lambda p: date.get(p.run, "")) for c, pts in by_cand.items()}, runs)
 
 
+def bench_run(env, source: Path, versions: tuple[str, ...] = ("torch", "triton", "cuda", "miner")) -> BenchRun:
+    """The provenance of a bench row (``miner.bench.results``' environment record) as a ``BenchRun``.
+
+    Parameters
+    ----------
+    env
+        The row's ``env`` (``gpu``, ``date``, ``copy_gbps`` and the version fields).
+    source : Path
+        The bench.json it was read from.
+    versions : tuple of str
+        Which version fields to keep (the empty ones are dropped).
+    """
+    return BenchRun(f"{env.gpu} {env.date}", env.gpu, {k: getattr(env, k) for k in versions if getattr(env, k)},
+                    env.date, env.copy_gbps, (str(source),))
+
+
 def bench_points(path: Path) -> tuple[list[BenchPoint], list[BenchRun]]:
     """A candidate's (or a run's) ``bench.json`` through ``miner.bench.results.load_rows``."""
     from miner.bench.results import load_rows
 
     points, runs = [], {}
     for row in load_rows(path):
-        env = row.env
-        run = BenchRun(f"{env.gpu} {env.date}", env.gpu,
-                       {k: v for k, v in (("torch", env.torch), ("triton", env.triton), ("cuda", env.cuda),
-                                          ("miner", env.miner)) if v},
-                       env.date, env.copy_gbps, (str(path),))
+        run = bench_run(row.env, path)
         runs[run.key] = run
         times = {v.name: (v.timing.median_ms, v.timing.p20_ms, v.timing.p80_ms)
                  for v in row.variants if v.timing is not None}
@@ -137,10 +149,8 @@ def run_tables(ws: Workspace, problems: list[str]) -> list[RunTable]:
             continue
         if not rows:
             continue
-        env = rows[0].env
-        out.append(RunTable(path, env.gpu, {k: v for k, v in (("torch", env.torch), ("triton", env.triton),
-                                                               ("cuda", env.cuda)) if v},
-                            env.date, env.copy_gbps, len(rows), tuple(dict.fromkeys(r.candidate for r in rows))))
+        out.append(RunTable(path, bench_run(rows[0].env, path, versions=("torch", "triton", "cuda")), len(rows),
+                            tuple(dict.fromkeys(r.candidate for r in rows))))
     return out
 
 

@@ -229,9 +229,6 @@ class RunTable:
     """A benchmark run table under ``reports/gpu/<run>/bench.json``: provenance, whatever the workspace holds."""
 
     path: Path
-    gpu: str
-    versions: dict[str, str]
-    date: str
-    copy_gbps: float | None
+    run: BenchRun  # its GPU, versions, date and copy bandwidth
     rows: int
     candidates: tuple[str, ...]

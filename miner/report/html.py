@@ -17,7 +17,7 @@ from miner.rank.costmodel import FEATURE_NAMES
 from miner.core.errors import MinerError
 from miner.core.dtypes import short as short_dtype
 from miner.rank.rank import combine_sources
-from miner.rank.records import PREDICTED_MARK, Estimate, Ranked, Review
+from miner.rank.records import PREDICTED_MARK, BenchRun, Estimate, Ranked, Review
 from miner.core.workspace import Workspace
 from miner.report.figures import accuracy_chart, bench_chart, draw_pattern
 from miner.report.text import LEGEND, VARIANTS, count, cut, num, pct, validation_rows
@@ -168,18 +168,21 @@ def accuracy_html(review: Review) -> str:
               f'{_e(", ".join(FEATURE_NAMES))}.</p>')
 
 
+def _run_cells(r: BenchRun) -> list[str]:
+    """GPU, versions, date, copy bandwidth of a benchmark run, as table cells."""
+    return [_e(r.gpu), _e(", ".join(f"{k} {v}" for k, v in r.versions.items())), _e(r.date), num(r.copy_gbps, ".0f")]
+
+
 def provenance_html(review: Review) -> str:
     if not review.runs:
         out = '<p class="banner">No GPU benchmark results of these candidates in this workspace: nothing on this page is measured.</p>'
     else:
-        rows = [[_e(r.gpu), _e(", ".join(f"{k} {v}" for k, v in r.versions.items())), _e(r.date),
-                 num(r.copy_gbps, ".0f"), str(len(set(r.sources)))] for r in review.runs]
+        rows = [_run_cells(r) + [str(len(set(r.sources)))] for r in review.runs]
         out = ("<p>The measured numbers on this page come from these runs (<code>candidates/&lt;id&gt;/bench.json</code>):</p>"
                + _table(("GPU", "versions", "date (UTC)", "copy bandwidth GB/s", "candidates"), rows, {3, 4}))
     if review.run_tables:
         known = {r.id for r in review.rows if r.candidate is not None}
-        rows = [[f"<code>{_e(t.path.parent.name)}</code>", _e(t.gpu), _e(", ".join(f"{k} {v}" for k, v in t.versions.items())),
-                 _e(t.date), num(t.copy_gbps, ".0f"), str(t.rows),
+        rows = [[f"<code>{_e(t.path.parent.name)}</code>"] + _run_cells(t.run) + [str(t.rows),
                  _e(", ".join(t.candidates[:4]) + (" …" if len(t.candidates) > 4 else "")),
                  "yes" if set(t.candidates) & known else "no (candidates not in this workspace)"]
                 for t in review.run_tables]
