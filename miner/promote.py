@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from miner import __version__
-from miner.generate import codegen
+from miner.generate import lower
 from miner.runtime import rewrite
 from miner.core import candidate as candidates
 from miner.core.candidate import Candidate
@@ -69,7 +69,7 @@ def promote(workspace: Workspace, cid: str, name: str, root: Path | None = None)
 
     pattern = pattern_from_json(meta["pattern"])
     spec = spec_from_pattern(pattern)
-    prog = codegen.lower(spec)
+    prog = lower.lower(spec)
     command = f"miner promote {meta['id']} --name {name}"
     folder = workspace.fusions / name
     what = f"fusion {name}, promoted from a validated candidate"

@@ -1,4 +1,4 @@
-"""codegen: lowering patterns into row-kernel programs, and the generated kernels' numerics.
+"""generate: lowering patterns into row-kernel programs (lower), emitting them (emit), and the kernels' numerics.
 
 Kernels run in the Triton interpreter (tests/conftest.py sets TRITON_INTERPRET=1), on small shapes.
 """
@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import test_codegen_fixtures as F
-from miner.generate import codegen
+from miner.generate import emit
+from miner.generate import lower as codegen
 from miner.core import candidate as candidates
 from miner.core.tensors import make_inputs
 from miner.generate.generate import Generated, generate_one, spec_from_pattern
@@ -61,7 +62,7 @@ def test_keepdim_false_reduction_feeding_pointwise_is_refused():
 
 
 def test_reference_source_is_plain_aten():
-    src = codegen.reference_source(spec_from_pattern(F.softmax()))
+    src = emit.reference_source(spec_from_pattern(F.softmax()))
     assert "torch.ops.aten.amax.default(x0, [-1], True)" in src
     assert src.rstrip().endswith("return (v4,)")
 
@@ -138,3 +139,38 @@ def test_looped_kernel_on_rows_that_start_off_the_16_element_grid(workspace, nam
     ref = cand.pattern_module.pattern(*[x.double() if x.is_floating_point() else x for x in xs], *cs)
     for o, r in zip(outs, ref):
         torch.testing.assert_close(o.double(), r, rtol=1e-5, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- emission (miner.generate.emit)
+
+def _kernel_text(pattern):
+    from miner.generate.emit import render_kernel_py
+
+    return render_kernel_py(lower(pattern), "# head\n")
+
+
+@pytest.mark.parametrize("builder, helpers", [
+    (F.gelu_tanh, "from miner.runtime.jit import load_full, load_masked, pow_c, tanh"),  # x ** c1: a constexpr power
+    (F.softmax, "from miner.runtime.jit import load_full, load_masked"),
+])
+def test_kernel_imports_only_the_jit_helpers_it_calls(builder, helpers):
+    text = _kernel_text(builder())
+    assert [ln for ln in text.splitlines() if ln.startswith("from miner.runtime.jit")] == [helpers]
+    assert "def _tanh" not in text and "def _pow" not in text  # helpers are imported, never pasted
+
+
+def test_looped_loads_are_one_helper_call_each_with_the_layout_flag():
+    text = _kernel_text(F.softmax())
+    assert "if X0_ALIGNED:" not in text
+    assert "a0 = load_masked(x0_ptr, x0_row, x0_sc, abase, lead, cols, mask, X0_ALIGNED).to(tl.float32)" in text
+    assert "a0 = load_full(x0_ptr, x0_row, x0_sc, abase, lead, cols, X0_ALIGNED).to(tl.float32)" in text
+
+
+def test_each_line_computing_a_pattern_node_names_its_op():
+    prog = lower(F.layer_norm())
+    text = _kernel_text(F.layer_norm())
+    for v in prog.values.values():
+        if v.op and v.kind != "tuple":
+            assert any(ln.strip().startswith(f"{v.name} = ") and ln.endswith(f"  # {v.op}")
+                       for ln in text.splitlines()), v.name
+    assert "  # aten.var_mean" in text and "  # aten.rsqrt" in text

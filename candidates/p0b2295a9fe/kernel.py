@@ -6,8 +6,8 @@
 tensors. Rows are the last dim of the inputs' broadcast shape; short rows take
 ``one_pass_kernel`` (whole rows in one tile), long ones ``looped_kernel`` (0
 reduction pass(es) over column chunks, then a storing pass). Layout, the choice of kernel and
-the per-shape tile tuning are ``miner.runtime.launch.run``. On CPU tensors it needs
-``TRITON_INTERPRET=1`` set before triton is imported.
+the per-shape tile tuning are ``miner.runtime.launch.run``; the ``@triton.jit`` helpers come from
+``miner.runtime.jit``. On CPU tensors it needs ``TRITON_INTERPRET=1`` set before triton is imported.
 """
 
 import functools
@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from miner.runtime import launch as _launch
+from miner.runtime.jit import load_full, load_masked, pow_c, tanh
 
 PATTERN_ID = "p0b2295a9fe"
 LEVELS = 0  # reduction passes of the looped kernel (0: pointwise only)
@@ -36,50 +37,6 @@ def reference(x0, c0, c1, c2, c3, c4):
 
 
 @triton.jit
-def _tanh(x):
-    # tanh without libdevice (not available under TRITON_INTERPRET); series near 0 keeps the
-    # relative error small where (1 - e) / (1 + e) would cancel.
-    ax = tl.abs(x)
-    e = tl.exp(-2.0 * ax)
-    big = (1.0 - e) / (1.0 + e)
-    x2 = ax * ax
-    small = ax * (1.0 - x2 * (0.3333333333333333 - x2 * (0.13333333333333333 - x2 * 0.05396825396825397)))
-    t = tl.where(ax < 0.0625, small, big)
-    return tl.where(x < 0, -t, t)
-
-
-@triton.jit
-def _pow(x, e):
-    # x ** e for a runtime exponent: |x| ** e, signed for odd integer e, nan for x < 0 and
-    # non-integer e, 1 for e == 0 (as torch.pow).
-    r = tl.exp2(e * tl.log2(tl.abs(x)))
-    e_int = tl.floor(e) == e
-    odd = e_int & (tl.floor(e * 0.5) * 2.0 != e)
-    r = tl.where(x < 0, tl.where(e_int, tl.where(odd, -r, r), float("nan")), r)
-    return tl.where(e == 0, 1.0, r)
-
-
-@triton.jit
-def _pow_c(x, E: tl.constexpr):
-    # x ** E for a compile-time exponent: small integer and half powers without exp/log
-    if E == 1.0:
-        r = x
-    elif E == 2.0:
-        r = x * x
-    elif E == 3.0:
-        r = x * x * x
-    elif E == 0.5:
-        r = tl.sqrt(x)
-    elif E == -0.5:
-        r = tl.rsqrt(x)
-    elif E == -1.0:
-        r = 1.0 / x
-    else:
-        r = _pow(x, x * 0.0 + E)
-    return r
-
-
-@triton.jit
 def one_pass_kernel(
     x0_ptr, out0_ptr, c0: tl.constexpr, c1: tl.constexpr, c2: tl.constexpr, c3: tl.constexpr,
     c4: tl.constexpr, n_rows, n_cols, d1, d2, x0_s0,
@@ -94,14 +51,14 @@ def one_pass_kernel(
     cols = tl.arange(0, BLOCK)[None, :]
     mask = row_mask & (cols < n_cols)
     a0 = tl.load(x0_row + cols * x0_sc, mask=mask, other=0).to(tl.float32)
-    v0 = (a0 * c0)
-    v1 = _pow_c(a0, c1)
-    v2 = (v1 * c2)
-    v3 = (a0 + v2)
-    v4 = (v3 * c3)
-    v5 = _tanh(v4)
-    v6 = (v5 + c4)
-    v7 = (v0 * v6)
+    v0 = (a0 * c0)  # aten.mul
+    v1 = pow_c(a0, c1)  # aten.pow
+    v2 = (v1 * c2)  # aten.mul
+    v3 = (a0 + v2)  # aten.add
+    v4 = (v3 * c3)  # aten.mul
+    v5 = tanh(v4)  # aten.tanh
+    v6 = (v5 + c4)  # aten.add
+    v7 = (v0 * v6)  # aten.mul
     tl.store(out0_ptr + rows * n_cols + cols, v7.to(out0_ptr.dtype.element_ty), mask=mask)
 
 
@@ -127,49 +84,40 @@ def looped_kernel(
     # last pass: recompute and store the full-row outputs
     cols = tl.arange(0, BLOCK)[None, :]
     mask = row_mask & (cols >= lead) & (cols < end)
-    if X0_ALIGNED:
-        a0 = tl.load(x0_ptr + abase + cols, mask=mask, other=0).to(tl.float32)
-    else:
-        a0 = tl.load(x0_row + (cols - lead) * x0_sc, mask=mask, other=0).to(tl.float32)
-    v0 = (a0 * c0)
-    v1 = _pow_c(a0, c1)
-    v2 = (v1 * c2)
-    v3 = (a0 + v2)
-    v4 = (v3 * c3)
-    v5 = _tanh(v4)
-    v6 = (v5 + c4)
-    v7 = (v0 * v6)
+    a0 = load_masked(x0_ptr, x0_row, x0_sc, abase, lead, cols, mask, X0_ALIGNED).to(tl.float32)
+    v0 = (a0 * c0)  # aten.mul
+    v1 = pow_c(a0, c1)  # aten.pow
+    v2 = (v1 * c2)  # aten.mul
+    v3 = (a0 + v2)  # aten.add
+    v4 = (v3 * c3)  # aten.mul
+    v5 = tanh(v4)  # aten.tanh
+    v6 = (v5 + c4)  # aten.add
+    v7 = (v0 * v6)  # aten.mul
     tl.store(out0_ptr + abase + cols, v7.to(out0_ptr.dtype.element_ty), mask=mask)
     for start in range(BLOCK, n_main, BLOCK):
         cols = start + tl.arange(0, BLOCK)[None, :]
-        if X0_ALIGNED:
-            a0 = tl.load(x0_ptr + abase + cols).to(tl.float32)
-        else:
-            a0 = tl.load(x0_row + (cols - lead) * x0_sc).to(tl.float32)
-        v0 = (a0 * c0)
-        v1 = _pow_c(a0, c1)
-        v2 = (v1 * c2)
-        v3 = (a0 + v2)
-        v4 = (v3 * c3)
-        v5 = _tanh(v4)
-        v6 = (v5 + c4)
-        v7 = (v0 * v6)
+        a0 = load_full(x0_ptr, x0_row, x0_sc, abase, lead, cols, X0_ALIGNED).to(tl.float32)
+        v0 = (a0 * c0)  # aten.mul
+        v1 = pow_c(a0, c1)  # aten.pow
+        v2 = (v1 * c2)  # aten.mul
+        v3 = (a0 + v2)  # aten.add
+        v4 = (v3 * c3)  # aten.mul
+        v5 = tanh(v4)  # aten.tanh
+        v6 = (v5 + c4)  # aten.add
+        v7 = (v0 * v6)  # aten.mul
         tl.store(out0_ptr + abase + cols, v7.to(out0_ptr.dtype.element_ty))
     if tail < end:
         cols = tail + tl.arange(0, BLOCK)[None, :]
         mask = row_mask & (cols < end)
-        if X0_ALIGNED:
-            a0 = tl.load(x0_ptr + abase + cols, mask=mask, other=0).to(tl.float32)
-        else:
-            a0 = tl.load(x0_row + (cols - lead) * x0_sc, mask=mask, other=0).to(tl.float32)
-        v0 = (a0 * c0)
-        v1 = _pow_c(a0, c1)
-        v2 = (v1 * c2)
-        v3 = (a0 + v2)
-        v4 = (v3 * c3)
-        v5 = _tanh(v4)
-        v6 = (v5 + c4)
-        v7 = (v0 * v6)
+        a0 = load_masked(x0_ptr, x0_row, x0_sc, abase, lead, cols, mask, X0_ALIGNED).to(tl.float32)
+        v0 = (a0 * c0)  # aten.mul
+        v1 = pow_c(a0, c1)  # aten.pow
+        v2 = (v1 * c2)  # aten.mul
+        v3 = (a0 + v2)  # aten.add
+        v4 = (v3 * c3)  # aten.mul
+        v5 = tanh(v4)  # aten.tanh
+        v6 = (v5 + c4)  # aten.add
+        v7 = (v0 * v6)  # aten.mul
         tl.store(out0_ptr + abase + cols, v7.to(out0_ptr.dtype.element_ty), mask=mask)
 
 

@@ -6,8 +6,8 @@
 tensors. Rows are the last dim of the inputs' broadcast shape; short rows take
 ``one_pass_kernel`` (whole rows in one tile), long ones ``looped_kernel`` (1
 reduction pass(es) over column chunks, then a storing pass). Layout, the choice of kernel and
-the per-shape tile tuning are ``miner.runtime.launch.run``. On CPU tensors it needs
-``TRITON_INTERPRET=1`` set before triton is imported.
+the per-shape tile tuning are ``miner.runtime.launch.run``; the ``@triton.jit`` helpers come from
+``miner.runtime.jit``. On CPU tensors it needs ``TRITON_INTERPRET=1`` set before triton is imported.
 """
 
 import functools
@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from miner.runtime import launch as _launch
+from miner.runtime.jit import load_full, load_masked
 
 PATTERN_ID = "pe1ea4e05d7"
 LEVELS = 1  # reduction passes of the looped kernel (0: pointwise only)
@@ -34,50 +35,6 @@ def reference(x0):
 
 
 @triton.jit
-def _tanh(x):
-    # tanh without libdevice (not available under TRITON_INTERPRET); series near 0 keeps the
-    # relative error small where (1 - e) / (1 + e) would cancel.
-    ax = tl.abs(x)
-    e = tl.exp(-2.0 * ax)
-    big = (1.0 - e) / (1.0 + e)
-    x2 = ax * ax
-    small = ax * (1.0 - x2 * (0.3333333333333333 - x2 * (0.13333333333333333 - x2 * 0.05396825396825397)))
-    t = tl.where(ax < 0.0625, small, big)
-    return tl.where(x < 0, -t, t)
-
-
-@triton.jit
-def _pow(x, e):
-    # x ** e for a runtime exponent: |x| ** e, signed for odd integer e, nan for x < 0 and
-    # non-integer e, 1 for e == 0 (as torch.pow).
-    r = tl.exp2(e * tl.log2(tl.abs(x)))
-    e_int = tl.floor(e) == e
-    odd = e_int & (tl.floor(e * 0.5) * 2.0 != e)
-    r = tl.where(x < 0, tl.where(e_int, tl.where(odd, -r, r), float("nan")), r)
-    return tl.where(e == 0, 1.0, r)
-
-
-@triton.jit
-def _pow_c(x, E: tl.constexpr):
-    # x ** E for a compile-time exponent: small integer and half powers without exp/log
-    if E == 1.0:
-        r = x
-    elif E == 2.0:
-        r = x * x
-    elif E == 3.0:
-        r = x * x * x
-    elif E == 0.5:
-        r = tl.sqrt(x)
-    elif E == -0.5:
-        r = tl.rsqrt(x)
-    elif E == -1.0:
-        r = 1.0 / x
-    else:
-        r = _pow(x, x * 0.0 + E)
-    return r
-
-
-@triton.jit
 def one_pass_kernel(
     x0_ptr, out0_ptr, out1_ptr, out2_ptr, n_rows, n_cols,
     d1, d2, x0_s0, x0_s1, x0_s2, x0_sc,
@@ -92,12 +49,12 @@ def one_pass_kernel(
     cols = tl.arange(0, BLOCK)[None, :]
     mask = row_mask & (cols < n_cols)
     a0 = tl.load(x0_row + cols * x0_sc, mask=mask, other=0).to(tl.float32)
-    v0 = tl.max(tl.where(mask, a0, float("-inf")), axis=1)[:, None]
-    v1 = (a0 - v0)
-    v2 = tl.exp(v1)
-    v3 = tl.sum(tl.where(mask, v2, 0.0), axis=1)[:, None]
-    v4 = tl.log(v3)
-    v5 = (v1 - v4)
+    v0 = tl.max(tl.where(mask, a0, float("-inf")), axis=1)[:, None]  # aten.amax
+    v1 = (a0 - v0)  # aten.sub
+    v2 = tl.exp(v1)  # aten.exp
+    v3 = tl.sum(tl.where(mask, v2, 0.0), axis=1)[:, None]  # aten.sum
+    v4 = tl.log(v3)  # aten.log
+    v5 = (v1 - v4)  # aten.sub
     tl.store(out2_ptr + rows * n_cols + cols, v5.to(out2_ptr.dtype.element_ty), mask=mask)
     tl.store(out0_ptr + rows, v0.to(out0_ptr.dtype.element_ty), mask=row_mask)
     tl.store(out1_ptr + rows, v4.to(out1_ptr.dtype.element_ty), mask=row_mask)
@@ -125,75 +82,53 @@ def looped_kernel(
     # pass 1: v0, v3
     acc_v0 = tl.full([ROWS, BLOCK], float("-inf"), tl.float32)
     acc_v3 = tl.zeros([ROWS, BLOCK], tl.float32)
-    cols = tl.arange(0, BLOCK)[None, :]
-    mask = row_mask & (cols >= lead) & (cols < end)
-    if X0_ALIGNED:
-        a0 = tl.load(x0_ptr + abase + cols, mask=mask, other=0).to(tl.float32)
-    else:
-        a0 = tl.load(x0_row + (cols - lead) * x0_sc, mask=mask, other=0).to(tl.float32)
-    xm = tl.where(mask, a0, float("-inf"))
     # online sum of exp(x - max) per lane with ONE exp: the larger of x and the
     # running max gets exp(0) = 1, the other exp(-|x - max|); -inf lanes add 0
+    cols = tl.arange(0, BLOCK)[None, :]
+    mask = row_mask & (cols >= lead) & (cols < end)
+    a0 = load_masked(x0_ptr, x0_row, x0_sc, abase, lead, cols, mask, X0_ALIGNED).to(tl.float32)
+    xm = tl.where(mask, a0, float("-inf"))
     d = tl.exp(-tl.abs(tl.where(xm == float("-inf"), float("-inf"), xm - acc_v0)))
     acc_v3 = tl.where(xm > acc_v0, acc_v3 * d + 1.0, acc_v3 + d)
     acc_v0 = tl.maximum(acc_v0, xm)
     for start in range(BLOCK, n_main, BLOCK):
         cols = start + tl.arange(0, BLOCK)[None, :]
-        if X0_ALIGNED:
-            a0 = tl.load(x0_ptr + abase + cols).to(tl.float32)
-        else:
-            a0 = tl.load(x0_row + (cols - lead) * x0_sc).to(tl.float32)
+        a0 = load_full(x0_ptr, x0_row, x0_sc, abase, lead, cols, X0_ALIGNED).to(tl.float32)
         xm = a0
-        # online sum of exp(x - max) per lane with ONE exp: the larger of x and the
-        # running max gets exp(0) = 1, the other exp(-|x - max|); -inf lanes add 0
         d = tl.exp(-tl.abs(tl.where(xm == float("-inf"), float("-inf"), xm - acc_v0)))
         acc_v3 = tl.where(xm > acc_v0, acc_v3 * d + 1.0, acc_v3 + d)
         acc_v0 = tl.maximum(acc_v0, xm)
     if tail < end:
         cols = tail + tl.arange(0, BLOCK)[None, :]
         mask = row_mask & (cols < end)
-        if X0_ALIGNED:
-            a0 = tl.load(x0_ptr + abase + cols, mask=mask, other=0).to(tl.float32)
-        else:
-            a0 = tl.load(x0_row + (cols - lead) * x0_sc, mask=mask, other=0).to(tl.float32)
+        a0 = load_masked(x0_ptr, x0_row, x0_sc, abase, lead, cols, mask, X0_ALIGNED).to(tl.float32)
         xm = tl.where(mask, a0, float("-inf"))
-        # online sum of exp(x - max) per lane with ONE exp: the larger of x and the
-        # running max gets exp(0) = 1, the other exp(-|x - max|); -inf lanes add 0
         d = tl.exp(-tl.abs(tl.where(xm == float("-inf"), float("-inf"), xm - acc_v0)))
         acc_v3 = tl.where(xm > acc_v0, acc_v3 * d + 1.0, acc_v3 + d)
         acc_v0 = tl.maximum(acc_v0, xm)
-    v0 = tl.max(acc_v0, axis=1)[:, None]
+    v0 = tl.max(acc_v0, axis=1)[:, None]  # aten.amax
     v0_safe = tl.where(v0 == float("-inf"), 0.0, v0)
-    v3 = tl.sum(acc_v3 * tl.exp(acc_v0 - v0_safe), axis=1)[:, None]
-    v4 = tl.log(v3)
+    v3 = tl.sum(acc_v3 * tl.exp(acc_v0 - v0_safe), axis=1)[:, None]  # aten.sum
+    v4 = tl.log(v3)  # aten.log
     # last pass: recompute and store the full-row outputs
     cols = tl.arange(0, BLOCK)[None, :]
     mask = row_mask & (cols >= lead) & (cols < end)
-    if X0_ALIGNED:
-        a0 = tl.load(x0_ptr + abase + cols, mask=mask, other=0).to(tl.float32)
-    else:
-        a0 = tl.load(x0_row + (cols - lead) * x0_sc, mask=mask, other=0).to(tl.float32)
-    v1 = (a0 - v0)
-    v5 = (v1 - v4)
+    a0 = load_masked(x0_ptr, x0_row, x0_sc, abase, lead, cols, mask, X0_ALIGNED).to(tl.float32)
+    v1 = (a0 - v0)  # aten.sub
+    v5 = (v1 - v4)  # aten.sub
     tl.store(out2_ptr + abase + cols, v5.to(out2_ptr.dtype.element_ty), mask=mask)
     for start in range(BLOCK, n_main, BLOCK):
         cols = start + tl.arange(0, BLOCK)[None, :]
-        if X0_ALIGNED:
-            a0 = tl.load(x0_ptr + abase + cols).to(tl.float32)
-        else:
-            a0 = tl.load(x0_row + (cols - lead) * x0_sc).to(tl.float32)
-        v1 = (a0 - v0)
-        v5 = (v1 - v4)
+        a0 = load_full(x0_ptr, x0_row, x0_sc, abase, lead, cols, X0_ALIGNED).to(tl.float32)
+        v1 = (a0 - v0)  # aten.sub
+        v5 = (v1 - v4)  # aten.sub
         tl.store(out2_ptr + abase + cols, v5.to(out2_ptr.dtype.element_ty))
     if tail < end:
         cols = tail + tl.arange(0, BLOCK)[None, :]
         mask = row_mask & (cols < end)
-        if X0_ALIGNED:
-            a0 = tl.load(x0_ptr + abase + cols, mask=mask, other=0).to(tl.float32)
-        else:
-            a0 = tl.load(x0_row + (cols - lead) * x0_sc, mask=mask, other=0).to(tl.float32)
-        v1 = (a0 - v0)
-        v5 = (v1 - v4)
+        a0 = load_masked(x0_ptr, x0_row, x0_sc, abase, lead, cols, mask, X0_ALIGNED).to(tl.float32)
+        v1 = (a0 - v0)  # aten.sub
+        v5 = (v1 - v4)  # aten.sub
         tl.store(out2_ptr + abase + cols, v5.to(out2_ptr.dtype.element_ty), mask=mask)
     tl.store(out0_ptr + rows, v0.to(out0_ptr.dtype.element_ty), mask=row_mask)
     tl.store(out1_ptr + rows, v4.to(out1_ptr.dtype.element_ty), mask=row_mask)

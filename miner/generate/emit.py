@@ -1,0 +1,336 @@
+"""Lowered program -> Triton source: ``one_pass_kernel``, ``looped_kernel`` and the whole kernel.py.
+
+``kernel_source(prog)`` writes the two kernels of one ``miner.generate.lower.Program``;
+``render_kernel_py(prog, head)`` the generated ``kernel.py`` around them (template
+``templates/kernel.py.tmpl``). Kernels import the ``@triton.jit`` helpers they call from
+``miner.runtime.jit`` (never pasted); each line computing a pattern node ends with a comment naming
+its op (``# aten.sub``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from string import Template
+
+from miner.core import source
+from miner.generate.lower import PatternSpec, Program, Value, signature_params
+
+TEMPLATES = Path(__file__).with_name("templates")
+JIT_HELPERS = ("tanh", "pow_rt", "pow_c", "load_masked", "load_full")  # miner.runtime.jit.__all__
+
+
+# a reduction's per-row result from its [ROWS, BLOCK] accumulator (or masked operand) ``a``
+_FINAL = {"sum": "tl.sum({a}, axis=1)[:, None]", "max": "tl.max({a}, axis=1)[:, None]",
+          "min": "tl.min({a}, axis=1)[:, None]", "any": "tl.max({a}, axis=1)[:, None] != 0",
+          "mean": "tl.sum({a}, axis=1)[:, None] / n_cols", "m2": "tl.sum({a}, axis=1)[:, None] / {d}"}
+# a reduction's operand in a masked chunk (padding lanes hold the reduction's identity) ...
+_MASKED = {"sum": "tl.where(mask, {x}, 0.0)", "mean": "tl.where(mask, {x}, 0.0)",
+           "m2": "tl.where(mask, {sq}, 0.0)", "max": 'tl.where(mask, {x}, float("-inf"))',
+           "min": 'tl.where(mask, {x}, float("inf"))', "any": "tl.where(mask, {x}, 0).to(tl.int32)"}
+# ... and in a full chunk, where every lane is a real column (others: the operand itself)
+_FULL = {"m2": "{sq}", "any": "{x}.to(tl.int32)"}
+
+
+def _op(val: Value) -> str:
+    """The trailing ``# aten.op`` comment of a line computing ``val`` ("" for none)."""
+    return f"  # {val.op}" if val.op else ""
+
+
+class _Emitter:
+    """Emits the kernel bodies for one Program."""
+
+    def __init__(self, prog: Program):
+        self.p = prog
+        self.v = prog.values
+
+    # -- which vec values a set of targets needs (recomputed per pass)
+    def _vec_closure(self, roots: list[str]) -> list[str]:
+        need: set[str] = set()
+        stack = list(roots)
+        while stack:
+            n = stack.pop()
+            val = self.v[n]
+            if val.kind != "vec" or n in need:
+                continue
+            need.add(n)
+            stack.extend(val.deps)
+        return [n for n in self.v if n in need]  # topological order
+
+    def _vec_lines(self, names: list[str], aligned: bool = False, masked: bool = True) -> list[str]:
+        """Loads and pointwise lines. ``aligned`` (looped kernel): ``cols`` count from the row's
+        16-aligned start ``abase``; an input laid out like the rows (``X{k}_ALIGNED``) is read at
+        ``abase + cols`` (vectorizable), any other at its logical column ``cols - lead``."""
+        lines = []
+        for n in names:
+            val = self.v[n]
+            if n in self.p.inputs:
+                k = self.p.inputs.index(n)
+                cast = "" if val.is_bool else ".to(tl.float32)"
+                if aligned:
+                    where = f"x{k}_ptr, x{k}_row, x{k}_sc, abase, lead, cols"
+                    load = f"load_masked({where}, mask, X{k}_ALIGNED)" if masked else f"load_full({where}, X{k}_ALIGNED)"
+                    lines.append(f"{n} = {load}{cast}")
+                else:
+                    lines.append(f"{n} = tl.load(x{k}_row + cols * x{k}_sc, mask=mask, other=0){cast}")
+            else:
+                lines.append(f"{n} = {val.expr}" + _op(val))
+        return lines
+
+    def _row_pointwise_after(self, level: int, done: set[str]) -> list[str]:
+        lines = []
+        for n, val in self.v.items():
+            if val.kind == "row" and val.reduce is None and val.expr and n not in done \
+                    and all(d in done for d in val.deps):
+                lines.append(f"{n} = {val.expr}" + _op(val))
+                done.add(n)
+        return lines
+
+    def _finalize(self, r: Value, acc: str) -> str:
+        return self._reduced(r, acc) + _op(r)
+
+    def _reduced(self, r: Value, acc: str) -> str:
+        return f"{r.name} = " + _FINAL[r.reduce].format(a=acc, d=r.divisor)
+
+    def _masked(self, r: Value, masked: bool = True) -> str:
+        x = r.operand
+        sq = f"({x} - {r.center}) * ({x} - {r.center})"  # m2: the squared deviation
+        return (_MASKED if masked else _FULL).get(r.reduce, "{x}").format(x=x, sq=sq)
+
+    def _stores(self, kinds: str, aligned: bool = False, masked: bool = True) -> list[str]:
+        lines = []
+        for i, o in enumerate(self.p.outputs):
+            val = self.v[o]
+            if val.kind != kinds:
+                continue
+            if kinds == "vec":
+                at = "abase + cols" if aligned else "rows * n_cols + cols"
+                m = ", mask=mask" if masked else ""
+                lines.append(f"tl.store(out{i}_ptr + {at}, {o}.to(out{i}_ptr.dtype.element_ty){m})")
+            else:
+                lines.append(f"tl.store(out{i}_ptr + rows, {o}.to(out{i}_ptr.dtype.element_ty), mask=row_mask)")
+        return lines
+
+    # -- signature and prologue shared by both kernels
+    def signature(self, name: str, aligned: bool = False) -> str:
+        n_in, n_out = len(self.p.inputs), len(self.p.outputs)
+        params = [f"x{k}_ptr" for k in range(n_in)] + [f"out{i}_ptr" for i in range(n_out)]
+        # scalar constants are compile-time: one specialization per value (eps, scales and
+        # exponents are fixed per model), folded into the arithmetic
+        params += [f"c{c}: tl.constexpr" for c in range(self.p.spec.n_consts)]
+        params += ["n_rows", "n_cols", "d1", "d2"]
+        params += [f"x{k}_s{d}" for k in range(n_in) for d in ("0", "1", "2", "c")]
+        params += ["ROWS: tl.constexpr", "BLOCK: tl.constexpr"]
+        if aligned:
+            params += [f"X{k}_ALIGNED: tl.constexpr" for k in range(n_in)]
+        return f"@triton.jit\ndef {name}(\n    " + ",\n    ".join(
+            ", ".join(params[i:i + 6]) for i in range(0, len(params), 6)) + ",\n):"
+
+    def prologue(self) -> list[str]:
+        lines = [
+            "rows = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]).to(tl.int64)",
+            "row_mask = rows < n_rows",
+            "i0 = rows // (d1 * d2)",
+            "i1 = (rows // d2) % d1",
+            "i2 = rows % d2",
+        ]
+        for k in range(len(self.p.inputs)):
+            lines.append(f"x{k}_row = x{k}_ptr + i0 * x{k}_s0 + i1 * x{k}_s1 + i2 * x{k}_s2")
+        return lines
+
+    def one_pass(self) -> str:
+        body = self.prologue() + [
+            "cols = tl.arange(0, BLOCK)[None, :]",
+            "mask = row_mask & (cols < n_cols)",
+        ]
+        done: set[str] = set()
+        for n, val in self.v.items():
+            if val.kind == "vec":
+                body += self._vec_lines([n])
+            elif val.kind == "row" and val.reduce:
+                if val.online_max:
+                    body.append(f"{n} = tl.sum({self._masked(val)}, axis=1)[:, None]" + _op(val))
+                else:
+                    body.append(self._finalize(val, self._masked(val)))
+                done.add(n)
+            elif val.kind == "row":
+                body.append(f"{n} = {val.expr}" + _op(val))
+                done.add(n)
+        body += self._stores("vec") + self._stores("row")
+        return self.signature("one_pass_kernel") + "\n" + _indent(body)
+
+    def _chunked(self, lines) -> list[str]:
+        """``lines(masked)`` over one row in BLOCK chunks of columns counted from the row's 16-aligned start.
+
+        The row [lead, end) is read as a masked head chunk, full chunks without masks whose
+        loads and stores start on 16-element boundaries (so Triton vectorizes them even when
+        n_cols is odd, e.g. a 50257-word vocabulary), and a masked tail chunk.
+        """
+        body = ["cols = tl.arange(0, BLOCK)[None, :]",
+                "mask = row_mask & (cols >= lead) & (cols < end)"] + lines(True)
+        body += ["for start in range(BLOCK, n_main, BLOCK):",
+                 "    cols = start + tl.arange(0, BLOCK)[None, :]"] + ["    " + ln for ln in lines(False)]
+        body += ["if tail < end:",
+                 "    cols = tail + tl.arange(0, BLOCK)[None, :]",
+                 "    mask = row_mask & (cols < end)"] + ["    " + ln for ln in lines(True)]
+        return body
+
+    def looped(self) -> str:
+        body = self.prologue() + [
+            "# one row per program (ROWS == 1); columns are counted from the row's 16-aligned start",
+            "row_start = tl.program_id(0).to(tl.int64) * n_cols",
+            "abase = (row_start // 16) * 16",
+            "lead = (row_start - abase).to(tl.int32)",
+            "end = lead + n_cols",
+            "n_main = (end // BLOCK) * BLOCK",
+            "tail = tl.maximum(n_main, BLOCK)",
+        ]
+        done: set[str] = set()
+        for level in range(1, self.p.levels + 1):
+            reds = [v for v in self.v.values() if v.kind == "row" and v.reduce and v.level == level]
+            if not reds:
+                continue
+            body.append(f"# pass {level}: {', '.join(r.name for r in reds)}")
+            inits, finals, roots = [], [], []
+            # the online sum computed in the same pass as each max (None: a plain reduction)
+            partners = {r.name: next((s for s in reds if s.online_max == r.name), None) for r in reds}
+            for r in reds:
+                acc = f"acc_{r.name}"
+                if r.online_max:
+                    continue  # accumulated together with its max below
+                roots.append(r.operand)
+                if r.center:
+                    roots.append(r.center)
+                partner = partners[r.name]
+                if r.reduce == "max" and partner is not None:
+                    inits += [f'{acc} = tl.full([ROWS, BLOCK], float("-inf"), tl.float32)',
+                              f"acc_{partner.name} = tl.zeros([ROWS, BLOCK], tl.float32)"]
+                    finals += [self._finalize(r, acc),
+                               f'{r.name}_safe = tl.where({r.name} == float("-inf"), 0.0, {r.name})',
+                               f"{partner.name} = tl.sum(acc_{partner.name} * tl.exp({acc} - {r.name}_safe), axis=1)[:, None]"
+                               + _op(partner)]
+                    continue
+                init = {"max": 'tl.full([ROWS, BLOCK], float("-inf"), tl.float32)',
+                        "min": 'tl.full([ROWS, BLOCK], float("inf"), tl.float32)',
+                        "any": "tl.zeros([ROWS, BLOCK], tl.int32)"}.get(r.reduce, "tl.zeros([ROWS, BLOCK], tl.float32)")
+                inits.append(f"{acc} = {init}")
+                finals.append(self._finalize(r, acc))
+
+            def pass_lines(masked: bool, reds=reds, roots=roots, partners=partners) -> list[str]:
+                lines = self._vec_lines(self._vec_closure(roots), aligned=True, masked=masked)
+                for r in reds:
+                    acc = f"acc_{r.name}"
+                    if r.online_max:
+                        continue
+                    partner = partners[r.name]
+                    if r.reduce == "max" and partner is not None:
+                        sacc, x = f"acc_{partner.name}", r.operand
+                        lines += [f'xm = tl.where(mask, {x}, float("-inf"))' if masked else f"xm = {x}",
+                                  f'd = tl.exp(-tl.abs(tl.where(xm == float("-inf"), float("-inf"), xm - {acc})))',
+                                  f"{sacc} = tl.where(xm > {acc}, {sacc} * d + 1.0, {sacc} + d)",
+                                  f"{acc} = tl.maximum({acc}, xm)"]
+                        continue
+                    combine = {"max": "tl.maximum({a}, {x})", "min": "tl.minimum({a}, {x})",
+                               "any": "tl.maximum({a}, {x})"}.get(r.reduce, "{a} + {x}")
+                    lines.append(f"{acc} = " + combine.format(a=acc, x=self._masked(r, masked)))
+                return lines
+
+            if any(partners.values()):
+                inits += ["# online sum of exp(x - max) per lane with ONE exp: the larger of x and the",
+                          "# running max gets exp(0) = 1, the other exp(-|x - max|); -inf lanes add 0"]
+            body += inits + self._chunked(pass_lines) + finals
+            done.update(r.name for r in reds)
+            body += self._row_pointwise_after(level, done)
+        vec_outs = [o for o in self.p.outputs if self.v[o].kind == "vec"]
+        if vec_outs:
+            body.append("# last pass: recompute and store the full-row outputs")
+            body += self._chunked(lambda masked: self._vec_lines(self._vec_closure(vec_outs), aligned=True, masked=masked)
+                                  + self._stores("vec", aligned=True, masked=masked))
+        body += self._stores("row")
+        return self.signature("looped_kernel", aligned=True) + "\n" + _indent(body)
+
+
+def _indent(lines: list[str]) -> str:
+    return "\n".join("    " + ln for ln in lines) + "\n"
+
+
+def reference_source(spec: PatternSpec, name: str = "pattern") -> str:
+    """The pattern as a plain function of aten/prims ops (the eager reference and search function).
+
+    Parameters
+    ----------
+    spec : PatternSpec
+        The pattern.
+    name : str
+        The function's name.
+
+    Returns
+    -------
+    str
+        Python source of ``def name(x0, ..., c0, ...)`` returning the outputs as a tuple.
+    """
+    return source.render(spec.nodes, spec.n_inputs, spec.n_consts, spec.outputs, name)
+
+
+def kernel_source(prog: Program) -> str:
+    """The Triton part of kernel.py: ``one_pass_kernel`` and ``looped_kernel``.
+
+    Parameters
+    ----------
+    prog : Program
+        The lowered pattern (``miner.generate.lower.lower``).
+
+    Returns
+    -------
+    str
+        The two ``@triton.jit`` functions' source; they call helpers of ``miner.runtime.jit``
+        (``jit_imports`` names the ones used).
+    """
+    em = _Emitter(prog)
+    return em.one_pass() + "\n\n" + em.looped()
+
+
+def jit_imports(code: str) -> str:
+    """The import line of the ``miner.runtime.jit`` helpers that ``code`` calls ("" when none).
+
+    Parameters
+    ----------
+    code : str
+        Kernel source.
+
+    Returns
+    -------
+    str
+        ``"from miner.runtime.jit import a, b\n"``, names sorted, or "".
+    """
+    used = sorted(n for n in JIT_HELPERS if re.search(rf"(?<![\w.]){n}\(", code))
+    return f"from miner.runtime.jit import {', '.join(used)}\n" if used else ""
+
+
+def render_kernel_py(prog: Program, head: str) -> str:
+    """A generated ``kernel.py``: header, docstring, ``reference``, both kernels and ``launch``.
+
+    Parameters
+    ----------
+    prog : Program
+        The lowered pattern.
+    head : str
+        The generated-file header (``miner.generate.generate.header``).
+
+    Returns
+    -------
+    str
+        The file's text (``templates/kernel.py.tmpl`` filled in).
+    """
+    spec = prog.spec
+    params = signature_params(spec)
+    kernels = kernel_source(prog)
+    return Template((TEMPLATES / "kernel.py.tmpl").read_text()).substitute(
+        head=head, id=spec.id, params=", ".join(params), levels=prog.levels,
+        output_kinds=repr(prog.output_kinds), jit_imports=jit_imports(kernels),
+        reference=reference_source(spec, name="reference"), kernels=kernels,
+        tensors="(" + ", ".join(f"x{k}" for k in range(spec.n_inputs)) + ",)",
+        scalars="(" + "".join(f"float(c{c}), " for c in range(spec.n_consts)) + ")")
+
+
+__all__ = ["kernel_source", "reference_source", "render_kernel_py", "jit_imports", "signature_params"]

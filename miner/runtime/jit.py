@@ -1,0 +1,84 @@
+"""Hand-written ``@triton.jit`` helpers that generated kernels import (only the ones they call).
+
+Triton inlines a jit function called from another module and keys its compile cache on the
+callee's source too, so a kernel importing these compiles exactly as if they were pasted into it.
+They run under ``TRITON_INTERPRET=1`` as well (``tests/test_jit.py`` checks each against torch).
+
+- ``tanh(x)``, ``pow_rt(x, e)``, ``pow_c(x, E)``: math the interpreter lacks (no libdevice) or
+  that a compile-time exponent makes cheaper.
+- ``load_masked`` / ``load_full``: one chunk of a row in the looped kernel, whose columns count from
+  the row's 16-aligned start ``abase``: an input laid out like the rows (``ALIGNED``) is read at
+  ``x_ptr + abase + cols`` (vectorizable), any other at its logical column through its strides
+  (``x_row + (cols - lead) * x_sc``). ``load_full`` reads a whole chunk without a mask.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+__all__ = ["tanh", "pow_rt", "pow_c", "load_masked", "load_full"]
+
+
+@triton.jit
+def tanh(x):
+    """tanh without libdevice; a series near 0 keeps the relative error small where
+    ``(1 - e) / (1 + e)`` would cancel."""
+    ax = tl.abs(x)
+    e = tl.exp(-2.0 * ax)
+    big = (1.0 - e) / (1.0 + e)
+    x2 = ax * ax
+    small = ax * (1.0 - x2 * (0.3333333333333333 - x2 * (0.13333333333333333 - x2 * 0.05396825396825397)))
+    t = tl.where(ax < 0.0625, small, big)
+    return tl.where(x < 0, -t, t)
+
+
+@triton.jit
+def pow_rt(x, e):
+    """``x ** e`` for a runtime exponent, as ``torch.pow``: ``|x| ** e``, signed for odd integer
+    ``e``, nan for ``x < 0`` and non-integer ``e``, 1 for ``e == 0``."""
+    r = tl.exp2(e * tl.log2(tl.abs(x)))
+    e_int = tl.floor(e) == e
+    odd = e_int & (tl.floor(e * 0.5) * 2.0 != e)
+    r = tl.where(x < 0, tl.where(e_int, tl.where(odd, -r, r), float("nan")), r)
+    return tl.where(e == 0, 1.0, r)
+
+
+@triton.jit
+def pow_c(x, E: tl.constexpr):
+    """``x ** E`` for a compile-time exponent: small integer and half powers without exp/log."""
+    if E == 1.0:
+        r = x
+    elif E == 2.0:
+        r = x * x
+    elif E == 3.0:
+        r = x * x * x
+    elif E == 0.5:
+        r = tl.sqrt(x)
+    elif E == -0.5:
+        r = tl.rsqrt(x)
+    elif E == -1.0:
+        r = 1.0 / x
+    else:
+        r = pow_rt(x, x * 0.0 + E)
+    return r
+
+
+@triton.jit
+def load_masked(x_ptr, x_row, x_sc, abase, lead, cols, mask, ALIGNED: tl.constexpr):
+    """A masked chunk (0 where masked) of one input's row; ``cols`` count from ``abase``."""
+    if ALIGNED:
+        v = tl.load(x_ptr + abase + cols, mask=mask, other=0)
+    else:
+        v = tl.load(x_row + (cols - lead) * x_sc, mask=mask, other=0)
+    return v
+
+
+@triton.jit
+def load_full(x_ptr, x_row, x_sc, abase, lead, cols, ALIGNED: tl.constexpr):
+    """A full chunk of one input's row, no mask (every lane is a real column)."""
+    if ALIGNED:
+        v = tl.load(x_ptr + abase + cols)
+    else:
+        v = tl.load(x_row + (cols - lead) * x_sc)
+    return v
