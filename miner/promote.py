@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from miner import __version__
-from miner.generate import lower
+from miner.generate import fusion_test, lower
 from miner.runtime import rewrite
 from miner.core import candidate as candidates
 from miner.core.candidate import Candidate
@@ -87,7 +87,7 @@ def promote(workspace: Workspace, cid: str, name: str, root: Path | None = None)
     files += [wins] if wins else []
     files.append(write_registry(workspace))
     tests_root = (root or workspace.root) / "tests" / "fusions"
-    files.append(write_text(tests_root / f"test_{name}.py", render_test(name, meta, spec, command)))
+    files.append(write_text(tests_root / f"test_{name}.py", render_test(workspace, name, meta, command)))
     return Promoted(name, meta["id"], tuple(files))
 
 
@@ -162,193 +162,13 @@ inductor_options, install = _FUSIONS.inductor_options, _FUSIONS.install
 '''
 
 
-def render_test(name: str, meta: dict, spec, command: str) -> str:
-    cases = fusion_cases(meta)
-    kinds = meta["signature"]["input_kinds"]
-    case_lines = "".join(f"    pytest.param({shapes!r}, {scalars!r}, id={label!r}),\n" for shapes, scalars, label in cases)
-    first_shapes, first_scalars, _ = cases[0]
-    zoo_test = render_zoo_test(name, meta)
-    return f'''{header(meta["id"], command, f"test of fusion {name}")}"""Fusion {name} ({meta["ops"]}): kernel vs float64 reference, and the rewrite inside torch.compile.
-
-Shapes: the ones the scan observed (shrunk for the interpreter) and odd ones (a row length that
-is no power of two, one row, a row longer than the one-pass limit). CPU tests run the kernel in
-the Triton interpreter; ``-m gpu`` runs it natively on CUDA.
-"""
-
-import os
-
-import pytest
-import torch  # does not import triton, so the switch below still takes effect
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: kernels run on CPU tensors
-
-from pathlib import Path  # noqa: E402
-
-from miner.runtime.fusions import Fusions  # noqa: E402
-
-fusions = Fusions(Path(__file__).resolve().parents[2] / "fusions")
-pattern = fusions.load("{name}")
-kernel = pattern._kernel()
-
-CASES = [
-{case_lines}]
-FIRST_SHAPES, FIRST_SCALARS = {first_shapes!r}, {first_scalars!r}
-INPUT_KINDS = {kinds!r}
-FLOAT_INPUT = INPUT_KINDS.index("float")  # the input a projection feeds in ChainModel
-TOL = {{torch.float32: (1e-5, 1e-5), torch.bfloat16: (1.6e-2, 1e-2), torch.float16: (1e-3, 1e-3)}}  # (rtol, atol)
-
-
-def make_inputs(shapes, dtype, device, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    xs = []
-    for shape, kind in zip(shapes, INPUT_KINDS):
-        if kind == "bool":
-            xs.append((torch.rand(tuple(shape), generator=g) < 0.5).to(device))
-        else:
-            xs.append(torch.randn(tuple(shape), generator=g).to(dtype).to(device))
-    return xs
-
-
-def check_against_float64(shapes, scalars, dtype, device):
-    xs = make_inputs(shapes, dtype, device)
-    outs = kernel.launch(*xs, *scalars)
-    expected = pattern.pattern(*xs, *scalars)
-    ref = pattern.pattern(*[x.double() if x.is_floating_point() else x for x in xs], *scalars)
-    assert len(outs) == len(ref) == pattern.N_OUTPUTS
-    for out, exp, r in zip(outs, expected, ref):
-        assert out.shape == exp.shape and out.dtype == exp.dtype
-        if out.dtype == torch.bool:
-            assert torch.equal(out, r)
-            continue
-        rtol, atol = TOL[out.dtype]
-        torch.testing.assert_close(out.double(), r.double(), rtol=rtol, atol=atol, equal_nan=True)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
-@pytest.mark.parametrize("shapes, scalars", CASES)
-def test_kernel_matches_float64_reference_cpu(shapes, scalars, dtype):
-    check_against_float64(shapes, scalars, dtype, "cpu")
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
-@pytest.mark.parametrize("shapes, scalars", CASES)
-def test_kernel_matches_float64_reference_cuda(shapes, scalars, dtype):
-    check_against_float64(shapes, scalars, dtype, "cuda")
-
-
-def test_looped_kernel_matches_one_pass():
-    xs = make_inputs(FIRST_SHAPES, torch.float32, "cpu")
-    for a, b in zip(kernel.launch(*xs, *FIRST_SCALARS, variant="looped"), kernel.launch(*xs, *FIRST_SCALARS)):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
-
-
-class ChainModel(torch.nn.Module):
-    """A projection feeding the fused chain, as in the models it was found in."""
-
-    def __init__(self, n):
-        super().__init__()
-        self.proj = torch.nn.Linear(n, n)
-
-    def forward(self, *xs):
-        xs = list(xs)
-        xs[FLOAT_INPUT] = self.proj(xs[FLOAT_INPUT])
-        return pattern.pattern(*xs, *FIRST_SCALARS)
-
-
-def compile_and_run(model, xs, train):
-    graph_pass = fusions.graph_pass(["{name}"])
-    torch._dynamo.reset()
-    with torch._inductor.config.patch(force_disable_caches=True):
-        compiled = torch.compile(model, options=fusions.inductor_options(graph_pass_=graph_pass), dynamic=False)
-        with torch.set_grad_enabled(train):
-            got = compiled(*xs)
-            if train:
-                sum(o.float().sum() for o in got if o.is_floating_point()).backward()
-    torch._dynamo.reset()
-    return got, graph_pass.counts["{name}"]
-
-
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
-def test_torch_compile_uses_the_fusion_and_matches_eager(device, monkeypatch):
-    # The rewrite itself, ungated: on CUDA the measured-wins gate (tests/test_gate.py) may
-    # rightly decline these small shapes.
-    monkeypatch.setattr(pattern, "WINS", None)
-    xs = make_inputs(FIRST_SHAPES, torch.float32, device)
-    model = ChainModel(FIRST_SHAPES[FLOAT_INPUT][-1]).to(device)
-    got, matches = compile_and_run(model, xs, train=False)
-    assert matches > 0, "the fusion did not fire"
-    with torch.no_grad():
-        expected = model(*xs)
-    for a, b in zip(got, expected):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
-
-
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
-def test_training_step_with_the_fusion_matches_eager(device):
-    # In a training graph the chain's interior values may be saved for backward (extra users), in
-    # which case the matcher leaves it alone; either way gradients must equal eager's.
-    xs = make_inputs(FIRST_SHAPES, torch.float32, device)
-    model = ChainModel(FIRST_SHAPES[FLOAT_INPUT][-1]).to(device)
-    got, _ = compile_and_run(model, xs, train=True)
-    grads = [p.grad.clone() for p in model.parameters()]
-    model.zero_grad()
-    expected = model(*xs)
-    sum(o.float().sum() for o in expected if o.is_floating_point()).backward()
-    for a, b in zip(got, expected):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
-    for a, p in zip(grads, model.parameters()):
-        # a weight gradient sums over every row with cancellation: Inductor's reduction order alone
-        # moves single elements by ~1e-5 of the gradient's scale, so compare as a whole (norm-wise)
-        assert (a - p.grad).norm() <= 1e-5 * p.grad.norm() + 1e-6, ((a - p.grad).norm(), p.grad.norm())
-{zoo_test}
-
-def test_registry_is_loud_about_unknown_names():
-    from miner.core.errors import UsageError
-
-    assert "{name}" in fusions.names()
-    with pytest.raises(UsageError, match="{name}"):
-        fusions.load("no_such_fusion")
-'''
-
-
-def render_zoo_test(name: str, meta: dict) -> str:
-    """A slow test: the zoo model the pattern was found in, compiled with the fusion (count > 0, parity)."""
+def render_test(workspace: Workspace, name: str, meta: dict, command: str) -> str:
+    """tests/fusions/test_<name>.py: the fusion's cases table (``miner.generate.fusion_test``), with the
+    training step's matches measured here on the CPU (``miner.check.fusion_harness.train_matches``)."""
+    from miner.check import fusion_harness
     from miner.check.validate import pick_model
 
-    pick = pick_model(meta)
-    if pick is None:
-        return ""
-    model, mode = pick
-    return f'''
-
-@pytest.mark.slow
-def test_fusion_fires_in_{model}_{mode}_and_matches_eager():
-    import miner_models as models
-
-    built = models.resolve("{model}").build("tiny", "{mode}", "cpu")
-    eager = built.model
-    import copy
-
-    model = copy.deepcopy(eager)
-    graph_pass = fusions.graph_pass(["{name}"])
-
-    def step(m, fn):
-        torch.manual_seed(0)
-        out = fn(**built.inputs)
-        if "{mode}" == "train":
-            built.loss(out).backward()
-        return out["logits"], {{n: p.grad for n, p in m.named_parameters() if p.grad is not None}}
-
-    e_logits, e_grads = step(eager, eager)
-    torch._dynamo.reset()
-    with torch._inductor.config.patch(force_disable_caches=True, fallback_random=True):
-        c_logits, c_grads = step(model, torch.compile(model, options=fusions.inductor_options(graph_pass_=graph_pass),
-                                                      dynamic=False))
-    torch._dynamo.reset()
-    assert graph_pass.counts["{name}"] > 0
-    torch.testing.assert_close(c_logits, e_logits, rtol=1e-4, atol=1e-4)
-    for k, g in e_grads.items():
-        torch.testing.assert_close(c_grads[k], g, rtol=1e-3, atol=1e-4)
-'''
+    cases = fusion_cases(meta)
+    matches = fusion_harness.train_matches(workspace.fusions, name, meta["signature"]["input_kinds"], cases[0][:2])
+    return fusion_test.render(name, meta, header(meta["id"], command, f"test of fusion {name}"), matches,
+                              pick_model(meta))

@@ -77,8 +77,13 @@ def test_promote_writes_fusion_test_and_registry(ws):
     registry = (ws.fusions / "__init__.py").read_text()
     assert "_Fusions(_Path(__file__).resolve().parent)" in registry  # the folder's fusions, whatever it holds
     test = (ws.root / "tests" / "fusions" / "test_softmax_like.py").read_text()
-    assert "@pytest.mark.gpu" in test and "@pytest.mark.slow" in test
-    compile(test, "test_softmax_like.py", "exec")
+    # the test module is its cases table; the tests are the shared harness's
+    assert "from miner.check.fusion_harness import *" in test and 'FUSION = "softmax_like"' in test
+    table = {}
+    exec(compile(test.replace("from miner.check.fusion_harness import *", ""), "test_softmax_like.py", "exec"), table)
+    assert table["INPUT_KINDS"] == ["float"] and table["CASES"][0][0] == [[6, 20]]
+    assert table["TRAIN_MATCHES"] == 0  # measured: backward keeps exp and sum, so the matcher leaves the chain
+    assert "def test_" not in test
     assert candidates.status(ws, candidates.load(ws, r.id)) == "promoted"
     assert "promoted_as" not in json.loads((r.path / "candidate.json").read_text())  # promote writes fusions/ only
     assert len(out.files) == 5 and not (folder / "wins.json").exists()  # never timed: unmeasured
