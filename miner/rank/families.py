@@ -20,6 +20,8 @@ CAST_OPS = {"prims.convert_element_type.default", "aten._to_copy.default", "aten
 
 @dataclass(frozen=True)
 class Family:
+    """Candidates that compute the same thing (same ops up to casts and views), best member first."""
+
     id: str  # the leader's id
     name: str  # the leader's core op chain, e.g. "exp > sum > div"
     members: tuple[str, ...]  # leader first, then in the order given

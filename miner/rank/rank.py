@@ -50,6 +50,7 @@ from miner.rank.read import (at_published_size, bench_points, calls_of_candidate
 # --------------------------------------------------------------------------- features and estimates
 
 def call_features(p: Pattern, call: Call) -> Features:
+    """The cost model's features of one call of ``p`` (op mix, casts, bytes, row shape)."""
     cats = Counter(n.category for n in p.nodes)
     casts = sum(1 for n in p.nodes if n.target in families.CAST_OPS)
     main = call.main
@@ -69,6 +70,25 @@ def call_features(p: Pattern, call: Call) -> Features:
 
 
 def estimate_call(p: Pattern, call: Call, bench: dict[tuple, BenchPoint], model: CostModel) -> CallEstimate:
+    """One call's Inductor and candidate times and the saving: measured where ``bench`` timed
+    ``call.key``, else predicted by ``model``.
+
+    Parameters
+    ----------
+    p : Pattern
+        The pattern.
+    call : Call
+        One observed (or scaled) call of it.
+    bench : dict
+        Bench points by call key.
+    model : CostModel
+        The fitted cost model (or the analytical fallback).
+
+    Returns
+    -------
+    CallEstimate
+        Times and saving, each an ``Estimate`` that names its source.
+    """
     f = call_features(p, call)
     b = bench.get(call.key)
     if b is not None and b.speedup is not None:
@@ -125,6 +145,21 @@ def calls_for(p: Pattern, c: CandidateInfo | None, *, scale: str = "published", 
 
 def rank_one(p: Pattern, c: CandidateInfo | None, model: CostModel, *, scale: str = "published",
              only_model: str | None = None) -> Ranked:
+    """One ``Ranked`` row: the pattern's calls (scaled per ``scale``), their estimates and their sum.
+
+    Parameters
+    ----------
+    p : Pattern
+        The mined pattern.
+    c : CandidateInfo or None
+        Its candidate, if one was generated.
+    model : CostModel
+        Predicts what was not measured.
+    scale : str
+        ``"published"`` (calls at the model's published size) or ``"captured"``.
+    only_model : str, optional
+        Keep only this zoo model's calls.
+    """
     calls = calls_for(p, c, scale=scale, only_model=only_model)
     bench = {b.key: b for b in (c.bench if c else ())}
     ests = sorted((estimate_call(p, x, bench, model) for x in calls), key=lambda e: -e.total_saved_ms)
@@ -249,6 +284,7 @@ def to_json(review_: Review) -> list[dict]:
 
 
 def dumps(review_: Review) -> str:
+    """The review as indented JSON (``to_json``)."""
     return json.dumps(to_json(review_), indent=1)
 
 

@@ -36,6 +36,7 @@ def _tensors(xs: Iterable[Any]) -> tuple[TensorSpec, ...] | None:
 
 
 def load_patterns(ws: Workspace, problems: list[str]) -> tuple[list[Pattern], dict]:
+    """The mined patterns and the mining parameters; a problem line instead of an exception when the file is bad."""
     if not patterns_path(ws).exists():
         return [], {}
     try:
@@ -47,6 +48,7 @@ def load_patterns(ws: Workspace, problems: list[str]) -> tuple[list[Pattern], di
 
 
 def load_candidates(ws: Workspace, problems: list[str]) -> tuple[list[CandidateInfo], list[BenchRun]]:
+    """Every candidate folder as a ``CandidateInfo`` (status derived from its files) and the bench runs they name."""
     out = []
     promoted = candidates.fusions_by_candidate(ws)
     bench, runs = load_bench(ws, problems)
@@ -139,6 +141,7 @@ def skipped_reasons(ws: Workspace) -> dict[str, str]:
 
 
 def run_tables(ws: Workspace, problems: list[str]) -> list[RunTable]:
+    """Every ``reports/gpu/<run>/bench.json`` as a ``RunTable`` (provenance), whether or not its candidates are here."""
     out = []
     for path in sorted(ws.reports.glob("gpu/*/bench.json")):
         try:

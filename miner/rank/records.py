@@ -108,6 +108,8 @@ class BenchPoint:
 
 @dataclass(frozen=True)
 class BenchRun:
+    """One benchmark run's provenance: GPU, versions, date, copy bandwidth, the files it came from."""
+
     key: str
     gpu: str
     versions: dict[str, str]
@@ -141,6 +143,8 @@ class CandidateInfo:
 
 @dataclass(frozen=True)
 class CallEstimate:
+    """One call's Inductor time, candidate time and saving per call and per step, each with its source."""
+
     call: Call
     features: Features
     speedup: Estimate  # over Inductor
@@ -155,6 +159,8 @@ class CallEstimate:
 
 @dataclass(frozen=True)
 class Ranked:
+    """One row of the ranking: a pattern, its candidate (if any), its calls' estimates and its score."""
+
     id: str
     pattern: Pattern
     candidate: CandidateInfo | None
@@ -183,6 +189,8 @@ class Ranked:
 
 @dataclass(frozen=True)
 class Review:
+    """The whole ranking: rows best first, the cost model, the bench runs and the problems met reading the workspace."""
+
     rows: tuple[Ranked, ...]
     families: tuple[families.Family, ...]
     model: CostModel

@@ -119,6 +119,7 @@ def per_model(review: Review) -> dict[str, tuple[int, int, Estimate]]:
 
 
 def model_summary(ws: Workspace, review: Review) -> str:
+    """The per-model table: patterns, candidates, the saving per step (HTML)."""
     try:
         scans = ws.scans()
     except Exception as e:  # a corrupt scan file must not sink the whole report
@@ -148,6 +149,7 @@ def model_summary(ws: Workspace, review: Review) -> str:
 
 
 def accuracy_html(review: Review) -> str:
+    """The cost model's cross-validated accuracy and its chart, or why there is none (HTML)."""
     acc, model = review.model.accuracy, review.model
     if acc is None or not acc.ok:
         reason = acc.reason if acc and acc.reason else "accuracy is undefined on these points (a constant vector)"
@@ -174,6 +176,7 @@ def _run_cells(r: BenchRun) -> list[str]:
 
 
 def provenance_html(review: Review) -> str:
+    """Where the measured numbers come from: the bench runs and the run tables under reports/gpu/ (HTML)."""
     if not review.runs:
         out = '<p class="banner">No GPU benchmark results of these candidates in this workspace: nothing on this page is measured.</p>'
     else:
@@ -242,6 +245,7 @@ def verify_html(ws: Workspace) -> str:
 
 
 def candidate_html(r: Ranked, skipped: dict[str, str] | None = None) -> str:
+    """One candidate (or pattern without one) in full: graph, calls, validation, bench chart (HTML)."""
     skipped = skipped or {}
     p, c = r.pattern, r.candidate
     facts = [("ops", f"<code>{_e(p.ops)}</code>"), ("status", _badge(r.status) + (f" fusion <code>{_e(c.fusion)}</code>"
@@ -331,6 +335,26 @@ def candidate_html(r: Ranked, skipped: dict[str, str] | None = None) -> str:
 
 def render_html(review: Review, ws: Workspace, *, title: str = "miner review", detail_top: int = 10,
                 table_top: int = 50) -> str:
+    """The whole report page, self-contained (inline CSS, base64 PNGs).
+
+    Parameters
+    ----------
+    review : Review
+        What ``miner.rank.rank.review`` computed.
+    ws : Workspace
+        The workspace (scans, verify runs).
+    title : str
+        The page title.
+    detail_top : int
+        How many patterns without a candidate get a detail section (every candidate gets one).
+    table_top : int
+        Rows of the ranked table.
+
+    Returns
+    -------
+    str
+        The HTML.
+    """
     CSS = Path(__file__).with_name("style.css").read_text()
 
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

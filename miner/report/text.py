@@ -22,10 +22,12 @@ def _us(e: Estimate | None) -> str:
 
 
 def pct(x: float | None) -> str:
+    """``0.25`` -> ``25%``; ``-`` for None or nan."""
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.0f}%"
 
 
 def cut(s: str, n: int) -> str:
+    """``s`` cut to ``n`` characters, an ellipsis marking the cut."""
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
@@ -37,6 +39,7 @@ def _columns(rows: Sequence[Sequence[str]], header: Sequence[str], right: set[in
 
 
 def ops_chain(r: Ranked) -> str:
+    """The pattern's ops, views left out, as ``amax>sub>exp>sum>div``."""
     from miner.rank.families import short_op
     return ">".join(short_op(n.target) for n in r.pattern.nodes if n.category != "view")
 
@@ -108,6 +111,7 @@ def _accuracy_line(acc: Accuracy | None, model_note: str = "") -> str:
 
 
 def num(x: float | None, spec: str = ".2f") -> str:
+    """``x`` formatted with ``spec``; ``-`` for None."""
     return "-" if x is None else f"{x:{spec}}"
 
 
@@ -170,6 +174,7 @@ def _call_cells(e: CallEstimate) -> list[str]:
 
 
 def count(n: float) -> str:
+    """An occurrence count: integral ones without decimals."""
     return str(int(n)) if float(n).is_integer() else f"{n:.1f}"
 
 
