@@ -128,7 +128,25 @@ def _split_target(target: str) -> tuple[str, str, str]:
 
 
 def normalize_args(target: str, args: tuple, kwargs: dict) -> dict[str, Any]:
-    """Bind positional args and kwargs to the op's schema argument names (defaults filled in)."""
+    """Bind positional args and kwargs to the op's schema argument names (defaults filled in).
+
+    Parameters
+    ----------
+    target : str
+        The op (``"aten.sum.dim_IntList"``).
+    args, kwargs
+        The pattern node's arguments, as JSON holds them.
+
+    Returns
+    -------
+    dict
+        Argument name -> value, literal floats decoded (``{"float": "-inf"}`` -> ``-inf``).
+
+    Raises
+    ------
+    Unsupported
+        For an op without a schema, or a required argument missing.
+    """
     if ops.schema_arguments(target) is None:
         raise Unsupported(f"unsupported op {target}")
     bound = ops.bind(target, args, kwargs)
@@ -158,7 +176,24 @@ def _literal(x: Any) -> str:
 
 
 def lower(spec: PatternSpec) -> Program:
-    """Lower a pattern into kernel values, or raise ``Unsupported`` with the reason."""
+    """Lower a pattern into kernel values.
+
+    Parameters
+    ----------
+    spec : PatternSpec
+        The pattern as codegen sees it (``miner.generate.generate.spec_from_pattern``).
+
+    Returns
+    -------
+    Program
+        The values in topological order (each pointwise value an expression over others, each
+        reduction a per-row value of a level), the outputs and the looped kernel's levels.
+
+    Raises
+    ------
+    Unsupported
+        For a pattern outside the class; ``str(e)`` is the reason ``miner generate`` prints.
+    """
     values: dict[str, Value] = {}
     input_is_bool = []
     for k in range(spec.n_inputs):
