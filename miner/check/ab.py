@@ -391,7 +391,9 @@ def run_ab(build: Callable[[], Any], *, model: str, mode: str, compile_mode: str
 
     # on the CPU the gate passes (interpreter timings decide nothing): the gated graph is ``all``'s
     shortcut = _gated_shortcut(r, modules, compile_mode) if device.startswith("cuda") else "all"
-    if shortcut is not None:
+    if not getattr(fusions, "gated", True):
+        pass  # candidates have no gate: no gated variant
+    elif shortcut is not None:
         src = r.variant(shortcut)
         same = VariantResult("gated", names, GATE_ON, step=src.step, speedup=src.speedup, verdict=src.verdict,
                              matches=dict(src.matches) if shortcut == "all" else {f: 0 for f in names},

@@ -38,6 +38,45 @@ def plan(modes: Sequence[str], compile_modes: Sequence[str]) -> list[tuple[str, 
     return pairs
 
 
+class CandidateSet:
+    """Candidates (``candidates/<id>/pattern.py``, ungated) standing in for a fusions folder; names are ids.
+
+    A candidate's extra check has no gate; for the A/B it is wrapped to count each match's
+    context (``miner.runtime.gate.observe``), so its in-model records say where it fired.
+    """
+
+    gated = False
+
+    def __init__(self, workspace: Any, ids: Sequence[str]):
+        from miner.core import candidate as candidates
+
+        self._cands = {c.id: c for c in (candidates.load(workspace, i) for i in ids)}
+        if not self._cands:
+            raise UsageError("--candidates is empty")
+
+    def names(self) -> list[str]:
+        return list(self._cands)
+
+    def load(self, name: str):
+        from miner.runtime import gate
+
+        module = self._cands[name].pattern_module
+        if not getattr(module.extra_check, "_miner_observed", False):
+            check = module.extra_check
+
+            def observed(match, _check=check):
+                return _check(match) and gate.observe(match, name, module.N_INPUTS)
+            observed._miner_observed = True
+            module.extra_check = observed  # register() reads the module global when it runs
+        return module
+
+    def graph_pass(self, selected: Sequence[str] | None = None):
+        from miner.runtime import rewrite
+
+        chosen = self.names() if selected is None else list(selected)
+        return rewrite.FusionPass([rewrite.entry_for(self.load(n).__file__, n, self.load(n)) for n in chosen])
+
+
 def _limits() -> None:
     """Every variant of a model compiles the same code objects: allow more cache entries than 8."""
     import torch._dynamo.config as dc
@@ -50,13 +89,16 @@ def _limits() -> None:
 def run_all(models: Sequence[str], *, modes: Sequence[str], compile_modes: Sequence[str], preset: str, device: str,
             batch: int | None, seq: int | None, warmup: int, rounds: int, profile_steps: int,
             time_budget_s: float | None, workspace: Any = ".", on_result: Callable[[ABResult], None] | None = None,
-            log: Callable[[str], None] = print) -> list[ABResult]:
-    """The A/B of every model in every planned mode; a model that fails or is out of time is recorded."""
+            candidates: Sequence[str] = (), log: Callable[[str], None] = print) -> list[ABResult]:
+    """The A/B of every model in every planned mode; a model that fails or is out of time is recorded.
+
+    ``candidates``: A/B these candidate ids (ungated) instead of the workspace's promoted fusions.
+    """
     import torch
 
     import miner_models as zoo
 
-    fusions = load_fusions(_root(workspace))
+    fusions = CandidateSet(workspace, candidates) if candidates else load_fusions(_root(workspace))
     log(f"fusions: {', '.join(fusions.names())}")
     _limits()
     env = run_env(device)
@@ -96,7 +138,8 @@ def run_all(models: Sequence[str], *, modes: Sequence[str], compile_modes: Seque
 # --------------------------------------------------------------------------- evidence
 
 def record(workspace: Any, results: Sequence[ABResult], source: str = "") -> list[Path]:
-    """Write each fusion-alone verdict of ``results`` into ``fusions/<name>/wins.json`` (``in_model``).
+    """Write each fusion-alone verdict of ``results`` into ``fusions/<name>/wins.json`` (``in_model``),
+    or, for a candidate id (``--candidates``), into ``candidates/<id>/in_model.json``.
 
     Only results measured on CUDA count (interpreter timings mean nothing); a record for the same
     model, mode, compile mode and preset replaces the older one.
@@ -112,12 +155,15 @@ def record(workspace: Any, results: Sequence[ABResult], source: str = "") -> lis
             continue
         for f, rec in alone_records(r).items():
             per_fusion.setdefault(f, []).append({**rec, "source": source})
+    from miner.check.promotion import evidence_path, write_evidence
+
     written = []
     for f, recs in sorted(per_fusion.items()):
         path = root / f / rewrite.WINS_FILE
-        if not path.parent.is_dir():
-            continue
-        written.append(write_json(path, gate.merge_records(rewrite.load_wins(path), f, recs)))
+        if path.parent.is_dir():  # a promoted fusion: the gate's evidence
+            written.append(write_json(path, gate.merge_records(rewrite.load_wins(path), f, recs)))
+        elif evidence_path(workspace, f).parent.is_dir():  # a candidate: what `miner promote` requires
+            written.append(write_evidence(workspace, f, recs))
     return written
 
 

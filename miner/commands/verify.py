@@ -32,6 +32,9 @@ def add_arguments(p) -> None:
                                                            "(default 15)")
     ab.add_argument("--profile-steps", type=int, default=3,
                     help="steps per variant under torch.profiler for the kernel diff (0: none; default 3)")
+    ab.add_argument("--candidates", default=None, metavar="ID,...",
+                    help="A/B these candidates (ungated) instead of the promoted fusions: the evidence "
+                         "`miner promote` requires (with --record: candidates/<id>/in_model.json)")
     ab.add_argument("--record", action="store_true",
                     help="write each fusion-alone verdict into fusions/<name>/wins.json (in_model): the gate's "
                          "evidence (CUDA runs only)")
@@ -130,7 +133,8 @@ def _run_ab(args, ws, device: str, preset: str, modes, models, out_dir: Path | N
         abrun.run_all(models, modes=modes, compile_modes=compile_modes, preset=preset, device=device,
                       batch=args.batch, seq=args.seq, warmup=args.warmup, rounds=args.rounds,
                       profile_steps=args.profile_steps, time_budget_s=args.time_budget, workspace=ws,
-                      on_result=on_result)
+                      on_result=on_result,
+                      candidates=[c.strip() for c in (args.candidates or "").split(",") if c.strip()])
     if args.peer:
         rows.extend(peers.run_peers(peer_variants, preset=preset, steps=args.rounds, warmup=args.warmup,
                                     device=device))

@@ -187,7 +187,12 @@ def wins_gate(match, wins: dict | None, n_inputs: int, decisions: Counter | None
     if not all(isinstance(s, int) for v in vals for s in v.shape):
         return any(v.device.type != "cuda" for v in vals)
     name = (wins or {}).get("name", "?")
-    ctx = context_of(match, vals)
+    try:
+        ctx = context_of(match, vals)
+    except Exception as e:  # never break a compile over the neighbourhood: the context says it is unknown
+        log.warning("%s: match context failed (%s: %s); deciding without the neighbourhood", name, type(e).__name__, e)
+        ctx = Context(tuple((tuple(int(s) for s in v.shape), _dtype_name(v.dtype)) for v in vals), True, True,
+                      compile_mode())
     if any(v.device.type != "cuda" for v in vals):
         OBSERVED[(name, ctx, True)] += 1
         return True
