@@ -111,6 +111,8 @@ def _run_ab(args, ws, device: str, preset: str, modes, models, out_dir: Path | N
     from miner import bench
     from miner.check import abrun, peers
 
+    if args.rounds < 1 or args.warmup < 1 or args.profile_steps < 0:
+        raise UsageError("--rounds and --warmup must be at least 1, --profile-steps at least 0")
     compile_modes = [c.strip() for c in args.compile_modes.split(",") if c.strip()]
     abrun.plan(modes, compile_modes)  # a bad mode fails before anything compiles
     peer_variants = [v.strip() for v in (args.peer_variants or ",".join(peers.DEFAULT_VARIANTS)).split(",")]
