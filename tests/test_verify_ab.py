@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -39,7 +40,6 @@ def _build() -> _Built:
 
 def test_run_ab_on_a_small_model_with_the_repository_fusions():
     from miner.runtime.fusions import Fusions
-    from pathlib import Path
 
     fusions = Fusions(Path(__file__).resolve().parents[1])
     logs = []
@@ -70,3 +70,20 @@ def test_cli_smoke_tiny_bert_on_cpu(tmp_path, capsys):
     data = json.loads((out / "verify.json").read_text())
     assert data["kind"] == "VerifyAB" and data["results"][0]["fires"]["layer_norm"] > 0
     assert "noise band" in (out / "verify.md").read_text()
+
+
+@pytest.mark.gpu
+def test_gpu_ab_tiny_bert_train_and_reduce_overhead_infer():
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    results = abrun.run_all(["bert"], modes=["train", "infer"], compile_modes=["default", "reduce-overhead"],
+                            preset="tiny", device="cuda", batch=None, seq=None, warmup=3, rounds=3,
+                            profile_steps=1, time_budget_s=None, workspace=Path(__file__).resolve().parents[1],
+                            log=lambda s: None)
+    assert [(r.mode, r.compile) for r in results] == [("train", "default"), ("infer", "default"),
+                                                       ("infer", "reduce-overhead")]
+    for r in results:
+        assert r.error is None, r.error
+        assert r.noise_band is not None and r.variant("gated") is not None
+        assert all(v.parity is None or v.parity.ok for v in r.variants), r
+        assert r.variant("control").kernels is not None  # profiled on CUDA

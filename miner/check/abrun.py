@@ -88,11 +88,13 @@ def _limits() -> None:
 
 def run_all(models: Sequence[str], *, modes: Sequence[str], compile_modes: Sequence[str], preset: str, device: str,
             batch: int | None, seq: int | None, warmup: int, rounds: int, profile_steps: int,
-            time_budget_s: float | None, workspace: Any = ".", on_result: Callable[[ABResult], None] | None = None,
+            time_budget_s: float | None, model_budget_s: float | None = None, workspace: Any = ".", on_result: Callable[[ABResult], None] | None = None,
             candidates: Sequence[str] = (), log: Callable[[str], None] = print) -> list[ABResult]:
     """The A/B of every model in every planned mode; a model that fails or is out of time is recorded.
 
     ``candidates``: A/B these candidate ids (ungated) instead of the workspace's promoted fusions.
+    ``time_budget_s``: no model starts, and no variant compiles, after this many seconds of the run;
+    ``model_budget_s``: no variant compiles after this many seconds of one model and mode.
     """
     import torch
 
@@ -113,10 +115,13 @@ def run_all(models: Sequence[str], *, modes: Sequence[str], compile_modes: Seque
                              error=f"skipped: --time-budget {time_budget_s:.0f} s spent")
             else:
                 log(f"{spec.name} {mode}/{compile_mode} (preset {preset}), {time.perf_counter() - start:.0f} s in")
+                ends = [t for t in (deadline, None if model_budget_s is None else time.perf_counter() + model_budget_s)
+                        if t is not None]
                 try:
                     r = run_ab(lambda: spec.build(preset, mode, device), model=spec.name, mode=mode,
                                compile_mode=compile_mode, preset=preset, device=device, fusions=fusions, batch=batch,
-                               seq=seq, warmup=warmup, rounds=rounds, profile_steps=profile_steps, deadline=deadline,
+                               seq=seq, warmup=warmup, rounds=rounds, profile_steps=profile_steps,
+                               deadline=min(ends) if ends else None,
                                env=env, log=log)
                 except MinerError:
                     raise

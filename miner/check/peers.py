@@ -52,8 +52,6 @@ def run_variant(variant: str, *, model: str = "llama", preset: str = "base", ste
     if variant not in VARIANTS:
         row["error"] = f"unknown peer variant {variant!r}; variants: {', '.join(VARIANTS)}"
         return row
-    built = zoo.resolve(model).build(preset, "train", device)
-    net = built.model
     if "liger" in variant:
         try:
             import liger_kernel
@@ -62,6 +60,9 @@ def run_variant(variant: str, *, model: str = "llama", preset: str = "base", ste
             row["error"] = MISSING
             return row
         row["liger"] = getattr(liger_kernel, "__version__", None) or _dist_version("liger-kernel")
+    built = zoo.resolve(model).build(preset, "train", device)
+    net = built.model
+    if "liger" in variant:
         apply_liger_kernel_to_llama(model=net, **_PATCH[variant])
     runner = torch.compile(net) if variant.startswith("compile") else net
     step = make_step(runner, built.inputs, built.loss, "train", device)

@@ -30,6 +30,9 @@ def add_arguments(p) -> None:
                          "inference only) (default: default)")
     ab.add_argument("--rounds", type=int, default=15, help="alternating timed rounds, one step per variant each "
                                                            "(default 15)")
+    ab.add_argument("--model-budget", type=float, default=None, metavar="S",
+                    help="per model and mode: compile no further variant after S seconds (recorded); "
+                         "--time-budget caps the whole run")
     ab.add_argument("--profile-steps", type=int, default=3,
                     help="steps per variant under torch.profiler for the kernel diff (0: none; default 3)")
     ab.add_argument("--candidates", default=None, metavar="ID,...",
@@ -134,7 +137,8 @@ def _run_ab(args, ws, device: str, preset: str, modes, models, out_dir: Path | N
     if not args.peer_only:
         abrun.run_all(models, modes=modes, compile_modes=compile_modes, preset=preset, device=device,
                       batch=args.batch, seq=args.seq, warmup=args.warmup, rounds=args.rounds,
-                      profile_steps=args.profile_steps, time_budget_s=args.time_budget, workspace=ws,
+                      profile_steps=args.profile_steps, time_budget_s=args.time_budget,
+                      model_budget_s=args.model_budget, workspace=ws,
                       on_result=on_result,
                       candidates=[c.strip() for c in (args.candidates or "").split(",") if c.strip()])
     if args.peer:
