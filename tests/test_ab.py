@@ -142,17 +142,25 @@ def test_promotion_needs_a_measured_in_model_win(tmp_path):
         promotion.require_in_model_win(ws, "pabc")
 
 
-def test_gated_shortcut_reuses_a_measured_graph_when_decisions_are_uniform():
+def test_gate_verdicts_and_the_gated_shortcut_follow_the_evidence():
     from miner.runtime import gate
 
     r = result()
     r.variants = [v for v in r.variants if v.name != "alone:log_softmax"]
-    assert ab._gated_shortcut(r, {}, "default") == "default"  # no evidence: nothing fires
-    gate.OVERLAY["layer_norm"] = list(ab.alone_records(r).values())[:1]
+    r.gate = ab.gate_verdicts(r, {}, "default")
+    assert r.gate["layer_norm"][SITE].startswith("decline: unmeasured in a model")
+    assert ab._gated_shortcut(r) == "default"  # no evidence: nothing fires
+    gate.OVERLAY["layer_norm"] = [ab.alone_records(r)["layer_norm"]]
     try:
-        assert ab._gated_shortcut(r, {}, "default") == "all"
+        r.gate = ab.gate_verdicts(r, {}, "default")
+        assert r.gate["layer_norm"][SITE].startswith("fire: step faster in bert train/default 1.030x")
+        assert ab._gated_shortcut(r) == "all"
+        r.gate = ab.gate_verdicts(r, {}, "reduce-overhead")  # other modes agree: fires, saying so
+        assert "not reduce-overhead" in r.gate["layer_norm"][SITE]
     finally:
         gate.OVERLAY.pop("layer_norm")
+    r.gate = {"a": {"s1": "fire: x", "s2": "decline: y"}}
+    assert ab._gated_shortcut(r) is None  # mixed: compile it
 
 
 def test_peer_rows_without_liger_say_so(monkeypatch):

@@ -69,6 +69,7 @@ class ABResult:
     variants: list[VariantResult] = field(default_factory=list)
     noise_band: float | None = None
     fires: dict[str, int] = field(default_factory=dict)  # fusion -> matches with the gate open
+    gate: dict[str, dict[str, str]] = field(default_factory=dict)  # fusion -> site -> the gate's decision
     error: str | None = None
     seconds: float = 0.0
     env: dict[str, Any] = field(default_factory=dict)
@@ -286,34 +287,32 @@ def alone_records(r: ABResult) -> dict[str, dict]:
     return out
 
 
-def _gated_shortcut(r: ABResult, modules: dict[str, Any], compile_mode: str) -> str | None:
-    """"all" / "default" when the gated graph equals one already measured, else None (compile it).
-
-    Every context the fusions were seen in re-decided with the current evidence: all fire -> the
-    ``all`` graph; none fires -> nothing can fire (an unseen context is unmeasured and declines)."""
+def gate_verdicts(r: ABResult, modules: dict[str, Any], compile_mode: str) -> dict[str, dict[str, str]]:
+    """fusion -> {site: "fire: <reason>" | "decline: <reason>"}: the gate's decision, with the current
+    evidence (this run's included), for every context a variant of ``r`` saw the fusion in."""
     from miner.runtime import gate
 
-    mode = compile_mode
-    decisions = []
+    mode = "default" if compile_mode == "dynamic" else compile_mode  # what the gate reads while compiling
+    out: dict[str, dict[str, str]] = {}
     for v in r.variants:
         for f, sites in v.contexts.items():
             wins = getattr(modules.get(f), "WINS", None)
             records = gate.in_model_records(wins if wins else {"name": f})
             for site in sites:
-                decisions.append(_site_fires(site, records, mode))
-    if not decisions:
-        return "default"
+                fire, reason = gate.decide_context(_SiteCtx(site, mode), records)  # reads .site, .mode
+                out.setdefault(f, {})[site] = f"{'fire' if fire else 'decline'}: {reason}"
+    return out
+
+
+def _gated_shortcut(r: ABResult) -> str | None:
+    """"all" / "default" when the gated graph equals one already measured, else None (compile it).
+
+    From ``r.gate`` (every seen context re-decided): all fire -> the ``all`` graph; none fires ->
+    nothing can fire (a context no variant saw is unmeasured and declines)."""
+    decisions = [d.startswith("fire") for sites in r.gate.values() for d in sites.values()]
     if all(decisions):
-        return "all"
-    if not any(decisions):
-        return "default"
-    return None
-
-
-def _site_fires(site: str, records: list[dict], mode: str) -> bool:
-    from miner.runtime import gate
-
-    return gate.decide_context(_SiteCtx(site, mode), records)[0]  # reads .site and .mode only
+        return "all" if decisions else "default"
+    return "default" if not any(decisions) else None
 
 
 @dataclass(frozen=True)
@@ -391,7 +390,8 @@ def run_ab(build: Callable[[], Any], *, model: str, mode: str, compile_mode: str
         torch.cuda.empty_cache()
 
     # on the CPU the gate passes (interpreter timings decide nothing): the gated graph is ``all``'s
-    shortcut = _gated_shortcut(r, modules, compile_mode) if device.startswith("cuda") else "all"
+    r.gate = gate_verdicts(r, modules, compile_mode)
+    shortcut = _gated_shortcut(r) if device.startswith("cuda") else "all"
     if not getattr(fusions, "gated", True):
         pass  # candidates have no gate: no gated variant
     elif shortcut is not None:

@@ -184,7 +184,7 @@ def _gib(v) -> str:
 
 def summary_table(results: Sequence[ABResult]) -> str:
     lines = ["| model | mode | compile | default ms (p20-p80) | noise band | all, gate open | gated | "
-             "fires with the gate open (alone: speedup, verdict) |", "|---|---|---|---|---|---|---|---|"]
+             "fires with the gate open (alone: speedup, verdict; the gate's decisions) |", "|---|---|---|---|---|---|---|---|"]
     for r in results:
         if r.error:
             lines.append(f"| {r.model} | {r.mode} | {r.compile} | {r.error} | - | - | - | - |")
@@ -196,7 +196,11 @@ def summary_table(results: Sequence[ABResult]) -> str:
         fires = []
         for f, n in sorted(r.fires.items()):
             v = r.variant(f"alone:{f}") or (a if n and [k for k, m in r.fires.items() if m] == [f] else None)
-            fires.append(f"{f} x{n}" + (f" ({sp(v)})" if n and v is not None else "" if n else " (does not fire)"))
+            sites = r.gate.get(f, {})
+            gate_says = (f"; gate fires in {sum(d.startswith('fire') for d in sites.values())}/{len(sites)} contexts"
+                         if sites else "")
+            fires.append(f"{f} x{n}" + (f" ({sp(v)}{gate_says})" if n and v is not None else
+                                        f" ({gate_says[2:]})" if n and gate_says else "" if n else " (does not fire)"))
         lines.append(f"| {r.model} | {r.mode} | {r.compile} | {format_step(d.step if d else None)} | "
                      f"{_pct(r.noise_band)} | {sp(a)} | {sp(g)} | {'; '.join(fires) or '-'} |")
     return "\n".join(lines) + "\n"
@@ -220,6 +224,9 @@ def detail(r: ABResult) -> str:
         out.append(f"| {v.name} | {v.gate} | {format_step(v.step)} | "
                    f"{'-' if v.speedup is None else f'{v.speedup:.3f}x'} | {v.verdict or '-'} | {_gib(v)} | {m} | "
                    f"{par} | {cs} | {explain.describe(v.kernels)} | {v.note} |")
+    if r.gate:
+        out += ["", "The gate's decision per context (the evidence incl. this run's `alone` verdicts):", ""]
+        out += [f"- {f} `{site}`: {d}" for f, sites in sorted(r.gate.items()) for site, d in sorted(sites.items())]
     decisions = [(v.name, k, n) for v in r.variants for k, n in sorted(v.gate_decisions.items())]
     if decisions:
         out += ["", "Gate decisions while compiling (with the gate open: what it would have decided):", ""]
