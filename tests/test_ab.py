@@ -178,3 +178,29 @@ def test_peer_rows_without_liger_say_so(monkeypatch):
     assert row["error"] == peers.MISSING
     assert "not installed" in peers.peer_table([row])
     assert peers.run_variant("nope", device="cpu")["error"].startswith("unknown peer variant")
+
+
+def test_candidate_set_counts_each_match_context_for_ungated_candidates():
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    import torch
+    from torch._subclasses import FakeTensorMode
+
+    from miner.runtime import gate
+
+    root = Path(__file__).resolve().parents[1]
+    cid = json.loads((root / "fusions" / "log_softmax" / "fusion.json").read_text())["pattern_id"]
+    cands = abrun.CandidateSet(root, [cid])
+    assert cands.names() == [cid] and cands.gated is False
+    module = cands.load(cid)
+    assert module.extra_check._miner_observed and cands.load(cid).extra_check is module.extra_check  # wrapped once
+    with FakeTensorMode():
+        val = torch.empty(4, 8)
+    match = SimpleNamespace(kwargs={"x0": SimpleNamespace(meta={"val": val}, op="placeholder", users={})},
+                            nodes=[], outputs=[])
+    before = gate.OBSERVED.copy()
+    assert module.extra_check(match)
+    (ctx,) = gate.observed_since(before)[cid]
+    assert ctx.signature == (((4, 8), "float32"),)
+    assert cands.graph_pass().entries[0].name == cid

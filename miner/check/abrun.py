@@ -49,8 +49,10 @@ class CandidateSet:
 
     def __init__(self, workspace: Any, ids: Sequence[str]):
         from miner.core import candidate as candidates
+        from miner.core.workspace import Workspace
 
-        self._cands = {c.id: c for c in (candidates.load(workspace, i) for i in ids)}
+        ws = workspace if isinstance(workspace, Workspace) else Workspace(_root(workspace))
+        self._cands = {c.id: c for c in (candidates.load(ws, i) for i in ids)}
         if not self._cands:
             raise UsageError("--candidates is empty")
 
@@ -225,7 +227,8 @@ def detail(r: ABResult) -> str:
                    f"{'-' if v.speedup is None else f'{v.speedup:.3f}x'} | {v.verdict or '-'} | {_gib(v)} | {m} | "
                    f"{par} | {cs} | {explain.describe(v.kernels)} | {v.note} |")
     if r.gate:
-        out += ["", "The gate's decision per context (the evidence incl. this run's `alone` verdicts):", ""]
+        cpu = "" if r.env.get("device", "cuda") == "cuda" else " (CPU run: the gate passes here; this is what it would decide on CUDA)"
+        out += ["", f"The gate's decision per context (the evidence incl. this run's `alone` verdicts){cpu}:", ""]
         out += [f"- {f} `{site}`: {d}" for f, sites in sorted(r.gate.items()) for site, d in sorted(sites.items())]
     decisions = [(v.name, k, n) for v in r.variants for k, n in sorted(v.gate_decisions.items())]
     if decisions:
