@@ -367,6 +367,9 @@ def run_ab(build: Callable[[], Any], *, model: str, mode: str, compile_mode: str
     phase_a = [default, control, every]
     if len(fired) == 1:
         every.res.note = f"only {fired[0]} fires: this is {fired[0]} alone"
+    elif not fired:
+        every.res.note = "no fusion fires" + (" (dynamic shapes: the fusions need static sizes)"
+                                              if compile_mode == "dynamic" else "")
     for f in (fired if len(fired) > 1 else []):
         if late():
             r.variants.append(VariantResult(f"alone:{f}", [f], GATE_OPEN, error="not compiled: --time-budget spent"))
