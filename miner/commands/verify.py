@@ -139,11 +139,11 @@ def _run_ab(args, ws, device: str, preset: str, modes, models, out_dir: Path | N
                       batch=args.batch, seq=args.seq, warmup=args.warmup, rounds=args.rounds,
                       profile_steps=args.profile_steps, time_budget_s=args.time_budget,
                       model_budget_s=args.model_budget, workspace=ws,
-                      on_result=on_result,
+                      on_result=on_result, log=_log,
                       candidates=[c.strip() for c in (args.candidates or "").split(",") if c.strip()])
     if args.peer:
         rows.extend(peers.run_peers(peer_variants, preset=preset, steps=args.rounds, warmup=args.warmup,
-                                    device=device))
+                                    device=device, log=_log))
     print()
     print(abrun.summary_table(done))
     if rows:
@@ -160,6 +160,10 @@ def _run_ab(args, ws, device: str, preset: str, modes, models, out_dir: Path | N
     bad = [r for r in done if r.error and not r.error.startswith("skipped")]
     bad += [r for r in done for v in r.variants if v.parity is not None and not v.parity.ok]
     return 1 if bad else 0
+
+
+def _log(line: str) -> None:
+    print(line, flush=True)  # a run cut short by a time limit still shows how far it got
 
 
 def _record_from(ws, path: Path) -> int:
