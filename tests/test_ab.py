@@ -95,6 +95,7 @@ def test_alone_records_carry_the_contexts_and_the_numbers():
 
 def test_results_round_trip_and_markdown(tmp_path):
     r = result()
+    r.variants.append(VariantResult("gated", ["layer_norm"], "on", stats(20.3), 20 / 20.3, "loss"))
     r.variants[3].kernels = explain.diff([{"name": "k_1", "us_per_step": 5.0, "calls_per_step": 1}], [])
     skipped = ABResult("gpt2", "train", "default", "base", None, None, error="skipped: --time-budget 60 s spent")
     rows = [{"variant": "compile", "ms": 102.9, "p20": 102.2, "p80": 105.8, "steps": 15, "peak_gib": 11.5,
@@ -105,6 +106,7 @@ def test_results_round_trip_and_markdown(tmp_path):
     assert back[0] == r and back[1] == skipped and peer_rows == rows
     md = paths[1].read_text()
     assert "removed k (-5.0)" in md and "layer_norm x25 (1.030x win)" in md and "rms_norm x0 (does not fire)" in md
+    assert "the slowest step is bert train/default at 0.985x (BELOW the 0.99x target)" in md
     assert "skipped: --time-budget" in md and "TypeError: fake tensor" in md and "102.90 (102.20-105.80)" in md
 
 

@@ -62,10 +62,12 @@ def test_the_mode_decides_where_it_was_measured_and_other_modes_must_agree():
     assert not decide(SIG, mixed, producer_fusable=True, mode="reduce-overhead")[0]
 
 
-def test_this_runs_overlay_counts_as_evidence():
+def test_this_runs_overlay_counts_as_evidence_and_replaces_the_same_models_record():
     gate.OVERLAY["layer_norm"] = [record("win", 1.03)]
     try:
         assert decide(SIG, wins_with(), producer_fusable=True)[0]
+        assert decide(SIG, wins_with(record("loss", 0.9)), producer_fusable=True)[0]  # bert re-measured
+        assert not decide(SIG, wins_with(record("loss", 0.9, model="t5")), producer_fusable=True)[0]
     finally:
         gate.OVERLAY.pop("layer_norm")
 

@@ -255,6 +255,12 @@ def markdown(results: Sequence[ABResult], peers: Sequence[dict] = ()) -> str:
     if peers:
         from miner.check.peers import peer_table
         md += ["\n## Peer: Liger-Kernel on llama (each variant in its own process)\n", peer_table(peers)]
+    gated = [(r, r.variant("gated")) for r in results if not r.error and r.variant("gated")]
+    gated = [(r, v) for r, v in gated if v.speedup is not None]
+    if gated:
+        r, v = min(gated, key=lambda rv: rv[1].speedup)
+        md.insert(2, f"With the gate on, the slowest step is {r.model} {r.mode}/{r.compile} at {v.speedup:.3f}x "
+                     f"({'within' if v.speedup >= 0.99 else 'BELOW'} the 0.99x target).\n")
     md += ["\n## Per model\n"] + [detail(r) for r in results]
     return "\n".join(md)
 

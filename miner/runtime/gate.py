@@ -133,7 +133,13 @@ def _dtype_name(dtype) -> str:
 def in_model_records(wins: dict | None) -> list[dict]:
     """The in-model A/B records of a fusion: its wins.json ``in_model`` section plus this run's overlay."""
     records = list(((wins or {}).get("in_model") or {}).get("records", ()))
-    return records + OVERLAY.get((wins or {}).get("name", ""), [])
+    overlay = OVERLAY.get((wins or {}).get("name", ""), [])
+    newer = {_record_key(r) for r in overlay}  # a re-measured model and mode replaces its older record
+    return [r for r in records if _record_key(r) not in newer] + overlay
+
+
+def _record_key(r: dict) -> tuple:
+    return r["model"], r["mode"], r.get("compile", "default"), r.get("preset")
 
 
 def _describe(r: dict) -> str:
@@ -247,8 +253,8 @@ def merge_records(wins: dict | None, name: str, records: list[dict]) -> dict:
     base: dict[str, Any] = dict(wins) if wins else {"schema": WINS_SCHEMA, "kind": WINS_KIND, "name": name,
                                                     "wins": [], "loses": []}
     old = list((base.get("in_model") or {}).get("records", ()))
-    keys = {(r["model"], r["mode"], r.get("compile", "default"), r.get("preset")) for r in records}
-    kept = [r for r in old if (r["model"], r["mode"], r.get("compile", "default"), r.get("preset")) not in keys]
+    keys = {_record_key(r) for r in records}
+    kept = [r for r in old if _record_key(r) not in keys]
     base["in_model"] = {"schema": IN_MODEL_SCHEMA, "records": kept + list(records)}
     return base
 
