@@ -145,7 +145,8 @@ def _run_ab(args, ws, device: str, preset: str, modes, models, out_dir: Path | N
         rows.extend(peers.run_peers(peer_variants, preset=preset, steps=args.rounds, warmup=args.warmup,
                                     device=device, log=_log))
     print()
-    print(abrun.summary_table(done))
+    if done:
+        print(abrun.summary_table(done))
     if rows:
         print(peers.peer_table(rows))
     if not args.no_save:
