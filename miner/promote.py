@@ -30,6 +30,7 @@ from miner.generate.generate import (KERNEL_IMPORT, example_shapes, header, rend
                                      render_pattern_py,
                             spec_from_pattern)
 from miner.check.cases import fusion_cases
+from miner.check.promotion import carry_into, require_in_model_win
 from miner.core.workspace import Workspace, read_json, write_json, write_text
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -64,6 +65,7 @@ def promote(workspace: Workspace, cid: str, name: str, root: Path | None = None)
     if not NAME_RE.match(name) or keyword.iskeyword(name):
         raise UsageError(f"fusion name {name!r}: use lower_snake_case (e.g. softmax_like)")
     cand, validation = check_promotable(workspace, cid)
+    evidence = require_in_model_win(workspace, cand.id)  # a measured in-model step win, or a refusal
     meta = cand.meta
     from miner.core.pattern import pattern_from_json
 
@@ -85,6 +87,8 @@ def promote(workspace: Workspace, cid: str, name: str, root: Path | None = None)
     ]
     wins = write_wins(workspace, folder, meta["id"])
     files += [wins] if wins else []
+    carried = carry_into(folder / rewrite.WINS_FILE, name, evidence)  # the gate's in-model evidence
+    files += [] if wins else [carried]
     files.append(write_registry(workspace))
     tests_root = (root or workspace.root) / "tests" / "fusions"
     files.append(write_text(tests_root / f"test_{name}.py", render_test(workspace, name, meta, command)))

@@ -1,4 +1,4 @@
-"""The measured-wins gate: a promoted fusion fires on CUDA only where its GPU run says it wins."""
+"""The in-model gate: a promoted fusion fires on CUDA only in contexts an in-model A/B showed faster."""
 
 from types import SimpleNamespace
 
@@ -6,78 +6,112 @@ import pytest
 import torch
 from torch._subclasses import FakeTensorMode
 
-from miner.runtime.rewrite import decide, match_inputs_ok, signature_of, wins_gate
+from miner.runtime import gate
+from miner.runtime.rewrite import GATE_DECISIONS, decide, match_inputs_ok, wins_gate
 
-MASK, F32, BF16 = "bool", "float32", "bfloat16"
-
-
-def measured(*rows):
-    """A wins.json payload: rows of (shapes, dtypes, speedup over Inductor)."""
-    wins = {"wins": [], "loses": []}
-    for shapes, dtypes, speedup in rows:
-        item = {"inputs": [{"shape": list(s), "dtype": d, "stride": None} for s, d in zip(shapes, dtypes)],
-                "speedup_vs_inductor": speedup}
-        wins["wins" if speedup >= 1.0 else "loses"].append(item)
-    return wins
+F32, BF16 = "float32", "bfloat16"
+SIG = (((8192, 768), F32),)
+SITE = "float32[8192,768] | producer:fusable consumer:none"
 
 
-def sig(shape, dtypes):
-    return tuple((tuple(shape), d) for d in dtypes)
+def record(verdict, speedup, *, sites=(SITE,), compile="default", model="bert"):
+    return {"model": model, "mode": "train", "compile": compile, "preset": "base", "speedup": speedup,
+            "band": 0.004, "verdict": verdict, "matches": 3, "contexts": {s: 1 for s in sites}}
 
 
-BIG, SMALL = (16, 12, 512, 512), (2, 4, 64, 64)
-WINS = measured(([BIG] * 3, (MASK, BF16, BF16), 1.01),
-                ([SMALL] * 3, (MASK, BF16, BF16), 0.80),
-                ([BIG] * 3, (MASK, F32, F32), 0.95))
+def wins_with(*records, isolated=1.3):
+    """A wins.json payload: an isolated row that says the kernel wins, plus in-model records."""
+    row = {"inputs": [{"shape": [8192, 768], "dtype": F32, "stride": None}], "speedup_vs_inductor": isolated}
+    return {"name": "layer_norm", "wins": [row], "loses": [], "in_model": {"schema": 1, "records": list(records)}}
 
 
-def test_exact_measured_win_fires():
-    fire, reason = decide(sig(BIG, (MASK, BF16, BF16)), WINS)
-    assert fire and "measured on these shapes: 1.01x" in reason
+def test_an_isolated_benchmark_alone_never_enables_a_firing():
+    fire, reason = decide(SIG, wins_with(), producer_fusable=True)
+    assert not fire and reason.startswith("unmeasured in a model")
+    assert not decide(SIG, None, producer_fusable=True)[0]
 
 
-def test_exact_measured_loss_declines():
-    assert decide(sig(SMALL, (MASK, BF16, BF16)), WINS) == (False, "measured on these shapes: 0.80x Inductor")
-    assert not decide(sig(BIG, (MASK, F32, F32)), WINS)[0]
+def test_a_measured_step_win_fires_in_its_context_only():
+    wins = wins_with(record("win", 1.02))
+    fire, reason = decide(SIG, wins, producer_fusable=True)
+    assert fire and "bert train/default 1.020x" in reason
+    assert not decide(SIG, wins, producer_fusable=False)[0]  # another neighbourhood is another context
+    assert not decide((((4096, 768), F32),), wins, producer_fusable=True)[0]  # another shape
+    assert not decide((((8192, 768), BF16),), wins, producer_fusable=True)[0]  # another dtype
 
 
-def test_unmeasured_shapes_follow_the_nearest_row_with_the_same_dtypes():
-    near_big = sig((16, 12, 384, 512), (MASK, BF16, BF16))
-    fire, reason = decide(near_big, WINS)
-    assert fire and reason.startswith("nearest measured bool[16,12,512,512]")
-    near_small = sig((4, 4, 64, 64), (MASK, BF16, BF16))
-    fire, reason = decide(near_small, WINS)
-    assert not fire and "bool[2,4,64,64]" in reason and "0.80x" in reason
+def test_a_loss_anywhere_in_the_context_declines():
+    wins = wins_with(record("win", 1.02), record("loss", 0.96, model="gpt2"))
+    fire, reason = decide(SIG, wins, producer_fusable=True)
+    assert not fire and "gpt2" in reason and "0.960x" in reason
 
 
-def test_row_length_counts_not_just_size():
-    rows = measured(([(64, 512)], (F32,), 1.1), ([(512, 64)], (F32,), 0.9))  # same element count
-    assert decide(sig((32, 1024), (F32,)), rows)[0]
-    assert not decide(sig((1024, 32), (F32,)), rows)[0]
+def test_within_noise_declines():
+    fire, reason = decide(SIG, wins_with(record("noise", 1.001)), producer_fusable=True)
+    assert not fire and reason.startswith("within noise")
 
 
-def test_a_tie_goes_to_the_slower_row():
-    tie = measured(([(4, 64)], (F32,), 1.2), ([(16, 64)], (F32,), 0.9))
-    assert decide(sig((8, 64), (F32,)), tie) == (False, "nearest measured float32[16,64]: 0.90x Inductor")
+def test_the_mode_decides_where_it_was_measured_and_other_modes_must_agree():
+    wins = wins_with(record("win", 1.02), record("loss", 0.97, compile="reduce-overhead"))
+    assert decide(SIG, wins, producer_fusable=True, mode="default")[0]
+    assert not decide(SIG, wins, producer_fusable=True, mode="reduce-overhead")[0]
+    only_default = wins_with(record("win", 1.02))
+    fire, reason = decide(SIG, only_default, producer_fusable=True, mode="reduce-overhead")
+    assert fire and "not reduce-overhead" in reason
+    mixed = wins_with(record("win", 1.02), record("noise", 1.0, compile="dynamic"))
+    assert not decide(SIG, mixed, producer_fusable=True, mode="reduce-overhead")[0]
 
 
-def test_other_dtypes_do_not_fire():
-    assert decide(sig(BIG, (MASK, "float16", "float16")), WINS) == (False, "no measurement for these dtypes")
+def test_this_runs_overlay_counts_as_evidence_and_replaces_the_same_models_record():
+    gate.OVERLAY["layer_norm"] = [record("win", 1.03)]
+    try:
+        assert decide(SIG, wins_with(), producer_fusable=True)[0]
+        assert decide(SIG, wins_with(record("loss", 0.9)), producer_fusable=True)[0]  # bert re-measured
+        assert not decide(SIG, wins_with(record("loss", 0.9, model="t5")), producer_fusable=True)[0]
+    finally:
+        gate.OVERLAY.pop("layer_norm")
 
 
-def test_unmeasured_fires():
-    for wins in (None, {"wins": [], "loses": []}):
-        assert decide(sig(BIG, (MASK, F32, F32)), wins) == (True, "unmeasured: fires wherever the extra check allows")
+def test_merge_records_replaces_the_same_model_and_mode():
+    merged = gate.merge_records(wins_with(record("loss", 0.9)), "layer_norm", [record("win", 1.05)])
+    recs = merged["in_model"]["records"]
+    assert len(recs) == 1 and recs[0]["verdict"] == "win" and merged["wins"]  # isolated rows kept
+    fresh = gate.merge_records(None, "rms_norm", [record("win", 1.05, model="llama")])
+    assert fresh["kind"] == "FusionWins" and fresh["name"] == "rms_norm" and fresh["wins"] == []
 
 
-def test_exact_rows_with_other_strides_vote_by_median():
-    rows = measured(([(8, 64)], (F32,), 1.3), ([(8, 64)], (F32,), 0.9), ([(8, 64)], (F32,), 1.1))
-    assert decide(sig((8, 64), (F32,)), rows)[0]
+# --------------------------------------------------------------------------- on FX graphs
+
+def _graph_match(producer: str):
+    """A real FX graph: x -> (producer) -> softmax chain -> consumer; the match covers the chain."""
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    with FakeTensorMode():
+        val = torch.empty(4, 8, device="cuda" if False else "cpu")
+    a = g.call_function(torch.ops.aten.add.Tensor, (x, 1.0)) if producer == "pointwise" else \
+        g.call_function(torch.ops.aten.mm.default, (x, x))
+    a.meta["val"] = val
+    m = g.call_function(torch.ops.aten.amax.default, (a, [1], True))
+    s = g.call_function(torch.ops.aten.sub.Tensor, (a, m))
+    out = g.call_function(torch.ops.aten.mm.default, (s, x))
+    g.output(out)
+    match = SimpleNamespace(kwargs={"x0": a}, nodes=[m, s], outputs=[s])
+    match.output_nodes = lambda: [s]
+    return match, val
+
+
+@pytest.mark.parametrize("producer, fusable", [("pointwise", True), ("matmul", False)])
+def test_context_reads_the_neighbourhood(producer, fusable):
+    match, val = _graph_match(producer)
+    ctx = gate.context_of(match, [val], mode="default")
+    assert ctx.producer_fusable is fusable and ctx.consumer_fusable is False  # the consumer is a mm
+    assert ctx.site == f"float32[4,8] | producer:{'fusable' if fusable else 'none'} consumer:none"
+    assert ctx.key.endswith("mode:default")
 
 
 def match_of(*vals):
-    """What ``extra_check`` receives: ``match.kwargs["x<k>"]`` are FX nodes with ``meta["val"]``."""
-    return SimpleNamespace(kwargs={f"x{k}": SimpleNamespace(meta={"val": v}) for k, v in enumerate(vals)})
+    return SimpleNamespace(kwargs={f"x{k}": SimpleNamespace(meta={"val": v}, op="placeholder", users={})
+                                   for k, v in enumerate(vals)}, nodes=[], outputs=[])
 
 
 def fake(shape, dtype, device):
@@ -85,19 +119,29 @@ def fake(shape, dtype, device):
         return torch.empty(shape, dtype=dtype, device=device)
 
 
-def test_gate_reads_the_match_and_applies_on_cuda():
-    small = match_of(*(fake(SMALL, d, "cuda") for d in (torch.bool, torch.bfloat16, torch.bfloat16)))
-    big = match_of(*(fake(BIG, d, "cuda") for d in (torch.bool, torch.bfloat16, torch.bfloat16)))
-    assert signature_of(v.meta["val"] for v in small.kwargs.values()) == sig(SMALL, (MASK, BF16, BF16))
-    assert not wins_gate(small, WINS, 3)
-    assert wins_gate(big, WINS, 3)
-    assert wins_gate(small, None, 3)  # unmeasured
+def test_gate_on_cuda_decides_and_counts_with_its_reason():
+    m = match_of(fake((8192, 768), torch.float32, "cuda"))
+    site = "float32[8192,768] | producer:none consumer:none"
+    before = dict(GATE_DECISIONS)
+    assert not wins_gate(m, wins_with(), 1)
+    assert wins_gate(m, wins_with(record("win", 1.02, sites=(site,))), 1)
+    new = {k: n - before.get(k, 0) for k, n in GATE_DECISIONS.items() if n != before.get(k, 0)}
+    assert any(k.startswith("layer_norm decline ") and "unmeasured" in k for k in new)
+    assert any(k.startswith("layer_norm fire ") and "step faster" in k for k in new)
+
+
+def test_forced_open_fires_and_still_counts_what_it_would_decide():
+    m = match_of(fake((8192, 768), torch.float32, "cuda"))
+    before = gate.OBSERVED.copy()
+    with gate.forced_open():
+        assert wins_gate(m, wins_with(), 1)
+    assert not wins_gate(m, wins_with(), 1)
+    seen = gate.observed_since(before)["layer_norm"]
+    assert sum(seen.values()) == 2 and all(not c.producer_fusable for c in seen)
 
 
 def test_gate_passes_on_cpu_where_the_timings_do_not_apply():
-    cpu = match_of(*(fake(SMALL, d, "cpu") for d in (torch.bool, torch.bfloat16, torch.bfloat16)))
-    assert wins_gate(cpu, WINS, 3)
-    assert wins_gate(cpu, measured(([SMALL] * 3, (MASK, F32, F32), 0.5)), 3)
+    assert wins_gate(match_of(fake((4, 8), torch.float32, "cpu")), wins_with(record("loss", 0.5)), 1)
 
 
 def test_gate_declines_a_match_without_tensor_metas():
@@ -107,16 +151,24 @@ def test_gate_declines_a_match_without_tensor_metas():
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_kinds_check_still_sees_fake_inputs(device):
-    m = match_of(fake((4, 8), torch.float32, device))
-    assert match_inputs_ok(m, 1, ("float",), 2)
+    assert match_inputs_ok(match_of(fake((4, 8), torch.float32, device)), 1, ("float",), 2)
 
 
-def test_gate_decisions_are_counted_with_their_reason():
+def test_compile_mode_follows_inductor_config():
+    import torch._inductor.config as config
+
+    assert gate.compile_mode() == "default"
+    with config.patch({"triton.cudagraphs": True}):
+        assert gate.compile_mode() == "reduce-overhead"
+
+
+def test_uuid_covers_the_evidence(tmp_path):
     from miner.runtime import rewrite
 
-    small = match_of(*(fake(SMALL, d, "cuda") for d in (torch.bool, torch.bfloat16, torch.bfloat16)))
-    before = dict(rewrite.GATE_DECISIONS)
-    wins_gate(small, {**WINS, "name": "softmax_like"}, 3)
-    new = {k: n - before.get(k, 0) for k, n in rewrite.GATE_DECISIONS.items() if n != before.get(k, 0)}
-    (key,) = new
-    assert key.startswith("softmax_like decline ") and new[key] == 1 and ": " in key
+    pattern = tmp_path / "f" / "pattern.py"
+    pattern.parent.mkdir()
+    pattern.write_text("x = 1\n")
+    p = rewrite.FusionPass([rewrite.entry_for(pattern, "f", module=SimpleNamespace())])
+    before = p.uuid()
+    (tmp_path / "f" / "wins.json").write_text('{"in_model": {"records": []}}')
+    assert p.uuid() != before

@@ -15,6 +15,7 @@ from miner.core import candidate as candidates
 from miner.core.errors import UsageError
 from miner.generate.generate import generate_one
 from miner.promote import promote
+from miner.check import promotion
 from miner.check.validate import validate
 from miner.core.workspace import Workspace
 
@@ -61,7 +62,14 @@ def validated(ws):
     saved = json.loads((r.path / "validation.json").read_text())
     saved["checks"].append({"kind": "rewrite", "case": "bert/tiny/train", "ok": True, "detail": "1 match(es)"})
     (r.path / "validation.json").write_text(json.dumps(saved))
+    promotion.write_evidence(ws, r.id, [IN_MODEL_WIN])  # as `miner verify --ab --record` would (tests/test_ab.py)
     return r
+
+
+# an in-model A/B record: the fusion alone made bert's step faster beyond noise, at this context
+SITE = "float32[64,1024] | producer:none consumer:none"
+IN_MODEL_WIN = {"model": "bert", "mode": "train", "compile": "default", "preset": "base", "speedup": 1.02,
+                "band": 0.004, "verdict": "win", "matches": 1, "contexts": {SITE: 1}}
 
 
 def test_promote_writes_fusion_test_and_registry(ws):
@@ -86,7 +94,8 @@ def test_promote_writes_fusion_test_and_registry(ws):
     assert "def test_" not in test
     assert candidates.status(ws, candidates.load(ws, r.id)) == "promoted"
     assert "promoted_as" not in json.loads((r.path / "candidate.json").read_text())  # promote writes fusions/ only
-    assert len(out.files) == 5 and not (folder / "wins.json").exists()  # never timed: unmeasured
+    assert len(out.files) == 6  # never timed in isolation: wins.json holds only the in-model evidence
+    assert json.loads((folder / "wins.json").read_text())["in_model"]["records"] == [IN_MODEL_WIN]
     assert "and rewrite.wins_gate(match, WINS, N_INPUTS)" in pattern
 
 
@@ -137,10 +146,11 @@ def test_promote_writes_wins_json_and_the_fusion_fires_only_where_it_wins(ws, wo
     fusions = workspace_fusions()
     module = fusions.load("gated_exp")
     assert module.WINS == wins
-    assert not module.extra_check(fake_match((6, 20), torch.float32, "cuda"))  # measured loss
-    assert module.extra_check(fake_match((64, 1024), torch.float32, "cuda"))  # measured win
-    assert module.extra_check(fake_match((128, 1024), torch.float32, "cuda"))  # nearest is the win
-    assert not module.extra_check(fake_match((6, 20), torch.bfloat16, "cuda"))  # no bf16 measurement
+    assert wins["in_model"]["records"] == [IN_MODEL_WIN]  # the promotion's evidence, for the gate
+    assert not module.extra_check(fake_match((6, 20), torch.float32, "cuda"))  # no in-model record here
+    assert module.extra_check(fake_match((64, 1024), torch.float32, "cuda"))  # in-model win at this context
+    assert not module.extra_check(fake_match((128, 1024), torch.float32, "cuda"))  # unmeasured in a model
+    assert not module.extra_check(fake_match((64, 1024), torch.bfloat16, "cuda"))  # another dtype
     assert module.extra_check(fake_match((6, 20), torch.float32, "cpu"))  # GPU timings: not on CPU
 
     # the pass's uuid follows wins.json: a new measurement invalidates Inductor's caches
@@ -161,7 +171,7 @@ def test_bench_import_writes_bench_json_only_and_names_the_fusions_to_refresh(ws
     r = validated(ws)
     promote(ws, r.id, "gated_exp")
     target = ws.fusions / "gated_exp" / "wins.json"
-    assert not target.exists()
+    assert json.loads(target.read_text())["wins"] == []  # in-model evidence only
     fusion_files = {p: p.read_bytes() for p in (ws.fusions / "gated_exp").iterdir()}
     run = ws.root / "reports" / "gpu" / "run"
     bench.save_results([bench_row(r.id, (6, 20), 0.5), bench_row("pother", (6, 20), 2.0)], ENV,

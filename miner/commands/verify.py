@@ -7,18 +7,47 @@ from pathlib import Path
 from miner.core.errors import UsageError
 
 HELP = ("time and compare a model's training / inference step compiled with and without the promoted "
-        "fusions (speedup, peak memory, loss/logits/grad parity, fusion match counts); needs CUDA")
+        "fusions (speedup, peak memory, loss/logits/grad parity, fusion match counts); --ab: each fusion "
+        "alone in each model, a control for the noise band, kernels removed/added, the gate; needs CUDA")
 
 
 def add_arguments(p) -> None:
     p.add_argument("--models", default="bert,gpt2", metavar="M,...", help="zoo models (default bert,gpt2)")
-    p.add_argument("--mode", choices=("train", "infer", "both"), default="train",
-                   help="train: forward+loss+backward; infer: forward under no_grad (default train)")
+    p.add_argument("--mode", default="train", metavar="train,infer",
+                   help="train: forward+loss+backward; infer: forward under no_grad; both or a comma list "
+                        "(default train)")
     p.add_argument("--preset", default=None, help="zoo preset (default base on CUDA, tiny with --allow-cpu)")
     p.add_argument("--batch", type=int, default=None, help="batch size (default: the preset's, 16 for base)")
     p.add_argument("--seq", type=int, default=None, help="sequence length (default: the preset's, 512 for base)")
-    p.add_argument("--steps", type=int, default=20, help="timed steps (default 20)")
+    p.add_argument("--steps", type=int, default=20, help="timed steps (default 20; --ab: see --rounds)")
     p.add_argument("--warmup", type=int, default=3, help="warm-up steps, the first compiles (default 3)")
+    ab = p.add_argument_group("in-model A/B (--ab)")
+    ab.add_argument("--ab", action="store_true",
+                    help="per model and mode: default, control (default again: the noise band), all fusions "
+                         "(gate open), each firing fusion alone, all with the gate on; alternating timed steps")
+    ab.add_argument("--compile-modes", default="default", metavar="M,...",
+                    help="default (dynamic=False), dynamic (dynamic=True), reduce-overhead (CUDA graphs; "
+                         "inference only) (default: default)")
+    ab.add_argument("--rounds", type=int, default=15, help="alternating timed rounds, one step per variant each "
+                                                           "(default 15)")
+    ab.add_argument("--model-budget", type=float, default=None, metavar="S",
+                    help="per model and mode: compile no further variant after S seconds (recorded); "
+                         "--time-budget caps the whole run")
+    ab.add_argument("--profile-steps", type=int, default=3,
+                    help="steps per variant under torch.profiler for the kernel diff (0: none; default 3)")
+    ab.add_argument("--candidates", default=None, metavar="ID,...",
+                    help="A/B these candidates (ungated) instead of the promoted fusions: the evidence "
+                         "`miner promote` requires (with --record: candidates/<id>/in_model.json)")
+    ab.add_argument("--record", action="store_true",
+                    help="write each fusion-alone verdict into fusions/<name>/wins.json (in_model): the gate's "
+                         "evidence (CUDA runs only)")
+    ab.add_argument("--record-from", metavar="VERIFY_JSON",
+                    help="no run: record the verdicts of a saved `verify --ab` run (e.g. from a GPU machine)")
+    ab.add_argument("--peer", choices=("liger",), default=None,
+                    help="also run Liger-Kernel on llama (each variant in its own process)")
+    ab.add_argument("--peer-only", action="store_true", help="run only the --peer rows")
+    ab.add_argument("--peer-variants", default=None, metavar="V,...",
+                    help="peer variants (default compile,compile+liger,eager+liger-flce,compile+liger-flce)")
     p.add_argument("--time-budget", type=float, default=None, metavar="S",
                    help="skip the remaining models once this many seconds have passed")
     p.add_argument("--out", metavar="DIR", help="results folder (default reports/gpu/<date>-<gpu>/)")
@@ -42,14 +71,18 @@ def run(args) -> int:
     from miner.check import verify
     from miner.core.workspace import Workspace
 
+    ws = Workspace(args.workspace)
+    if args.record_from:
+        return _record_from(ws, Path(args.record_from))
     device = bench.require_cuda("miner verify", allow_cpu=args.allow_cpu)
     preset = args.preset or ("base" if device == "cuda" else "tiny")
-    modes = ("train", "infer") if args.mode == "both" else (args.mode,)
+    modes = _modes(args.mode)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     if not models:
         raise UsageError("--models is empty")
-    ws = Workspace(args.workspace)
     out_dir = Path(args.out) if args.out else None
+    if args.ab or args.peer:
+        return _run_ab(args, ws, device, preset, modes, models, out_dir)
     done: list = []
 
     def on_result(r):
@@ -67,6 +100,88 @@ def run(args) -> int:
         print(f"wrote {(out_dir or bench.today_dir(_env_like(results[0].env), ws.reports)) / 'verify.json'}")
     bad = [r for r in results if r.error or (r.parity is not None and not r.parity.ok)]
     return 1 if bad else 0
+
+
+def _modes(text: str) -> tuple[str, ...]:
+    modes = ("train", "infer") if text == "both" else tuple(m.strip() for m in text.split(",") if m.strip())
+    bad = [m for m in modes if m not in ("train", "infer")]
+    if bad or not modes:
+        raise UsageError(f"--mode {text!r}: use train, infer, both or a comma list of train,infer")
+    return modes
+
+
+def _run_ab(args, ws, device: str, preset: str, modes, models, out_dir: Path | None) -> int:
+    from miner import bench
+    from miner.check import abrun, peers
+
+    if args.rounds < 1 or args.warmup < 1 or args.profile_steps < 0:
+        raise UsageError("--rounds and --warmup must be at least 1, --profile-steps at least 0")
+    compile_modes = [c.strip() for c in args.compile_modes.split(",") if c.strip()]
+    abrun.plan(modes, compile_modes)  # a bad mode fails before anything compiles
+    peer_variants = [v.strip() for v in (args.peer_variants or ",".join(peers.DEFAULT_VARIANTS)).split(",")]
+    bad = [v for v in peer_variants if v not in peers.VARIANTS]
+    if bad:
+        raise UsageError(f"unknown peer variant {bad[0]!r}; variants: {', '.join(peers.VARIANTS)}")
+    done: list = []
+    rows: list = []
+
+    def target() -> Path:
+        env = next((r.env for r in done if r.env), None) or verify_env(device)
+        return out_dir or bench.today_dir(_env_like(env), ws.reports)
+
+    def on_result(r):
+        done.append(r)
+        if not args.no_save:
+            abrun.save(done, target(), rows)
+
+    if not args.peer_only:
+        abrun.run_all(models, modes=modes, compile_modes=compile_modes, preset=preset, device=device,
+                      batch=args.batch, seq=args.seq, warmup=args.warmup, rounds=args.rounds,
+                      profile_steps=args.profile_steps, time_budget_s=args.time_budget,
+                      model_budget_s=args.model_budget, workspace=ws,
+                      on_result=on_result, log=_log,
+                      candidates=[c.strip() for c in (args.candidates or "").split(",") if c.strip()])
+    if args.peer:
+        rows.extend(peers.run_peers(peer_variants, preset=preset, steps=args.rounds, warmup=args.warmup,
+                                    device=device, log=_log))
+    print()
+    if done:
+        print(abrun.summary_table(done))
+    if rows:
+        print(peers.peer_table(rows))
+    if not args.no_save:
+        paths = abrun.save(done, target(), rows)
+        print(f"wrote {paths[0]} and {paths[1].name}")
+        if args.record:
+            for p in abrun.record(ws, done, source=str(paths[0])):
+                print(f"recorded in-model evidence: {p}")
+    elif args.record:
+        for p in abrun.record(ws, done):
+            print(f"recorded in-model evidence: {p}")
+    bad = [r for r in done if r.error and not r.error.startswith("skipped")]
+    bad += [r for r in done for v in r.variants if v.parity is not None and not v.parity.ok]
+    return 1 if bad else 0
+
+
+def _log(line: str) -> None:
+    print(line, flush=True)  # a run cut short by a time limit still shows how far it got
+
+
+def _record_from(ws, path: Path) -> int:
+    from miner.check import abrun
+
+    results, _ = abrun.load(path)
+    written = abrun.record(ws, results, source=str(path))
+    if not written:
+        print(f"{path}: no CUDA fusion-alone verdicts to record")
+    for p in written:
+        print(f"recorded in-model evidence: {p}")
+    return 0
+
+
+def verify_env(device: str) -> dict:
+    from miner.check.verify import run_env
+    return run_env(device)
 
 
 def _env_like(env: dict):

@@ -12,9 +12,9 @@ A pattern module (``candidates/<id>/pattern.py`` or ``fusions/<name>/pattern.py`
   single pass object per slot). ``uuid()`` hashes the pattern and kernel sources (and this file), so editing a
   fusion invalidates Inductor's FX graph cache. Each pattern has its own ``PatternMatcherPass``,
   so ``counts[name]`` says how often each one fired.
-- ``wins_gate`` / ``decide``: the measured-wins gate of a promoted fusion's ``extra_check``: on CUDA
-  a fusion fires only on shapes where its GPU benchmark (``fusions/<name>/wins.json``) says it is
-  at least as fast as Inductor.
+- ``wins_gate`` / ``decide``: the gate of a promoted fusion's ``extra_check``, delegated to
+  ``miner.runtime.gate``: on CUDA a fusion fires only in contexts where an in-model A/B
+  (``fusions/<name>/wins.json`` ``in_model``) showed the model's step faster beyond noise.
 - ``inductor_options(pass)``: the ``torch.compile(options=...)`` dict. The pass goes in both
   post-grad slots: the *pre* slot runs before Inductor's own pattern passes (on CUDA Inductor
   rewrites ``amax/sub/exp/sum`` into its online-softmax prim there, which would hide the chain),
@@ -32,9 +32,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import logging
-import math
 import os
-import statistics
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -170,13 +168,12 @@ def match_inputs_ok(match, n_inputs: int, input_kinds: tuple[str, ...], rank: in
     return rank is None or len(shape) == rank
 
 
-# --------------------------------------------------------------------------- the measured-wins gate
+# --------------------------------------------------------------------------- the gate
 #
-# ``miner bench`` times a candidate against Inductor per (input shapes, dtypes) on a GPU; a fusion
-# that loses on some shapes should leave those to Inductor. ``wins.json`` (written by ``miner
-# promote`` / ``miner bench --import`` from ``candidates/<id>/bench.json``) holds that run's
-# ``miner.bench.results.wins_table`` entry: ``wins`` and ``loses``, each a list of ``{"inputs": [{shape,
-# dtype, stride}], "speedup_vs_inductor", ...}``.
+# ``wins.json`` (written by ``miner promote`` from ``candidates/<id>/bench.json``) holds the
+# isolated GPU timings (``wins`` / ``loses``, per input shapes and dtypes) and, once ``miner verify
+# --ab --record`` ran, the in-model A/B evidence (``in_model``) that alone decides a firing on CUDA
+# (``miner.runtime.gate``).
 
 Signature = tuple[tuple[tuple[int, ...], str], ...]  # per input: (shape, dtype name as in bench rows)
 
@@ -203,77 +200,23 @@ def measurements(wins: dict | None) -> list[tuple[Signature, float]]:
             for r in rows]
 
 
-def _size(signature: Signature) -> tuple[int, int]:
-    """(row length, element count) of the largest input: the row a row kernel reduces, and its work.
+def decide(signature: Signature, wins: dict | None, **context) -> tuple[bool, str]:
+    """Whether a fusion should fire on inputs ``signature``, and why: ``miner.runtime.gate.decide``.
 
-    Row length as ``BenchCase.row_length`` defines it (last dim of the largest input).
+    From in-model evidence only (``wins["in_model"]``, written by ``miner verify --ab --record``):
+    an isolated benchmark row never enables a firing; an unmeasured context declines.
+    ``context``: ``producer_fusable``, ``consumer_fusable``, ``mode``.
     """
-    shape = max((s for s, _ in signature), key=math.prod, default=())
-    return (shape[-1] if shape else 1), math.prod(shape)
+    from miner.runtime import gate
 
-
-def _distance(a: Signature, b: Signature) -> float:
-    """Log distance in row length plus log distance in element count (sizes 0 count as 1)."""
-    (ra, na), (rb, nb) = _size(a), _size(b)
-    return abs(math.log(max(ra, 1) / max(rb, 1))) + abs(math.log(max(na, 1) / max(nb, 1)))
-
-
-def _label(signature: Signature) -> str:
-    return " ".join(f"{d}[{','.join(map(str, s))}]" for s, d in signature)
-
-
-def decide(signature: Signature, wins: dict | None) -> tuple[bool, str]:
-    """Whether a fusion should fire on inputs ``signature``, given its measurements; and why.
-
-    - no measurement (``wins`` None, or no rows in it): fire; "unmeasured: fires wherever the
-      extra check allows" (a fusion is promoted because it validated; timing it is a later step);
-    - the exact (shapes, dtypes) was measured: fire iff its speedup over Inductor is >= 1.0
-      (several rows, e.g. other strides: their median);
-    - otherwise, among the rows with the same input dtypes, follow the one nearest in row length
-      and element count of the largest input (log distance: a 2x longer row counts as far as a 2x
-      shorter one); on a tie the slower row decides (fire only where measured to win);
-    - no row with these dtypes: do not fire; "no measurement for these dtypes" (bf16 and fp32
-      kernels win and lose in different places, one says nothing about the other).
-
-    Pure (no torch, no FX): ``wins_gate`` computes the signature from a match.
-    """
-    signature = tuple((tuple(shape), dtype) for shape, dtype in signature)
-    rows = measurements(wins)
-    if not rows:
-        return True, "unmeasured: fires wherever the extra check allows"
-    exact = [s for sig, s in rows if sig == signature]
-    if exact:
-        s = statistics.median(exact)
-        return s >= 1.0, f"measured on these shapes: {s:.2f}x Inductor"
-    dtypes = tuple(d for _, d in signature)
-    same = [(sig, s) for sig, s in rows if tuple(d for _, d in sig) == dtypes]
-    if not same:
-        return False, "no measurement for these dtypes"
-    sig, s = min(same, key=lambda r: (_distance(r[0], signature), r[1]))
-    return s >= 1.0, f"nearest measured {_label(sig)}: {s:.2f}x Inductor"
+    return gate.decide(signature, wins, **context)
 
 
 def wins_gate(match, wins: dict | None, n_inputs: int) -> bool:
-    """The measured-wins part of a fusion's ``extra_check``: ``decide`` on the match's input metas.
+    """The gate part of a fusion's ``extra_check``: ``miner.runtime.gate.wins_gate`` (CPU passes)."""
+    from miner.runtime import gate
 
-    Applies only when the matched tensors are on CUDA: the measurements are GPU timings, so on
-    the CPU (the Triton interpreter: tests, validation) the gate passes and only the rest of the
-    extra check decides. A match whose inputs are not static tensors is declined (the rest of the
-    check declines those too). Each decision is logged at DEBUG on ``miner.runtime.rewrite``.
-    """
-    vals = match_vals(match, n_inputs)
-    if vals is None:
-        return False
-    if any(v.device.type != "cuda" for v in vals):
-        return True
-    if not all(isinstance(s, int) for v in vals for s in v.shape):
-        return False
-    signature = signature_of(vals)
-    fire, reason = decide(signature, wins)
-    name = (wins or {}).get("name", "?")
-    GATE_DECISIONS[f"{name} {'fire' if fire else 'decline'} {_label(signature)}: {reason}"] += 1
-    log.debug("%s %s %s: %s", name, "fire" if fire else "decline", _label(signature), reason)
-    return fire
+    return gate.wins_gate(match, wins, n_inputs, GATE_DECISIONS)
 
 
 @dataclass

@@ -1,0 +1,452 @@
+"""In-model A/B of each fusion (``miner verify --ab``): is the model's step faster with it?
+
+Per zoo model, step mode (train / infer) and compile mode (``default``: ``dynamic=False``;
+``dynamic``: ``dynamic=True``; ``reduce-overhead``: CUDA graphs, inference), the same seeded
+model is compiled as these variants, all resident at once:
+
+* ``default``: ``torch.compile`` with no fusion (Inductor's FX cache allowed);
+* ``control``: the same again (an FX-cache hit when the first wrote it; said in the output): the
+  default-vs-default difference is the noise band, measured, not assumed;
+* ``all``: every fusion, gate forced open ("what would it do if it fired"); its match counts say
+  which fusions fire in this model at all (one with 0 matches "does not fire" and gets no
+  variant of its own);
+* ``alone:<f>``: each fusion that fired, alone, gate open (when only one fired, ``all`` is it);
+* ``gated``: every fusion with the gate on, deciding from the in-model evidence of earlier runs
+  plus this run's ``alone`` verdicts; compiled only when that graph differs from one already
+  measured (every match fires: ``all``; none: ``default``).
+
+Timed steps alternate between the variants (round robin, the start rotating each round), so
+drift falls on all alike: median and 20/80% quantiles per variant. Fusion variants compile with
+Inductor's FX and AOT caches off (a cache hit would skip the pass and its counters). Each variant
+then runs a few steps under torch.profiler (``miner.scan.profile.kernel_times``) and
+``miner.check.explain`` lists the kernels it removed, added and the neighbours that changed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+from miner.check.verify import (Parity, StepStats, _first_tensor, _zero_grads, make_parity, make_step, resize_inputs,
+                                time_step)
+
+COMPILE_MODES = ("default", "dynamic", "reduce-overhead")
+GATE_OPEN, GATE_ON, NO_GATE = "open", "on", "-"
+
+
+@dataclass
+class VariantResult:
+    name: str  # default, control, all, alone:<f>, gated
+    fusions: list[str]
+    gate: str
+    step: StepStats | None = None
+    speedup: float | None = None  # default median / this median (same timing phase)
+    verdict: str | None = None  # win / loss / noise (beyond / within the control's band)
+    parity: Parity | None = None
+    matches: dict[str, int] = field(default_factory=dict)
+    contexts: dict[str, dict[str, int]] = field(default_factory=dict)  # fusion -> site -> matches
+    gate_decisions: dict[str, int] = field(default_factory=dict)
+    kernels: dict | None = None  # miner.check.explain.diff against default
+    compile_s: float | None = None
+    fx_cache_hits: int | None = None
+    note: str = ""
+    error: str | None = None
+
+
+@dataclass
+class ABResult:
+    model: str
+    mode: str  # train / infer
+    compile: str  # default / dynamic / reduce-overhead
+    preset: str
+    batch: int | None
+    seq: int | None
+    variants: list[VariantResult] = field(default_factory=list)
+    noise_band: float | None = None
+    fires: dict[str, int] = field(default_factory=dict)  # fusion -> matches with the gate open
+    gate: dict[str, dict[str, str]] = field(default_factory=dict)  # fusion -> site -> the gate's decision
+    error: str | None = None
+    seconds: float = 0.0
+    env: dict[str, Any] = field(default_factory=dict)
+
+    def variant(self, name: str) -> VariantResult | None:
+        return next((v for v in self.variants if v.name == name), None)
+
+
+def ab_to_json(r: ABResult) -> dict:
+    return asdict(r)
+
+
+def ab_from_json(d: dict) -> ABResult:
+    d = dict(d)
+    vs = []
+    for v in d.pop("variants", []):
+        v = dict(v)
+        v["step"] = StepStats(**v["step"]) if v.get("step") else None
+        v["parity"] = Parity(**v["parity"]) if v.get("parity") else None
+        vs.append(VariantResult(**v))
+    return ABResult(**d, variants=vs)
+
+
+# --------------------------------------------------------------------------- statistics
+
+def rel_se_median(s: StepStats) -> float:
+    """Relative standard error of a median, from the measured p20-p80 spread (normal: 1.683 sigma)."""
+    if s.median_ms <= 0 or s.steps < 2:
+        return 0.0
+    sigma = (s.p80_ms - s.p20_ms) / 1.683
+    return 1.2533 * sigma / math.sqrt(s.steps) / s.median_ms
+
+
+def noise_band(default: StepStats, control: StepStats) -> float:
+    """The relative step change that two identical compiles show: the larger of the control's
+    measured offset ``|control/default - 1|`` and twice the combined standard error of the two medians."""
+    offset = abs(default.median_ms / control.median_ms - 1.0) if control.median_ms > 0 else 0.0
+    return max(offset, 2.0 * math.hypot(rel_se_median(default), rel_se_median(control)))
+
+
+def verdict(speedup: float | None, band: float | None) -> str | None:
+    """win / loss beyond the band, else noise."""
+    if speedup is None or band is None:
+        return None
+    if speedup > 1.0 + band:
+        return "win"
+    if speedup < 1.0 - band:
+        return "loss"
+    return "noise"
+
+
+# --------------------------------------------------------------------------- variants
+
+@dataclass
+class _Live:
+    res: VariantResult
+    model: Any
+    step: Callable
+    times: list[float] = field(default_factory=list)
+    peak: int = 0
+
+
+def compile_options(compile_mode: str, graph_pass=None, *, cache: bool, tag: str) -> dict:
+    """``torch.compile(options=...)`` of one variant.
+
+    Each variant's options must differ: torch treats two inductor backends with equal options as
+    one, and dynamo would then run the first variant's compiled code for the second without
+    compiling it. ``tag`` goes into ``trace.debug_dir``, read only when tracing is on and left out
+    of the FX cache key (so ``control`` still hits the default's cache entry). ``reduce-overhead``
+    is given as its option (``triton.cudagraphs``): ``mode=`` cannot go with ``options=``.
+    """
+    opts: dict = {"post_grad_custom_pre_pass": graph_pass, "post_grad_custom_post_pass": graph_pass,
+                  "trace.debug_dir": f"miner-ab-{tag}"}
+    if compile_mode == "reduce-overhead":
+        opts["triton.cudagraphs"] = True
+    if not cache:
+        opts["fx_graph_cache"] = False
+    return opts
+
+
+def _compile(model, compile_mode: str, options: dict):
+    import torch
+
+    return torch.compile(model, dynamic=compile_mode == "dynamic", options=options)
+
+
+@contextlib.contextmanager
+def _compile_context(*, cache: bool, gate_open: bool):
+    """The first steps of one variant (they compile): the gate held open or not, the AOT cache off
+    for fusion variants (a hit would skip the pass and its counters)."""
+    import torch._functorch.config as fconfig
+
+    from miner.runtime import gate
+
+    with gate.forced_open(gate_open), \
+            (contextlib.nullcontext() if cache else fconfig.patch(enable_autograd_cache=False)):
+        yield
+
+
+def _wrap_step(step: Callable, compile_mode: str) -> Callable:
+    if compile_mode != "reduce-overhead":
+        return step
+    import torch
+
+    def marked():
+        torch.compiler.cudagraph_mark_step_begin()
+        return step()
+    return marked
+
+
+def prepare(name: str, base_model, inputs: dict, loss, *, mode: str, compile_mode: str, device: str,
+            graph_pass=None, fusions: Sequence[str] = (), gate: str = NO_GATE, cache: bool = False,
+            warmup: int = 3, compile_fn: Callable | None = None) -> _Live:
+    """A copy of ``base_model`` compiled as one variant, warmed up (the first step compiles)."""
+    import torch
+
+    from miner.runtime import gate as gate_mod
+    from miner.runtime.rewrite import GATE_DECISIONS
+
+    model = copy.deepcopy(base_model)
+    options = compile_options(compile_mode, graph_pass, cache=cache, tag=name)
+    compiled = compile_fn(model, compile_mode) if compile_fn else _compile(model, compile_mode, options)
+    step = _wrap_step(make_step(compiled, inputs, loss, mode, device), compile_mode)
+    counts_before = Counter(graph_pass.counts) if graph_pass is not None else Counter()
+    seen_before, decisions_before = Counter(gate_mod.OBSERVED), Counter(GATE_DECISIONS)
+    hits_before = int(torch._dynamo.utils.counters["inductor"].get("fxgraph_cache_hit", 0))
+    t0 = time.perf_counter()
+    with _compile_context(cache=cache, gate_open=gate == GATE_OPEN):
+        for _ in range(max(1, warmup)):
+            _zero_grads(model)
+            step()
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+    res = VariantResult(name, list(fusions), gate, compile_s=time.perf_counter() - t0)
+    res.fx_cache_hits = int(torch._dynamo.utils.counters["inductor"].get("fxgraph_cache_hit", 0)) - hits_before
+    if graph_pass is not None:
+        res.matches = {f: graph_pass.counts[f] - counts_before[f] for f in fusions}
+    res.contexts = {f: {c.site: n for c, n in sites.items()}
+                    for f, sites in gate_mod.observed_since(seen_before).items()}
+    res.gate_decisions = {k: n - decisions_before[k] for k, n in GATE_DECISIONS.items() if n > decisions_before[k]}
+    _zero_grads(model)
+    return _Live(res, model, step)
+
+
+def parity_of(live: _Live, mode: str, device: str, seed: int = 1234) -> tuple:
+    """(loss, logits on CPU, grads on the device) of one step from a fixed RNG state."""
+    import torch
+
+    torch.manual_seed(seed)
+    if device.startswith("cuda"):
+        torch.cuda.manual_seed_all(seed)
+    _zero_grads(live.model)
+    out, loss = live.step()
+    logits = _first_tensor(out)
+    logits = None if logits is None else logits.detach().float().cpu()
+    # grads stay on the device (compared there in float64 per parameter: a 1B model's grads are 5 GB)
+    grads = {n: (None if p.grad is None else p.grad.detach().float().clone())
+             for n, p in live.model.named_parameters() if p.requires_grad} if mode == "train" else {}
+    loss_v = None if loss is None else float(loss.detach().float())
+    _zero_grads(live.model)
+    return loss_v, logits, grads
+
+
+def interleave(lives: Sequence[_Live], rounds: int, device: str) -> None:
+    """``rounds`` timed steps per variant, round robin, the first variant rotating each round."""
+    from miner.bench.timing import gpu_timing_lock
+
+    n = len(lives)
+    for r in range(rounds):
+        for live in list(lives[r % n:]) + list(lives[:r % n]):
+            _zero_grads(live.model)
+            with gpu_timing_lock():
+                ms, peak = time_step(live.step, device)
+            live.times.append(ms)
+            live.peak = max(live.peak, peak)
+
+
+def _stats(live: _Live) -> StepStats:
+    from miner.bench import roofline as rl
+
+    m, lo, hi = rl.summarize(live.times)
+    return StepStats(m, lo, hi, len(live.times), live.peak, live.res.compile_s or 0.0)
+
+
+def _record_phase(lives: Sequence[_Live], band: float | None) -> None:
+    base = _stats(lives[0])
+    for live in lives:
+        s = _stats(live)
+        live.res.step = s
+        live.res.speedup = base.median_ms / s.median_ms if s.median_ms > 0 else None
+        if live.res.name != "default":
+            live.res.verdict = verdict(live.res.speedup, band)
+        live.times = []
+
+
+def in_model_record(r: ABResult, v: VariantResult, fusion: str) -> dict:
+    """The evidence a fusion-alone variant gives (``miner.runtime.gate`` reads these)."""
+    return {"model": r.model, "mode": r.mode, "compile": r.compile, "preset": r.preset, "batch": r.batch, "seq": r.seq,
+            "speedup": round(v.speedup, 4), "band": round(r.noise_band or 0.0, 4), "verdict": v.verdict,
+            "matches": v.matches.get(fusion, 0), "contexts": v.contexts.get(fusion, {}),
+            "gpu": r.env.get("gpu"), "torch": r.env.get("torch"), "date": r.env.get("date")}
+
+
+def alone_records(r: ABResult) -> dict[str, dict]:
+    """fusion -> its in-model record from ``r`` (the ``alone`` variant; ``all`` when it fired alone)."""
+    out = {}
+    for f, n in r.fires.items():
+        if not n:
+            continue
+        v = r.variant(f"alone:{f}")
+        if v is None and [g for g, k in r.fires.items() if k] == [f]:
+            v = r.variant("all")
+        if v is not None and v.speedup is not None and v.verdict is not None:
+            out[f] = in_model_record(r, v, f)
+    return out
+
+
+def gate_verdicts(r: ABResult, modules: dict[str, Any], compile_mode: str) -> dict[str, dict[str, str]]:
+    """fusion -> {site: "fire: <reason>" | "decline: <reason>"}: the gate's decision, with the current
+    evidence (this run's included), for every context a variant of ``r`` saw the fusion in."""
+    from miner.runtime import gate
+
+    mode = "default" if compile_mode == "dynamic" else compile_mode  # what the gate reads while compiling
+    out: dict[str, dict[str, str]] = {}
+    for v in r.variants:
+        for f, sites in v.contexts.items():
+            wins = getattr(modules.get(f), "WINS", None)
+            records = gate.in_model_records(wins if wins else {"name": f})
+            for site in sites:
+                fire, reason = gate.decide_context(_SiteCtx(site, mode), records)  # reads .site, .mode
+                out.setdefault(f, {})[site] = f"{'fire' if fire else 'decline'}: {reason}"
+    return out
+
+
+def _gated_shortcut(r: ABResult) -> str | None:
+    """"all" / "default" when the gated graph equals one already measured, else None (compile it).
+
+    From ``r.gate`` (every seen context re-decided): all fire -> the ``all`` graph; none fires ->
+    nothing can fire (a context no variant saw is unmeasured and declines)."""
+    decisions = [d.startswith("fire") for sites in r.gate.values() for d in sites.values()]
+    if all(decisions):
+        return "all" if decisions else "default"
+    return "default" if not any(decisions) else None
+
+
+@dataclass(frozen=True)
+class _SiteCtx:
+    site: str
+    mode: str
+
+
+def run_ab(build: Callable[[], Any], *, model: str, mode: str, compile_mode: str, preset: str, device: str,
+           fusions, batch: int | None = None, seq: int | None = None, warmup: int = 3, rounds: int = 15,
+           profile_steps: int = 3, deadline: float | None = None, env: dict | None = None,
+           compile_fn: Callable | None = None, kernel_times: Callable | None = None,
+           log: Callable[[str], None] = print) -> ABResult:
+    """The A/B of one model, step mode and compile mode (see the module docstring).
+
+    ``fusions``: a ``miner.runtime.fusions.Fusions``. ``deadline`` (``time.perf_counter()``): no new
+    variant is compiled after it (those left out are recorded). ``kernel_times``: the profiler
+    table function (default ``miner.scan.profile.kernel_times``); ``profile_steps=0`` skips it.
+    """
+    import torch
+
+    from miner.runtime import gate
+
+    t0 = time.perf_counter()
+    r = ABResult(model, mode, compile_mode, preset, batch, seq, env=env or {})
+    built = build()
+    inputs = resize_inputs(built.inputs, batch, seq)
+    names = fusions.names()
+    modules = {f: fusions.load(f) for f in names}
+
+    def late() -> bool:
+        return deadline is not None and time.perf_counter() > deadline
+
+    def make(name, graph_pass=None, chosen=(), gate_mode=NO_GATE, cache=False) -> _Live:
+        log(f"  {model} {mode}/{compile_mode} {name}: compiling")
+        live = prepare(name, built.model, inputs, built.loss, mode=mode, compile_mode=compile_mode, device=device,
+                       graph_pass=graph_pass, fusions=chosen, gate=gate_mode, cache=cache, warmup=warmup,
+                       compile_fn=compile_fn)
+        fired = {f: n for f, n in live.res.matches.items() if n}
+        log(f"  {model} {mode}/{compile_mode} {name}: {live.res.compile_s:.1f} s"
+            f"{f', FX cache hits {live.res.fx_cache_hits}' if live.res.fx_cache_hits else ''}; matches {fired}")
+        return live
+
+    default = make("default", cache=True)
+    control = make("control", cache=True)
+    if control.res.fx_cache_hits:
+        control.res.note = f"FX graph cache hit ({control.res.fx_cache_hits} graphs): the default's compiled code"
+    all_pass = fusions.graph_pass(names)
+    every = make("all", all_pass, names, GATE_OPEN)
+    r.fires = dict(every.res.matches)
+    fired = [f for f in names if r.fires.get(f)]
+    phase_a = [default, control, every]
+    if len(fired) == 1:
+        every.res.note = f"only {fired[0]} fires: this is {fired[0]} alone"
+    elif not fired:
+        every.res.note = "no fusion fires" + (" (dynamic shapes: the fusions need static sizes)"
+                                              if compile_mode == "dynamic" else "")
+    for f in (fired if len(fired) > 1 else []):
+        if late():
+            r.variants.append(VariantResult(f"alone:{f}", [f], GATE_OPEN, error="not compiled: --time-budget spent"))
+            continue
+        phase_a.append(make(f"alone:{f}", fusions.graph_pass([f]), [f], GATE_OPEN))
+    log(f"  {model} {mode}/{compile_mode}: {rounds} alternating rounds over {len(phase_a)} variants")
+    interleave(phase_a, rounds, device)
+    _record_phase(phase_a, None)
+    r.noise_band = noise_band(default.res.step, control.res.step)
+    for live in phase_a[1:]:
+        live.res.verdict = verdict(live.res.speedup, r.noise_band)
+    _parity(phase_a, mode, device)
+    _explain(phase_a, kernel_times, device, profile_steps)
+    r.variants[:0] = [live.res for live in phase_a]
+    for f, rec in alone_records(r).items():  # this run's verdicts join the evidence of the gated compile
+        gate.OVERLAY.setdefault(f, []).append(rec)
+    for live in phase_a[2:]:  # free the fusion variants; default and control stay for the gated phase
+        live.model = live.step = None
+    del phase_a[2:], every
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+
+    # on the CPU the gate passes (interpreter timings decide nothing): the gated graph is ``all``'s
+    r.gate = gate_verdicts(r, modules, compile_mode)
+    shortcut = _gated_shortcut(r) if device.startswith("cuda") else "all"
+    if not getattr(fusions, "gated", True):
+        pass  # candidates have no gate: no gated variant
+    elif shortcut is not None:
+        src = r.variant(shortcut)
+        same = VariantResult("gated", names, GATE_ON, step=src.step, speedup=src.speedup, verdict=src.verdict,
+                             matches=dict(src.matches) if shortcut == "all" else {f: 0 for f in names},
+                             note=(f"same graph as `{shortcut}`: with the gate on "
+                                   f"{'every' if shortcut == 'all' else 'no'} match fires; not compiled again"
+                                   + ("" if device.startswith("cuda") else " (CPU: the gate passes)")))
+        r.variants.append(same)
+    elif late():
+        r.variants.append(VariantResult("gated", names, GATE_ON, error="not compiled: --time-budget spent"))
+    else:
+        gated = make("gated", fusions.graph_pass(names), names, GATE_ON)
+        phase_b = [default, control, gated]
+        interleave(phase_b, rounds, device)
+        saved = [(live.res.step, live.res.speedup, live.res.verdict) for live in (default, control)]
+        _record_phase(phase_b, r.noise_band)
+        gated.res.note = (f"timed in a second phase with default and control (there: default "
+                          f"{default.res.step.median_ms:.2f} ms, control {control.res.speedup:.3f}x)")
+        for live, (step, speedup, verdict_) in zip((default, control), saved):  # phase A's numbers stand
+            live.res.step, live.res.speedup, live.res.verdict = step, speedup, verdict_
+        _parity([default, gated], mode, device)
+        _explain([default, gated], kernel_times, device, profile_steps)
+        r.variants.append(gated.res)
+    r.seconds = time.perf_counter() - t0
+    return r
+
+
+def _parity(lives: Sequence[_Live], mode: str, device: str) -> None:
+    ref = parity_of(lives[0], mode, device)
+    for live in lives[1:]:
+        got = parity_of(live, mode, device)
+        live.res.parity = make_parity(ref[0], got[0], ref[1], got[1], ref[2], got[2])
+        del got
+
+
+def _explain(lives: Sequence[_Live], kernel_times: Callable | None, device: str, steps: int) -> None:
+    """Each variant's kernel table under torch.profiler, diffed against the default's."""
+    from miner.check import explain
+
+    if steps < 1:
+        return
+    if kernel_times is None:
+        from miner.scan.profile import kernel_times  # CUDA: kernel device time; CPU: op self time
+    tables = []
+    for live in lives:
+        try:
+            tables.append(kernel_times(live.step, steps=steps, device=device))
+        except Exception as e:  # a profiler failure must not lose the timings
+            tables.append(None)
+            live.res.note = (live.res.note + f"; profiler failed: {type(e).__name__}: {e}")[:300]
+    for live, table in zip(lives[1:], tables[1:]):
+        if tables[0] is not None and table is not None:
+            live.res.kernels = explain.diff(tables[0], table)

@@ -1,0 +1,285 @@
+"""``miner verify --ab`` over several models and modes: the run, its files, and the evidence it records.
+
+Writes ``verify.json`` (``{"schema": 2, "kind": "VerifyAB", "env", "results": [ABResult], "peers":
+[PeerRow]}``) and ``verify.md`` after every model, so an interrupted run keeps what it measured.
+``record(workspace, results)`` puts each fusion-alone verdict into ``fusions/<name>/wins.json``
+(``in_model``), which the gate (``miner.runtime.gate``) reads and ``FusionPass.uuid`` hashes.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from miner.check import explain
+from miner.check.ab import COMPILE_MODES, ABResult, ab_from_json, ab_to_json, alone_records, run_ab
+from miner.check.promotion import _root
+from miner.check.verify import format_step, load_fusions, run_env
+from miner.core.dtypes import AUTOCAST_MODEL_TOL
+from miner.core.errors import MinerError, UsageError
+
+KIND, SCHEMA = "VerifyAB", 2
+
+
+def plan(modes: Sequence[str], compile_modes: Sequence[str]) -> list[tuple[str, str]]:
+    """(step mode, compile mode) pairs in run order: every default compile first, dynamic last.
+
+    ``reduce-overhead`` (CUDA graphs) is planned for inference only.
+    """
+    bad = [c for c in compile_modes if c not in COMPILE_MODES]
+    if bad:
+        raise UsageError(f"unknown compile mode {bad[0]!r}; modes: {', '.join(COMPILE_MODES)}")
+    pairs = [(m, c) for c in ("default", "reduce-overhead", "dynamic") if c in compile_modes for m in modes
+             if not (c == "reduce-overhead" and m == "train")]
+    if not pairs:
+        raise UsageError("nothing to run: reduce-overhead is measured for inference only (--mode infer)")
+    return pairs
+
+
+class CandidateSet:
+    """Candidates (``candidates/<id>/pattern.py``, ungated) standing in for a fusions folder; names are ids.
+
+    A candidate's extra check has no gate; for the A/B it is wrapped to count each match's
+    context (``miner.runtime.gate.observe``), so its in-model records say where it fired.
+    """
+
+    gated = False
+
+    def __init__(self, workspace: Any, ids: Sequence[str]):
+        from miner.core import candidate as candidates
+        from miner.core.workspace import Workspace
+
+        ws = workspace if isinstance(workspace, Workspace) else Workspace(_root(workspace))
+        self._cands = {c.id: c for c in (candidates.load(ws, i) for i in ids)}
+        if not self._cands:
+            raise UsageError("--candidates is empty")
+
+    def names(self) -> list[str]:
+        return list(self._cands)
+
+    def load(self, name: str):
+        from miner.runtime import gate
+
+        module = self._cands[name].pattern_module
+        if not getattr(module.extra_check, "_miner_observed", False):
+            check = module.extra_check
+
+            def observed(match, _check=check):
+                return _check(match) and gate.observe(match, name, module.N_INPUTS)
+            observed._miner_observed = True
+            module.extra_check = observed  # register() reads the module global when it runs
+        return module
+
+    def graph_pass(self, selected: Sequence[str] | None = None):
+        from miner.runtime import rewrite
+
+        chosen = self.names() if selected is None else list(selected)
+        return rewrite.FusionPass([rewrite.entry_for(self.load(n).__file__, n, self.load(n)) for n in chosen])
+
+
+def _limits() -> None:
+    """Every variant of a model compiles the same code objects: allow more cache entries than 8."""
+    import torch._dynamo.config as dc
+
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(dc, name):
+            setattr(dc, name, max(getattr(dc, name), 64))
+
+
+def run_all(models: Sequence[str], *, modes: Sequence[str], compile_modes: Sequence[str], preset: str, device: str,
+            batch: int | None, seq: int | None, warmup: int, rounds: int, profile_steps: int,
+            time_budget_s: float | None, model_budget_s: float | None = None, workspace: Any = ".", on_result: Callable[[ABResult], None] | None = None,
+            candidates: Sequence[str] = (), log: Callable[[str], None] = print) -> list[ABResult]:
+    """The A/B of every model in every planned mode; a model that fails or is out of time is recorded.
+
+    ``candidates``: A/B these candidate ids (ungated) instead of the workspace's promoted fusions.
+    ``time_budget_s``: no model starts, and no variant compiles, after this many seconds of the run;
+    ``model_budget_s``: no variant compiles after this many seconds of one model and mode.
+    """
+    import torch
+
+    import miner_models as zoo
+
+    fusions = CandidateSet(workspace, candidates) if candidates else load_fusions(_root(workspace))
+    log(f"fusions: {', '.join(fusions.names())}")
+    _limits()
+    env = run_env(device)
+    specs = [zoo.resolve(m) for m in models]
+    start = time.perf_counter()
+    deadline = None if time_budget_s is None else start + time_budget_s
+    results = []
+    for mode, compile_mode in plan(modes, compile_modes):
+        for spec in specs:
+            if deadline is not None and time.perf_counter() > deadline:
+                r = ABResult(spec.name, mode, compile_mode, preset, batch, seq, env=env,
+                             error=f"skipped: --time-budget {time_budget_s:.0f} s spent")
+            else:
+                log(f"{spec.name} {mode}/{compile_mode} (preset {preset}), {time.perf_counter() - start:.0f} s in")
+                ends = [t for t in (deadline, None if model_budget_s is None else time.perf_counter() + model_budget_s)
+                        if t is not None]
+                try:
+                    r = run_ab(lambda: spec.build(preset, mode, device), model=spec.name, mode=mode,
+                               compile_mode=compile_mode, preset=preset, device=device, fusions=fusions, batch=batch,
+                               seq=seq, warmup=warmup, rounds=rounds, profile_steps=profile_steps,
+                               deadline=min(ends) if ends else None,
+                               env=env, log=log)
+                except MinerError:
+                    raise
+                except Exception as e:  # one model failing must not lose the others
+                    msg = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:400]
+                    log(f"  {spec.name} {mode}/{compile_mode}: ERROR {msg}")
+                    r = ABResult(spec.name, mode, compile_mode, preset, batch, seq, env=env, error=msg)
+                torch._dynamo.reset()
+                gc.collect()
+                if device.startswith("cuda"):
+                    torch.cuda.empty_cache()
+            results.append(r)
+            if on_result is not None:
+                on_result(r)
+    log(f"A/B done in {time.perf_counter() - start:.0f} s")
+    return results
+
+
+# --------------------------------------------------------------------------- evidence
+
+def record(workspace: Any, results: Sequence[ABResult], source: str = "") -> list[Path]:
+    """Write each fusion-alone verdict of ``results`` into ``fusions/<name>/wins.json`` (``in_model``),
+    or, for a candidate id (``--candidates``), into ``candidates/<id>/in_model.json``.
+
+    Only results measured on CUDA count (interpreter timings mean nothing); a record for the same
+    model, mode, compile mode and preset replaces the older one.
+    """
+    from miner.core.workspace import write_json
+    from miner.runtime import gate, rewrite
+    from miner.runtime.fusions import fusions_dir
+
+    root = fusions_dir(_root(workspace))
+    per_fusion: dict[str, list[dict]] = {}
+    for r in results:
+        if r.error or r.env.get("device", "cuda") != "cuda":
+            continue
+        for f, rec in alone_records(r).items():
+            per_fusion.setdefault(f, []).append({**rec, "source": source})
+    from miner.check.promotion import evidence_path, write_evidence
+
+    written = []
+    for f, recs in sorted(per_fusion.items()):
+        path = root / f / rewrite.WINS_FILE
+        if path.parent.is_dir():  # a promoted fusion: the gate's evidence
+            written.append(write_json(path, gate.merge_records(rewrite.load_wins(path), f, recs)))
+        elif evidence_path(workspace, f).parent.is_dir():  # a candidate: what `miner promote` requires
+            written.append(write_evidence(workspace, f, recs))
+    return written
+
+
+# --------------------------------------------------------------------------- output
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"+-{100 * x:.2f}%"
+
+
+def _gib(v) -> str:
+    return "-" if v.step is None else f"{v.step.peak_mem_bytes / 2**30:.2f}"
+
+
+def summary_table(results: Sequence[ABResult]) -> str:
+    lines = ["| model | mode | compile | default ms (p20-p80) | noise band | all, gate open | gated | "
+             "fires with the gate open (alone: speedup, verdict; the gate's decisions) |", "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        if r.error:
+            lines.append(f"| {r.model} | {r.mode} | {r.compile} | {r.error} | - | - | - | - |")
+            continue
+        d, a, g = r.variant("default"), r.variant("all"), r.variant("gated")
+
+        def sp(v):
+            return "-" if v is None or v.speedup is None else f"{v.speedup:.3f}x {v.verdict or ''}".strip()
+        fires = []
+        for f, n in sorted(r.fires.items()):
+            v = r.variant(f"alone:{f}") or (a if n and [k for k, m in r.fires.items() if m] == [f] else None)
+            sites = r.gate.get(f, {})
+            gate_says = (f"; gate fires in {sum(d.startswith('fire') for d in sites.values())}/{len(sites)} contexts"
+                         if sites else "")
+            fires.append(f"{f} x{n}" + (f" ({sp(v)}{gate_says})" if n and v is not None else
+                                        f" ({gate_says[2:]})" if n and gate_says else "" if n else " (does not fire)"))
+        lines.append(f"| {r.model} | {r.mode} | {r.compile} | {format_step(d.step if d else None)} | "
+                     f"{_pct(r.noise_band)} | {sp(a)} | {sp(g)} | {'; '.join(fires) or '-'} |")
+    return "\n".join(lines) + "\n"
+
+
+def detail(r: ABResult) -> str:
+    out = [f"### {r.model} {r.mode} / {r.compile} (preset {r.preset}; {r.seconds:.0f} s)", ""]
+    if r.error:
+        return "\n".join(out + [r.error, ""])
+    out += [f"Noise band (default vs control): {_pct(r.noise_band)}.", "",
+            "| variant | gate | ms (p20-p80) | speedup | verdict | step peak GiB | matches | parity | compile s | "
+            "kernels vs default (us/step) | note |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for v in r.variants:
+        if v.error:
+            out.append(f"| {v.name} | {v.gate} | - | - | - | - | - | - | - | - | {v.error} |")
+            continue
+        m = ", ".join(f"{k}={n}" for k, n in sorted(v.matches.items()) if n) or ("none" if v.fusions else "-")
+        par = "-" if v.parity is None else ("ok" if v.parity.ok else
+                                            f"FAIL (loss {v.parity.loss_rel}, grads {v.parity.grads_rel})")
+        cs = "-" if v.compile_s is None else f"{v.compile_s:.1f}"
+        out.append(f"| {v.name} | {v.gate} | {format_step(v.step)} | "
+                   f"{'-' if v.speedup is None else f'{v.speedup:.3f}x'} | {v.verdict or '-'} | {_gib(v)} | {m} | "
+                   f"{par} | {cs} | {explain.describe(v.kernels)} | {v.note} |")
+    if r.gate:
+        cpu = "" if r.env.get("device", "cuda") == "cuda" else " (CPU run: the gate passes here; this is what it would decide on CUDA)"
+        out += ["", f"The gate's decision per context (the evidence incl. this run's `alone` verdicts){cpu}:", ""]
+        out += [f"- {f} `{site}`: {d}" for f, sites in sorted(r.gate.items()) for site, d in sorted(sites.items())]
+    decisions = [(v.name, k, n) for v in r.variants for k, n in sorted(v.gate_decisions.items())]
+    if decisions:
+        out += ["", "Gate decisions while compiling (with the gate open: what it would have decided):", ""]
+        out += [f"- {name}: x{n} {k}" for name, k, n in decisions]
+    return "\n".join(out) + "\n"
+
+
+def markdown(results: Sequence[ABResult], peers: Sequence[dict] = ()) -> str:
+    env = next((r.env for r in results if r.env), {})
+    head = (f"GPU {env.get('gpu')}, torch {env.get('torch')}, triton {env.get('triton')}, CUDA {env.get('cuda')}, "
+            f"date {env.get('date')}")
+    md = [f"# miner verify --ab\n\n{head}\n",
+          "Per model, step mode and compile mode: the default compile, a second default compile (control: "
+          "its difference is the noise band: the larger of |control/default - 1| and twice the combined "
+          "standard error of the two medians, from their p20-p80 spread), every fusion with the gate forced "
+          "open (`all`), each fusion that fires alone (`alone:<f>`), and every fusion with the gate on "
+          "(`gated`, deciding from in-model evidence incl. this run's `alone` verdicts). Timed steps alternate "
+          "between the variants (round robin); median and p20-p80 per variant; speedup = default median / "
+          "variant median; verdict win / loss beyond the band, else noise. bf16 autocast; train = forward + "
+          f"loss + backward. Parity of one seeded step against the default (tolerances {AUTOCAST_MODEL_TOL}). "
+          "Kernels: torch.profiler kernel time per step against the default's, Inductor's kernel numbers "
+          "stripped.\n", summary_table(results)]
+    if peers:
+        from miner.check.peers import peer_table
+        md += ["\n## Peer: Liger-Kernel on llama (each variant in its own process)\n", peer_table(peers)]
+    gated = [(r, r.variant("gated")) for r in results if not r.error and r.variant("gated")]
+    gated = [(r, v) for r, v in gated if v.speedup is not None]
+    if gated:
+        r, v = min(gated, key=lambda rv: rv[1].speedup)
+        md.insert(2, f"With the gate on, the slowest step is {r.model} {r.mode}/{r.compile} at {v.speedup:.3f}x "
+                     f"({'within' if v.speedup >= 0.99 else 'BELOW'} the 0.99x target).\n")
+    md += ["\n## Per model\n"] + [detail(r) for r in results]
+    return "\n".join(md)
+
+
+def save(results: Sequence[ABResult], out_dir: Path, peers: Sequence[dict] = ()) -> list[Path]:
+    from miner.core.workspace import write_json, write_text
+
+    env = next((r.env for r in results if r.env), {})
+    data = {"schema": SCHEMA, "kind": KIND, "env": env, "parity_tolerance": AUTOCAST_MODEL_TOL,
+            "results": [ab_to_json(r) for r in results], "peers": list(peers)}
+    out_dir = Path(out_dir)
+    return [write_json(out_dir / "verify.json", data), write_text(out_dir / "verify.md", markdown(results, peers))]
+
+
+def load(path: Path) -> tuple[list[ABResult], list[dict]]:
+    from miner.core.workspace import read_json
+
+    data = read_json(Path(path))
+    if data.get("kind") != KIND:
+        raise UsageError(f"{path}: not a `miner verify --ab` file (kind {data.get('kind')!r})")
+    return [ab_from_json(r) for r in data["results"]], list(data.get("peers", []))
+

@@ -1,0 +1,93 @@
+"""The promotion rule: a candidate is promoted only on a measured in-model step win.
+
+``miner promote`` calls :func:`require_in_model_win`: the candidate needs, from ``miner verify
+--ab`` on a CUDA machine, a step faster beyond the control's noise band on at least one zoo model
+with the fusion alone, and no model where it fires and the step is slower. Otherwise it refuses
+with the numbers, or, without any GPU evidence, names the ``miner verify`` command that produces it.
+
+Evidence for candidate ``<id>``: ``candidates/<id>/in_model.json`` (``miner verify --ab --candidates
+<id> --record``, or ``--record-from`` a saved run) and the ``in_model`` records of a promoted
+fusion made from the same pattern (``fusions/<name>/wins.json``, re-promotion).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from miner.core.errors import UsageError
+
+EVIDENCE_FILE, EVIDENCE_KIND, EVIDENCE_SCHEMA = "in_model.json", "InModelEvidence", 1
+
+
+def evidence_path(workspace: Any, cid: str) -> Path:
+    return _root(workspace) / "candidates" / cid / EVIDENCE_FILE
+
+
+def write_evidence(workspace: Any, cid: str, records: list[dict]) -> Path:
+    """Add ``records`` to ``candidates/<cid>/in_model.json`` (same model/mode/compile/preset replaced)."""
+    from miner.core.workspace import read_json, write_json
+    from miner.runtime.gate import merge_records
+
+    path = evidence_path(workspace, cid)
+    old = read_json(path) if path.exists() else None
+    merged = merge_records(old, cid, records)
+    return write_json(path, {"schema": EVIDENCE_SCHEMA, "kind": EVIDENCE_KIND, "candidate": cid,
+                             "in_model": merged["in_model"]})
+
+
+def records_for(workspace: Any, cid: str) -> list[dict]:
+    """Every in-model record for candidate ``cid``: its own file, and fusions promoted from it."""
+    from miner.core.workspace import read_json
+    from miner.runtime import rewrite
+    from miner.runtime.fusions import fusions_dir
+
+    root = _root(workspace)
+    records = []
+    path = evidence_path(root, cid)
+    if path.exists():
+        records += list(read_json(path).get("in_model", {}).get("records", []))
+    for fusion_json in sorted(fusions_dir(root).glob("*/fusion.json")):
+        if read_json(fusion_json).get("pattern_id") == cid:
+            wins = rewrite.load_wins(fusion_json.with_name(rewrite.WINS_FILE))
+            records += list(((wins or {}).get("in_model") or {}).get("records", []))
+    return records
+
+
+def _row(r: dict) -> str:
+    return (f"{r['model']} {r['mode']}/{r.get('compile', 'default')}: {r['speedup']:.3f}x "
+            f"(noise +-{100 * r['band']:.2f}%, {r.get('matches', '?')} matches, {r['verdict']})")
+
+
+def require_in_model_win(workspace: Any, cid: str) -> list[dict]:
+    """The records that allow promoting ``cid``; ``UsageError`` (with the numbers) when they do not."""
+    records = [r for r in records_for(workspace, cid) if r.get("matches", 1)]
+    if not records:
+        raise UsageError(
+            f"candidate {cid} has no in-model GPU evidence; on a CUDA machine run `miner verify --ab --candidates "
+            f"{cid} --models bert,gpt2,llama,t5 --mode train,infer --record` (or `--out DIR`, then here "
+            f"`miner verify --record-from DIR/verify.json`)")
+    losses = [r for r in records if r["verdict"] == "loss"]
+    if losses:
+        raise UsageError(f"candidate {cid} makes the step slower where it fires: "
+                         + "; ".join(map(_row, losses)) + " (in-model A/B, fusion alone)")
+    if not any(r["verdict"] == "win" for r in records):
+        raise UsageError(f"candidate {cid} has no step win beyond noise on any zoo model: "
+                         + "; ".join(map(_row, records)))
+    return records
+
+
+def carry_into(wins_path: Path, name: str, records: list[dict]) -> Path:
+    """Merge ``records`` into the promoted fusion's ``wins.json`` (the gate's evidence)."""
+    from miner.core.workspace import write_json
+    from miner.runtime import rewrite
+    from miner.runtime.gate import merge_records
+
+    return write_json(wins_path, merge_records(rewrite.load_wins(wins_path), name, records))
+
+
+def _root(workspace: Any) -> Path:
+    """A workspace's root folder (a ``Workspace`` or a path)."""
+    from miner.core.workspace import Workspace
+
+    return Path(workspace.root if isinstance(workspace, Workspace) else workspace)

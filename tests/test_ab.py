@@ -1,0 +1,208 @@
+"""miner verify --ab: noise band, verdicts, kernel diff, plan, evidence, promotion rule, peers, files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from miner.check import ab, abrun, explain, peers, promotion
+from miner.check.ab import ABResult, VariantResult
+from miner.check.verify import StepStats
+from miner.core.errors import UsageError
+
+
+def stats(median, spread=0.2, steps=15):
+    return StepStats(median, median - spread / 2, median + spread / 2, steps, 2**30, 10.0)
+
+
+def test_noise_band_is_the_measured_control_offset_or_the_median_error():
+    assert ab.noise_band(stats(100.0), stats(101.0)) == pytest.approx(100 / 101 - 1, abs=1e-9) or \
+        ab.noise_band(stats(100.0), stats(101.0)) == pytest.approx(abs(100 / 101 - 1))
+    tight = ab.noise_band(stats(100.0, 0.01), stats(100.0, 0.01))
+    wide = ab.noise_band(stats(100.0, 10.0), stats(100.0, 10.0))
+    assert 0 < tight < wide and wide == pytest.approx(2 * 2 ** 0.5 * 1.2533 * (10 / 1.683) / 15 ** 0.5 / 100)
+
+
+def test_verdict_beyond_the_band():
+    assert ab.verdict(1.02, 0.01) == "win"
+    assert ab.verdict(0.97, 0.01) == "loss"
+    assert ab.verdict(1.005, 0.01) == "noise"
+    assert ab.verdict(None, 0.01) is None
+
+
+def test_kernel_diff_strips_inductor_numbers_and_names_what_changed():
+    before = [{"name": "triton_per_fused__log_softmax_7", "us_per_step": 300.0, "calls_per_step": 1},
+              {"name": "triton_red_fused_nll_loss_8", "us_per_step": 100.0, "calls_per_step": 1},
+              {"name": "sm90_gemm", "us_per_step": 1000.0, "calls_per_step": 10}]
+    after = [{"name": "log_softmax_kernel", "us_per_step": 250.0, "calls_per_step": 1},
+             {"name": "triton_red_fused_nll_loss_9", "us_per_step": 190.0, "calls_per_step": 1},
+             {"name": "sm90_gemm", "us_per_step": 1001.0, "calls_per_step": 10}]
+    d = explain.diff(before, after)
+    assert d["removed"] == [["triton_per_fused__log_softmax", 300.0, 1.0]]
+    assert d["added"] == [["log_softmax_kernel", 250.0, 1.0]]
+    assert d["changed"] == [["triton_red_fused_nll_loss", 100.0, 190.0, 90.0]]  # gemm +1 us is no change
+    assert d["delta_us"] == pytest.approx(41.0)
+    line = explain.describe(d)
+    assert "removed triton_per_fused__log_softmax (-300.0)" in line and "nll_loss +90.0" in line
+
+
+def test_plan_runs_default_compiles_first_and_reduce_overhead_for_inference_only():
+    assert abrun.plan(["train", "infer"], ["dynamic", "reduce-overhead", "default"]) == [
+        ("train", "default"), ("infer", "default"), ("infer", "reduce-overhead"), ("train", "dynamic"),
+        ("infer", "dynamic")]
+    with pytest.raises(UsageError, match="max"):
+        abrun.plan(["train"], ["max"])
+    with pytest.raises(UsageError, match="inference"):
+        abrun.plan(["train"], ["reduce-overhead"])
+
+
+def test_compile_options_differ_per_variant_but_not_in_what_inductor_caches():
+    a = ab.compile_options("default", None, cache=True, tag="default")
+    b = ab.compile_options("default", None, cache=True, tag="control")
+    assert a != b and {k for k in a if a[k] != b[k]} == {"trace.debug_dir"}
+    ro = ab.compile_options("reduce-overhead", "P", cache=False, tag="all")
+    assert ro["triton.cudagraphs"] is True and ro["fx_graph_cache"] is False and ro["post_grad_custom_pre_pass"] == "P"
+
+
+SITE = "float32[8192,768] | producer:fusable consumer:none"
+
+
+def result(alone_speedup=1.03, band=0.005, device="cuda") -> ABResult:
+    r = ABResult("bert", "train", "default", "base", None, None, noise_band=band,
+                 fires={"layer_norm": 25, "log_softmax": 1, "rms_norm": 0},
+                 env={"device": device, "gpu": "NVIDIA H200", "torch": "2.11", "date": "2026-12-03"})
+    r.variants = [VariantResult("default", [], "-", stats(20.0), 1.0),
+                  VariantResult("control", [], "-", stats(20.05), 20 / 20.05, "noise"),
+                  VariantResult("all", ["layer_norm", "log_softmax", "rms_norm"], "open", stats(21.0), 20 / 21, "loss",
+                                matches={"layer_norm": 25, "log_softmax": 1}),
+                  VariantResult("alone:layer_norm", ["layer_norm"], "open", stats(20 / alone_speedup),
+                                alone_speedup, ab.verdict(alone_speedup, band), matches={"layer_norm": 25},
+                                contexts={"layer_norm": {SITE: 25}}),
+                  VariantResult("alone:log_softmax", ["log_softmax"], "open", stats(21.0), 20 / 21, "loss",
+                                matches={"log_softmax": 1}, contexts={"log_softmax": {"x": 1}})]
+    return r
+
+
+def test_alone_records_carry_the_contexts_and_the_numbers():
+    recs = ab.alone_records(result())
+    assert set(recs) == {"layer_norm", "log_softmax"}  # rms_norm does not fire: no record
+    ln = recs["layer_norm"]
+    assert ln["verdict"] == "win" and ln["contexts"] == {SITE: 25} and ln["speedup"] == pytest.approx(1.03)
+    assert ln["band"] == 0.005 and ln["matches"] == 25
+    assert recs["log_softmax"]["verdict"] == "loss"
+
+
+def test_results_round_trip_and_markdown(tmp_path):
+    r = result()
+    r.variants.append(VariantResult("gated", ["layer_norm"], "on", stats(20.3), 20 / 20.3, "loss"))
+    r.variants[3].kernels = explain.diff([{"name": "k_1", "us_per_step": 5.0, "calls_per_step": 1}], [])
+    skipped = ABResult("gpt2", "train", "default", "base", None, None, error="skipped: --time-budget 60 s spent")
+    rows = [{"variant": "compile", "ms": 102.9, "p20": 102.2, "p80": 105.8, "steps": 15, "peak_gib": 11.5,
+             "liger": None, "speedup": 1.0, "error": None},
+            {"variant": "compile+liger-flce", "liger": "0.8.5", "error": "TypeError: fake tensor"}]
+    paths = abrun.save([r, skipped], tmp_path, rows)
+    back, peer_rows = abrun.load(paths[0])
+    assert back[0] == r and back[1] == skipped and peer_rows == rows
+    md = paths[1].read_text()
+    assert "removed k (-5.0)" in md and "layer_norm x25 (1.030x win)" in md and "rms_norm x0 (does not fire)" in md
+    assert "the slowest step is bert train/default at 0.985x (BELOW the 0.99x target)" in md
+    assert "skipped: --time-budget" in md and "TypeError: fake tensor" in md and "102.90 (102.20-105.80)" in md
+
+
+def _workspace(tmp_path, with_fusion=True):
+    f = tmp_path / "fusions" / "layer_norm"
+    f.mkdir(parents=True)
+    (f / "pattern.py").write_text("")
+    (f / "fusion.json").write_text(json.dumps({"name": "layer_norm", "pattern_id": "pabc"}))
+    (tmp_path / "candidates" / "pabc").mkdir(parents=True)
+    return tmp_path
+
+
+def test_record_writes_the_gates_evidence_and_only_from_cuda_runs(tmp_path):
+    ws = _workspace(tmp_path)
+    assert abrun.record(ws, [result(device="cpu")]) == []
+    (path,) = abrun.record(ws, [result()], source="run/verify.json")
+    data = json.loads(path.read_text())
+    assert data["kind"] == "FusionWins" and data["in_model"]["records"][0]["contexts"] == {SITE: 25}
+    assert data["in_model"]["records"][0]["source"] == "run/verify.json"
+
+
+def test_promotion_needs_a_measured_in_model_win(tmp_path):
+    ws = _workspace(tmp_path)
+    with pytest.raises(UsageError, match="no in-model GPU evidence.*miner verify --ab --candidates pabc"):
+        promotion.require_in_model_win(ws, "pabc")
+    promotion.write_evidence(ws, "pabc", [ab.alone_records(result(1.002))["layer_norm"]])
+    with pytest.raises(UsageError, match=r"no step win beyond noise.*1\.002x"):
+        promotion.require_in_model_win(ws, "pabc")
+    abrun.record(ws, [result(1.03)])  # the promoted fusion of the same pattern: its wins.json counts
+    assert promotion.require_in_model_win(ws, "pabc")
+    gpt2 = result(0.97)
+    gpt2.model = "gpt2"
+    promotion.write_evidence(ws, "pabc", [ab.alone_records(gpt2)["layer_norm"]])
+    with pytest.raises(UsageError, match=r"slower where it fires: gpt2 train/default: 0\.970x"):
+        promotion.require_in_model_win(ws, "pabc")
+
+
+def test_gate_verdicts_and_the_gated_shortcut_follow_the_evidence():
+    from miner.runtime import gate
+
+    r = result()
+    r.variants = [v for v in r.variants if v.name != "alone:log_softmax"]
+    r.gate = ab.gate_verdicts(r, {}, "default")
+    assert r.gate["layer_norm"][SITE].startswith("decline: unmeasured in a model")
+    assert ab._gated_shortcut(r) == "default"  # no evidence: nothing fires
+    gate.OVERLAY["layer_norm"] = [ab.alone_records(r)["layer_norm"]]
+    try:
+        r.gate = ab.gate_verdicts(r, {}, "default")
+        assert r.gate["layer_norm"][SITE].startswith("fire: step faster in bert train/default 1.030x")
+        assert ab._gated_shortcut(r) == "all"
+        r.gate = ab.gate_verdicts(r, {}, "reduce-overhead")  # other modes agree: fires, saying so
+        assert "not reduce-overhead" in r.gate["layer_norm"][SITE]
+    finally:
+        gate.OVERLAY.pop("layer_norm")
+    r.gate = {"a": {"s1": "fire: x", "s2": "decline: y"}}
+    assert ab._gated_shortcut(r) is None  # mixed: compile it
+
+
+def test_peer_rows_without_liger_say_so(monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def no_liger(name, *a, **k):
+        if name.startswith("liger_kernel"):
+            raise ImportError(name)
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_liger)
+    row = peers.run_variant("compile+liger", preset="tiny", device="cpu", steps=1, warmup=1)
+    assert row["error"] == peers.MISSING
+    assert "not installed" in peers.peer_table([row])
+    assert peers.run_variant("nope", device="cpu")["error"].startswith("unknown peer variant")
+
+
+def test_candidate_set_counts_each_match_context_for_ungated_candidates():
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    import torch
+    from torch._subclasses import FakeTensorMode
+
+    from miner.runtime import gate
+
+    root = Path(__file__).resolve().parents[1]
+    cid = json.loads((root / "fusions" / "log_softmax" / "fusion.json").read_text())["pattern_id"]
+    cands = abrun.CandidateSet(root, [cid])
+    assert cands.names() == [cid] and cands.gated is False
+    module = cands.load(cid)
+    assert module.extra_check._miner_observed and cands.load(cid).extra_check is module.extra_check  # wrapped once
+    with FakeTensorMode():
+        val = torch.empty(4, 8)
+    match = SimpleNamespace(kwargs={"x0": SimpleNamespace(meta={"val": val}, op="placeholder", users={})},
+                            nodes=[], outputs=[])
+    before = gate.OBSERVED.copy()
+    assert module.extra_check(match)
+    (ctx,) = gate.observed_since(before)[cid]
+    assert ctx.signature == (((4, 8), "float32"),)
+    assert cands.graph_pass().entries[0].name == cid
