@@ -41,14 +41,16 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from miner.mine import safety
-from miner.mine.canon import (NodeTemplate, canonical_order, code_id, isomorphic, pattern_nodes, structure_order,
-                         template_of)
-from miner.core.pattern import (Counts, InductorView, MiningResult, Occurrence, Pattern, Support, canonical_form,
-                           ops_summary, pattern_id)
-from miner.core.records import CapturedGraph, KernelRef
+from miner.mine.canon import NodeTemplate, canonical_order, code_id, isomorphic, pattern_nodes, structure_order
+from miner.core.pattern import Counts, MiningResult, Pattern, Support, canonical_form, ops_summary, pattern_id
+from miner.core.ops import fusable_extra
+from miner.core.records import CapturedGraph
+from miner.mine.regions import region_template
+from miner.mine.occurrences import (_bounded, _non_overlapping, _sample, _score,  # noqa: F401 (_sample: tests)
+                                    build_occurrence, inductor_view)
 
 COMPUTE = ("pointwise", "reduction")
+SUPPORTS = ("occurrences", "graphs")
 
 DEFAULTS = dict(min_support=2, min_models=1, max_nodes=8, max_views=2, max_fanout=4, closed_only=True,
                 max_extra_outputs=2, max_stored=3)
@@ -94,7 +96,7 @@ def index_graph(graph: CapturedGraph, templates: dict[str, NodeTemplate], multi_
     multi = [False] * n
     users: list[tuple[int, ...]] = [tuple(dict.fromkeys(pos[u] for u in r.users if u in pos)) for r in recs]
     for i, r in enumerate(recs):
-        if r.category in COMPUTE:
+        if r.category in COMPUTE or fusable_extra(r.target, r.category):
             kind[i] = "compute"
             multi[i] = len(r.meta) > 1
         elif r.category == "view":
@@ -106,7 +108,7 @@ def index_graph(graph: CapturedGraph, templates: dict[str, NodeTemplate], multi_
                 kind[i] = "view"
         if kind[i] is None:
             continue
-        t, refs, cs = template_of(r, category="view" if kind[i] == "view" else r.category)
+        t, refs, cs = region_template(r, category="view" if kind[i] == "view" else r.category)
         lab = t.label
         templates.setdefault(lab, t)
         if multi[i]:
@@ -118,6 +120,21 @@ def index_graph(graph: CapturedGraph, templates: dict[str, NodeTemplate], multi_
             continue
         consts[i] = cs
     return GraphIndex(graph, names, kind, label, operands, users, consts, multi)
+
+
+def counts_as_compute(t: NodeTemplate) -> bool:
+    """A pattern node that counts toward ``max_nodes`` and ``n_compute``: pointwise, reduction, or an op
+    of the fusable classes (``cat``, ``embedding``, ``index``, ``iota``, RNG, ``prepare_softmax_online``,
+    ..., see ``miner.core.ops.FUSABLE_CLASSES``)."""
+    return t.category in COMPUTE or fusable_extra(t.target, t.category)
+
+
+def occurrence_support(embs: Sequence[tuple]) -> int:
+    """Minimum image support of aligned embeddings ``(graph, nodes, ...)``: the least, over pattern
+    positions, number of distinct ``(graph, node)`` at that position."""
+    if not embs:
+        return 0
+    return min(len({(e[0], e[1][j]) for e in embs}) for j in range(len(embs[0][1])))
 
 
 # --------------------------------------------------------------------------- the lattice
@@ -166,7 +183,8 @@ def _neighbours(G: GraphIndex, max_fanout: int) -> list[tuple[int, ...]]:
 
 
 def _grow(indexes: Sequence[GraphIndex], templates: dict[str, NodeTemplate], *, min_support: int,
-          min_models: int, max_nodes: int, max_views: int, max_fanout: int, stats: dict) -> list[_Pat]:
+          min_models: int, max_nodes: int, max_views: int, max_fanout: int, stats: dict,
+          support: str = "occurrences") -> list[_Pat]:
     """All frequent connected patterns (valid or not), every embedding of each.
 
     Each connected node set is generated exactly once, by ESU (Wernicke 2006, "Efficient
@@ -186,8 +204,10 @@ def _grow(indexes: Sequence[GraphIndex], templates: dict[str, NodeTemplate], *, 
     pats: list[_Pat] = []
     by_code: dict[tuple, int] = {}
 
-    def frequent_graphs(gs) -> bool:
-        return len(gs) >= min_support and len({models[g] for g in gs}) >= min_models
+    def frequent(p: _Pat) -> bool:
+        if len({models[g] for g in p.graphs}) < min_models:
+            return False
+        return (len(p.graphs) if support == "graphs" else occurrence_support(p.embs)) >= min_support
 
     # Level 1: every fusable node (views too: ESU roots a set at its smallest node).
     level: list[_Pat] = []
@@ -206,7 +226,7 @@ def _grow(indexes: Sequence[GraphIndex], templates: dict[str, NodeTemplate], *, 
             p.embs.append((gi, (v,), tuple(x[1] for x in inputs), tuple(u for u in nbrs[gi][v] if u > v),
                            zob[gi][v]))
             p.graphs.add(gi)
-    level = [p for p in level if frequent_graphs(p.graphs)]
+    level = [p for p in level if frequent(p)]
     index = {(e[0], e[4]): (p.pid, ei) for p in level for ei, e in enumerate(p.embs)}
     stats["levels"] = [[len(level), sum(len(p.embs) for p in level)]]
     stats["canonicalized"] = stats["pruned_groups"] = 0
@@ -242,16 +262,22 @@ def _grow(indexes: Sequence[GraphIndex], templates: dict[str, NodeTemplate], *, 
         # A cheap isomorphism invariant of each group's child (label multiset, labelled-edge
         # multiset): a child is in no more graphs than all groups sharing its invariant, so a
         # group whose invariant is infrequent is dropped before its canonical form is computed.
+        # (Occurrence support: a child's minimum image count is at most its embeddings, at most
+        # the items of all groups sharing its invariant.)
         inv_of: dict[tuple, tuple] = {}
         inv_graphs: dict[tuple, set] = defaultdict(set)
+        inv_items: Counter = Counter()
         for gkey, items in groups.items():
             par = pats[gkey[0]]
             inv = inv_of[gkey] = _child_invariant(par, gkey[1], gkey[2], gkey[3])
             inv_graphs[inv].update(par.embs[ei][0] for ei, _, _, _ in items)
+            inv_items[inv] += len(items)
         nxt: list[_Pat] = []
         for gkey, items in groups.items():
             pid, lab, desc, was_input = gkey
-            if not frequent_graphs(inv_graphs[inv_of[gkey]]):
+            gs = inv_graphs[inv_of[gkey]]
+            if len({models[g] for g in gs}) < min_models or \
+                    (len(gs) if support == "graphs" else inv_items[inv_of[gkey]]) < min_support:
                 stats["pruned_groups"] += 1
                 continue
             parent = pats[pid]
@@ -263,7 +289,7 @@ def _grow(indexes: Sequence[GraphIndex], templates: dict[str, NodeTemplate], *, 
             stats["canonicalized"] += 1
             c_i = by_code.get(code)
             if c_i is None:
-                is_compute = templates[lab].category in COMPUTE
+                is_compute = counts_as_compute(templates[lab])
                 c_i = by_code[code] = len(pats)
                 pats.append(_Pat(code=code, pid=c_i, n_compute=parent.n_compute + is_compute,
                                  n_view=parent.n_view + (not is_compute), inv=inv_of[gkey]))
@@ -276,7 +302,7 @@ def _grow(indexes: Sequence[GraphIndex], templates: dict[str, NodeTemplate], *, 
                                    tuple(pin[r[1]] if r[0] == "i" else fresh[r[1]] for r in inputs), new_ext,
                                    key ^ zob[gi][v]))
                 child.graphs.add(gi)
-        level = [p for p in nxt if frequent_graphs(p.graphs)]
+        level = [p for p in nxt if frequent(p)]
         # Containment links for closedness: each embedding of a frequent child contains, for
         # every node whose removal leaves a frequent embedding, that parent embedding.
         new_index = {}
@@ -290,7 +316,7 @@ def _grow(indexes: Sequence[GraphIndex], templates: dict[str, NodeTemplate], *, 
                         pats[hit[0]].children.setdefault(q.pid, set()).add(hit[1])
         index = new_index
         stats["levels"].append([len(level), sum(len(p.embs) for p in level)])
-    return [p for p in pats if frequent_graphs(p.graphs)]
+    return [p for p in pats if frequent(p)]
 
 
 def _child_invariant(parent: _Pat, lab: str, desc: tuple, was_input: int) -> tuple:
@@ -346,144 +372,12 @@ def _closed_flags(pats: list[_Pat], valid: dict[int, bool], models: list[str]) -
     return {pid: not c for pid, c in covered.items()}
 
 
-# --------------------------------------------------------------------------- occurrences and report
-
-
-def _non_overlapping(embs: list) -> list[int]:
-    """Greedy maximal set of node-disjoint embeddings (graph order, then node order)."""
-    order = sorted(range(len(embs)), key=lambda i: (embs[i][0], sorted(embs[i][1])))
-    used: dict[int, set] = defaultdict(set)
-    keep = []
-    for i in order:
-        gi, nodes = embs[i][0], embs[i][1]
-        if used[gi].isdisjoint(nodes):
-            used[gi].update(nodes)
-            keep.append(i)
-    return keep
-
-
-def build_occurrence(G: GraphIndex, nodes: Sequence[int], inputs: Sequence[int],
-                     slots: Sequence[tuple[int, int]], sinks: Sequence[int], *, max_extra_outputs: int) -> Occurrence:
-    """The :class:`Occurrence` of one embedding: names, scalars, metas, verdict, kernels."""
-    g = G.graph
-    recs = g.nodes
-    names = tuple(G.names[v] for v in nodes)
-    occ = Occurrence(graph=g.key, nodes=names, inputs=tuple(G.names[u] for u in inputs),
-                     scalars=tuple(G.consts[nodes[j]][c] for j, c in slots), outputs=tuple(sinks),
-                     phase=g.key.phase)
-    verdict = safety.check(occ, g, max_extra_outputs=max_extra_outputs)
-    outputs = tuple(sorted(set(sinks) | set(verdict.extra_outputs)))
-    node_kernels = tuple(tuple(k.name for k in recs[v].kernels) for v in nodes)
-    kernels: dict[str, KernelRef] = {}
-    for v in nodes:
-        for k in recs[v].kernels:
-            kernels.setdefault(k.name, k)
-    return Occurrence(
-        graph=g.key, nodes=names, inputs=occ.inputs, scalars=occ.scalars, outputs=outputs,
-        input_meta=tuple(recs[u].meta[0] if recs[u].meta else None for u in inputs),
-        output_meta=tuple(recs[nodes[j]].meta[0] if recs[nodes[j]].meta else None for j in outputs),
-        phase=g.key.phase, verdict=verdict, node_kernels=node_kernels, kernels=tuple(kernels.values()))
-
-
-def _compute_producers(nodes_p) -> list[list[int]]:
-    """For each pattern node, its compute producers inside the pattern, looking through views."""
-    out: list[list[int]] = []
-    for j, n in enumerate(nodes_p):
-        prods = []
-        stack = [idx for kind, idx in n.refs() if kind == "node"]
-        while stack:
-            i = stack.pop()
-            if nodes_p[i].is_compute:
-                prods.append(i)
-            else:
-                stack.extend(idx for kind, idx in nodes_p[i].refs() if kind == "node")
-        out.append(sorted(set(prods)))
-    return out
-
-
-def inductor_view(nodes_p, occs: Sequence[Occurrence]) -> InductorView:
-    """Aggregate Inductor's kernels over occurrences (see :class:`InductorView`)."""
-    hist: Counter = Counter()
-    splits: Counter = Counter()
-    one = recomputed = 0
-    prods = _compute_producers(nodes_p)
-    mapped = 0
-    for o in occs:
-        whole = o.in_one_kernel
-        if whole is None:
-            continue
-        mapped += 1
-        hist[str(o.n_kernels)] += 1
-        one += whole
-        recomputed += bool(o.recomputed)
-        if not whole:
-            for j, ps in enumerate(prods):
-                for i in ps:
-                    ki, kj = set(o.node_kernels[i]), set(o.node_kernels[j])
-                    if ki and kj and ki.isdisjoint(kj):
-                        splits[f"n{i}:{nodes_p[i].short} -> n{j}:{nodes_p[j].short}"] += 1
-    return InductorView(kernels_hist=dict(sorted(hist.items(), key=lambda kv: int(kv[0]))), one_kernel=one,
-                        missed_fusion=mapped > 0 and (mapped - one) * 2 > mapped, splits=dict(splits.most_common()),
-                        recomputed=recomputed)
-
-
-def _sample(occs: list[Occurrence], cap: int) -> tuple[Occurrence, ...]:
-    """Up to ``cap`` occurrences spread over graphs, safe ones first (generation takes its
-    shapes from stored safe occurrences), plus one example of each rejection reason."""
-    by_graph: dict[str, list[Occurrence]] = defaultdict(list)
-    for o in sorted(occs, key=lambda o: not o.verdict.ok):  # stable: graph order kept
-        by_graph[str(o.graph)].append(o)
-    picked: list[Occurrence] = []
-    queues = list(by_graph.values())
-    while len(picked) < cap and any(queues):
-        for q in queues:
-            if q and len(picked) < cap:
-                picked.append(q.pop(0))
-    reasons_shown = {r for o in picked for r in o.verdict.reasons}
-    for o in occs:
-        new = set(o.verdict.reasons) - reasons_shown
-        if new and o not in picked:
-            picked.append(o)
-            reasons_shown |= new
-    return tuple(picked)
-
-
-def _bounded(G: GraphIndex, nodes: Sequence[int], inputs: Sequence[int]) -> bool:
-    """A whole fusable region: no input made, and no value read, by a fusable node outside it."""
-    inside = set(nodes)
-    kind = G.kind
-
-    # Looking through views: a view between the block and a matmul does not make it a window.
-    def made_outside(u: int, depth: int = 3) -> bool:
-        if kind[u] != "view" or depth == 0:
-            return kind[u] is None
-        return all(made_outside(x, depth - 1) for x in G.operands[u])
-
-    def read_outside(w: int, depth: int = 3) -> bool:
-        if kind[w] != "view" or depth == 0:
-            return kind[w] is None
-        return all(read_outside(x, depth - 1) for x in G.users[w])
-
-    return all(made_outside(u) for u in inputs) and \
-        all(read_outside(w) for v in nodes for w in G.users[v] if w not in inside)
-
-
-def _score(p: Pattern) -> tuple:
-    # Rank: natural blocks first (most occurrences a whole fusable region, like a GELU between
-    # two matmuls, not a window cut out of a larger region), then by the traffic a fusion could
-    # save (safe occurrences x (compute nodes - 1) intermediate tensors), then patterns shared
-    # by more models, missed fusions first on ties.
-    block = p.counts.bounded * 2 >= p.counts.non_overlapping > 0
-    return (not block, -(p.counts.safe * (p.n_compute - 1)), -p.support.n_models, not p.inductor.missed_fusion,
-            -p.support.n_graphs, p.id)
-
-
 # --------------------------------------------------------------------------- entry point
 
 
 def mine(graphs: Sequence[CapturedGraph], *, min_support: int = 2, min_models: int = 1, max_nodes: int = 8,
          max_views: int = 2, max_fanout: int = 4, closed_only: bool = True, max_extra_outputs: int = 2,
-         max_stored: int = 3, verify: bool = False) -> MiningResult:
+         max_stored: int = 3, verify: bool = False, support: str = "occurrences") -> MiningResult:
     """Mine frequent pointwise/reduction patterns of ``graphs``.
 
     Parameters
@@ -491,7 +385,12 @@ def mine(graphs: Sequence[CapturedGraph], *, min_support: int = 2, min_models: i
     graphs : sequence of CapturedGraph
         The captured post-grad graphs (``Workspace.load_graphs()``).
     min_support : int
-        Minimum number of graphs a pattern must occur in.
+        Minimum support: with ``support="occurrences"`` (default) the pattern's occurrence count,
+        its *minimum image* count (for each pattern node, the distinct graph nodes it maps to over
+        all embeddings; the least of these): a pattern repeated across the 12 layers of one graph
+        has support 12. It is anti-monotone (a super-pattern never has more), so pruning by it
+        loses nothing, and it never counts two overlapping embeddings of one node twice. With
+        ``support="graphs"``: the number of graphs it occurs in (the old rule).
     min_models : int
         Minimum number of distinct models.
     max_nodes : int
@@ -519,6 +418,8 @@ def mine(graphs: Sequence[CapturedGraph], *, min_support: int = 2, min_models: i
     """
     if max_nodes < 2:
         raise ValueError("max_nodes must be at least 2")
+    if support not in SUPPORTS:
+        raise ValueError(f"support must be one of {', '.join(SUPPORTS)}, got {support!r}")
     t0 = time.perf_counter()
     templates: dict[str, NodeTemplate] = {}
     multi_labels: set[str] = set()
@@ -528,7 +429,7 @@ def mine(graphs: Sequence[CapturedGraph], *, min_support: int = 2, min_models: i
     stats: dict[str, Any] = {"graphs": len(graphs), "nodes": sum(len(g.nodes) for g in graphs),
                              "fusable_nodes": sum(sum(k is not None for k in G.kind) for G in indexes)}
     pats = _grow(indexes, templates, min_support=min_support, min_models=min_models, max_nodes=max_nodes,
-                 max_views=max_views, max_fanout=max_fanout, stats=stats)
+                 max_views=max_views, max_fanout=max_fanout, stats=stats, support=support)
     t2 = time.perf_counter()
     valid = {p.pid: _valid(p, templates, multi_labels) for p in pats}
     closed = _closed_flags(pats, valid, models)
@@ -569,7 +470,7 @@ def mine(graphs: Sequence[CapturedGraph], *, min_support: int = 2, min_models: i
     stats.update({"frequent_patterns": len(pats), "reported_patterns": len(out),
                   "seconds": {"index": round(t1 - t0, 3), "grow": round(t2 - t1, 3),
                               "report": round(t3 - t2, 3), "total": round(time.perf_counter() - t0, 3)}})
-    params = dict(min_support=min_support, min_models=min_models, max_nodes=max_nodes, max_views=max_views,
+    params = dict(min_support=min_support, support=support, min_models=min_models, max_nodes=max_nodes, max_views=max_views,
                   max_fanout=max_fanout,
                   closed_only=closed_only, max_extra_outputs=max_extra_outputs, max_stored=max_stored,
                   models=sorted(set(models)))

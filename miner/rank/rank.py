@@ -221,6 +221,7 @@ class Review:
     mining: dict = field(default_factory=dict)  # params and stats of miner mine
     run_tables: tuple[RunTable, ...] = ()  # every reports/gpu/*/bench.json, used or not
     skipped: dict[str, str] = field(default_factory=dict)  # pattern id -> why no candidate was generated
+    measured: dict = field(default_factory=dict)  # pattern id -> miner.rank.measured.Credit (GPU step profiles)
 
     @property
     def candidate_families(self) -> tuple[families.Family, ...]:
@@ -641,8 +642,10 @@ def review(workspace: Workspace | str | Path, *, only_model: str | None = None, 
             raise UsageError(f"no pattern occurs in model {only_model!r}; models: {', '.join(sorted(known)) or 'none'}"
                              + (f" (did you mean {', '.join(close)}?)" if close else ""))
     tables = run_tables(ws, problems)
-    return replace(rank(patterns, candidates, runs, scale=scale, only_model=only_model, problems=problems,
-                        mining=mining), run_tables=tuple(tables), skipped=skipped_reasons(ws))
+    out = replace(rank(patterns, candidates, runs, scale=scale, only_model=only_model, problems=problems,
+                       mining=mining), run_tables=tuple(tables), skipped=skipped_reasons(ws))
+    from miner.rank import measured  # ranks by measured recoverable time where step profiles exist
+    return out if only_model else measured.apply(out, ws)
 
 
 def to_json(review_: Review) -> list[dict]:
