@@ -102,3 +102,22 @@ def test_no_profiles_leaves_the_review_alone(tmp_path):
     save_patterns(ws, [pattern_at(g, [name["relu"], name["mul"]])], {}, {})
     review = rank.review(ws)
     assert not any(r.saved_ms.measured for r in review.rows) and not review.measured
+
+
+def test_mined_patterns_link_to_the_regions_that_hold_them(tmp_path, capsys):
+    from miner.cli import main
+    from miner.commands.profile import mined_links
+    g, name = _graph()
+    ws = Workspace(tmp_path)
+    ws.save_graph(g)
+    prof.save(ws, _profile(g, name))
+    pats = [pattern_at(g, [name["relu"], name["mul"]]), pattern_at(g, [name["relu"], name["mul"], name["exp"]])]
+    save_patterns(ws, pats, {}, {})
+    rps = regions.group([g], prof.load_all(ws))
+    k1 = next(rp.id for rp in rps if rp.occurrences[0].region.kernel.name == "k1:1")
+    k2 = next(rp.id for rp in rps if rp.occurrences[0].region.kernel.name == "k2:2")
+    links = mined_links(ws, rps)
+    assert links[k1] == [pats[0].id, pats[1].id] and links[k2] == [pats[1].id]
+    assert main(["--workspace", str(tmp_path), "profile", "--show", "--preset", "base"]) == 0
+    out = capsys.readouterr().out
+    assert "mined patterns inside them" in out and k2 in out

@@ -60,6 +60,23 @@ def regions_table(region_patterns, top: int) -> str:
     return _table(head, rows) + "\n(per step, summed over the region's measured kernel call sites)"
 
 
+def mined_links(ws, rps) -> dict[str, list[str]]:
+    """Region pattern id -> ids of the mined patterns (``mined/patterns.json``) with an occurrence inside it."""
+    from miner.core.pattern import load_mining, patterns_path
+    from miner.rank import measured
+
+    if not patterns_path(ws).exists():
+        return {}
+    index = measured.SiteIndex(rps, {})
+    out: dict[str, list[str]] = {}
+    for p in load_mining(ws).patterns:
+        for o in p.occurrences:
+            for rid in measured.credit_occurrence(o, index)[1]:
+                if p.id not in out.setdefault(rid, []):
+                    out[rid].append(p.id)
+    return out
+
+
 def unmapped(profiles, min_us: float = 200.0) -> list[str]:
     """Triton kernels of at least ``min_us`` per step that no capture kernel map holds."""
     return [f"{p.model}/{p.mode}: {k.name} {k.us_per_step:.0f} us" for p in profiles for k in p.kernels
@@ -125,6 +142,14 @@ def run(args) -> int:
     print(f"\ntop regions by measured time above floor ({sum(rp.measured > 0 for rp in rps)} measured region "
           f"patterns of {len(rps)}; all in {path}):")
     print(regions_table(rps, args.top))
+    links = mined_links(ws, rps)
+    top = [rp for rp in rps if rp.measured][:args.top]
+    if links:
+        print("mined patterns inside them (`miner candidates` ranks them by measured recoverable time):")
+        for rp in top:
+            if links.get(rp.id):
+                ids = links[rp.id]
+                print(f"  {rp.id}: {', '.join(ids[:6])}{f' (+{len(ids) - 6})' if len(ids) > 6 else ''}")
     missing = unmapped(profiles)
     if missing:
         print(f"\n{len(missing)} Triton kernel(s) of >= 200 us/step in no kernel map: " + "; ".join(missing[:10]))

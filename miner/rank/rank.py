@@ -656,7 +656,9 @@ def to_json(review_: Review) -> list[dict]:
              "saved_ms_per_step": est(r.saved_ms), "speedup_vs_inductor": est(r.speedup),
              "occurrences": r.occurrences, "safe_share": r.safe_share, "missed_fusion_share": r.missed_share,
              "inductor_kernels": r.inductor_kernels,
-             "support": {"models": list(r.pattern.support.models), "graphs": r.pattern.support.n_graphs}}
+             "support": {"models": list(r.pattern.support.models), "graphs": r.pattern.support.n_graphs},
+             **({"regions": list(review_.measured[r.id].regions), "measured_notes": list(review_.measured[r.id].notes)}
+                if r.id in review_.measured else {})}
             for r in review_.rows]
 
 
