@@ -133,3 +133,17 @@ def test_miner_profile_on_cpu_end_to_end(tmp_path, capsys):
 def test_miner_profile_needs_models_or_show(tmp_path, capsys):
     assert main(["--workspace", str(tmp_path), "profile", "--device", "cpu"]) == 2
     assert "--models" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_gpu_profile_joins_every_triton_kernel(tmp_path):
+    """On CUDA: every profiled Triton kernel is a captured call site with Inductor's byte count."""
+    model = "tests.zoo_fixtures:good"
+    assert main(["--workspace", str(tmp_path), "profile", "--models", model, "--device", "cuda",
+                 "--preset", "tiny"]) == 0
+    [p] = prof.load_all(tmp_path)
+    triton = [k for k in p.kernels if k.kind.startswith("triton")]
+    assert triton and p.recompiled == 0
+    assert all(k.sites and k.gb_per_call and k.floor_us_per_step for k in triton), \
+        [(k.name, k.sites, k.gb_per_call) for k in triton]
+    assert 1e11 < p.copy_bw < 1e14 and p.step_p20_ms <= p.step_ms <= p.step_p80_ms
