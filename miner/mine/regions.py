@@ -24,7 +24,7 @@ their regions):
   ``getitem`` joins only when its producer is in the region. Every op class takes part:
   ``cat``, ``slice``, ``slice_scatter``, ``embedding``, ``index``/``gather``, ``iota``,
   ``full``, ``where`` and masks, ``inductor_lookup_seed`` / ``inductor_random``,
-  ``prims.prepare_softmax_online``, views (see :data:`FUSABLE_CLASSES`).
+  ``prims.prepare_softmax_online``, views (see ``miner.core.ops.FUSABLE_CLASSES``).
 - **inputs**: producers outside the region that its nodes read, in first-use order.
 - **outputs**: region nodes whose value leaves the kernel: read by the graph output, by an
   extern/other op, or by a node of another kernel that does not recompute it (looking through
@@ -58,7 +58,8 @@ from typing import Any, Iterable, Sequence
 from miner.mine.canon import NodeTemplate, _walk, canonical_order, pattern_nodes, template_of
 from miner.core.pattern import (Counts, InductorView, Occurrence, Pattern, PatternNode, Support, Verdict,
                            canonical_form, node_from_json, occurrence_from_json, occurrence_to_json, pattern_id)
-from miner.core.ops import FUSABLE_CLASSES, VALUE_INT_ARGS, op_class  # noqa: F401 (op_class: re-exported)
+from miner.core import dtypes
+from miner.core.ops import FUSABLE_CLASSES, VALUE_INT_ARGS
 from miner.core.records import CapturedGraph, GraphKey, KernelRef, NodeRecord, to_json
 
 REGIONS_SCHEMA = 1
@@ -69,10 +70,6 @@ FUSED_KINDS = ("pointwise", "reduction", "persistent_reduction", "template", "fo
 
 MAX_PERMUTATIONS = 720  # tied-sink orders tried exactly (6!)
 MAX_SIGNATURE = 200_000  # characters of an unfolded label tree before hashed signatures are used
-
-_DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
-                "int8": 1, "uint8": 1, "bool": 1, "complex64": 8, "float8_e4m3fn": 1, "float8_e5m2": 1}
-
 
 # --------------------------------------------------------------------------- records
 
@@ -405,7 +402,7 @@ def _bytes(graph: CapturedGraph, inputs: Sequence[str], outputs: Sequence[str]) 
             continue
         for m in metas[:1]:
             size = m.numel
-            width = _DTYPE_BYTES.get(m.dtype)
+            width = dtypes.size(m.dtype, default=0) or None
             if size is None or width is None:
                 return None
             total += size * width
@@ -472,7 +469,7 @@ def group(graphs: Iterable[CapturedGraph], profiles: Iterable[Any] | None = None
     ----------
     graphs : iterable of CapturedGraph
     profiles : iterable of StepProfile, optional
-        ``miner.profile.StepProfile`` records (or anything with ``site_times(graph_key)`` ->
+        ``miner.scan.profile.StepProfile`` records (anything with ``site_times(graph_key)`` ->
         ``{"name:handle": (us_per_step, floor_us_per_step or None, calls_per_step)}``); each
         occurrence whose call site a profile measured carries that time.
     kinds : kernel kinds that make regions (default :data:`FUSED_KINDS`).
@@ -497,14 +494,8 @@ def group(graphs: Iterable[CapturedGraph], profiles: Iterable[Any] | None = None
             by_id[r.pattern.id].append(r)
     out = []
     for pid, regs in by_id.items():
-        occs = []
-        for r in regs:
-            t = times.get((str(r.graph), r.kernel.name))
-            if t is None:
-                occs.append(RegionOccurrence(r))
-            else:
-                us, floor, calls = t
-                occs.append(RegionOccurrence(r, us, floor, calls, "measured"))
+        occs = [RegionOccurrence(r, *t, "measured") if (t := times.get((str(r.graph), r.kernel.name))) else
+                RegionOccurrence(r) for r in regs]
         out.append(RegionPattern(_grouped_pattern(regs), tuple(occs)))
     out.sort(key=lambda rp: (-rp.above_floor_us, -rp.us_per_step, -len(rp.occurrences), rp.id))
     return out
