@@ -72,6 +72,20 @@ def test_name_shared_by_forward_and_backward_is_split_by_sites_and_bytes(h200_gr
         assert r.us_per_step == pytest.approx(total * weights[gi] / sum(weights))
         assert r.calls_per_step == per_graph[gi] and r.gb_per_call == 0.001 * (gi + 1)
         assert r.floor_us_per_step == pytest.approx(r.gb_per_call * 1e9 / BW * 1e6 * per_graph[gi])
+        assert r.bytes_from == "module"
+
+
+def test_bytes_fall_back_to_live_kernels_by_name(h200_graphs):
+    graphs = h200_graphs["bert"]
+    raw = synthetic_raw(graphs)
+    name = next(k.name for k in raw.kernels if k.kind.startswith("triton"))
+    for g in raw.module_gb:
+        g.pop(name, None)
+    raw.live_gb = {name: 0.5}
+    p = build(raw, graphs, model="bert", preset="base", mode="train", device="cuda")
+    (row,) = [k for k in p.kernels if k.name == name]
+    assert row.gb_per_call == 0.5 and row.bytes_from == "live"
+    assert {k.bytes_from for k in p.kernels if k.kind == "gemm"} == {None}
 
 
 def test_regions_carry_the_measured_times(h200_graphs):

@@ -237,6 +237,9 @@ class KernelProfile:
     split : bool
         True when graphs of the step share this kernel name (forward and backward number their
         kernels separately): the profiler's time is then shared out by call sites x bytes.
+    bytes_from : str or None
+        Where ``gb_per_call`` was read: ``"module"`` (the graph's compiled module) or ``"live"`` (a
+        live ``CachingAutotuner`` of that name, the probe's way); None without a count.
     """
 
     name: str
@@ -249,6 +252,7 @@ class KernelProfile:
     sites: tuple[str, ...] = ()
     nodes: tuple[tuple[str, ...], ...] = ()
     split: bool = False
+    bytes_from: str | None = None
 
     @property
     def above_floor_us(self) -> float | None:
@@ -435,9 +439,12 @@ def build(raw: RawProfile, graphs: list, *, model: str, preset: str, mode: str, 
             for k in r.kernels:
                 nodes.setdefault((gi, k.name), []).append(r.name)
 
-    def gb_of(gi: int | None, name: str) -> float | None:
+    def gb_of(gi: int | None, name: str) -> tuple[float | None, str | None]:
         got = _lookup(raw.module_gb[gi], name) if gi is not None and gi < len(raw.module_gb) else None
-        return got if got is not None else _lookup(raw.live_gb, name)
+        if got is not None:
+            return got, "module"
+        live = _lookup(raw.live_gb, name)
+        return live, None if live is None else "live"
 
     def floor(gb: float | None, calls: float) -> float | None:
         return None if gb is None or not bw else gb * 1e9 / bw * 1e6 * calls
@@ -446,12 +453,13 @@ def build(raw: RawProfile, graphs: list, *, model: str, preset: str, mode: str, 
     for kt in raw.kernels:
         where = sites.get(kt.name, {}) if kt.kind.startswith("triton") else {}
         if not where:
-            gb = gb_of(None, kt.name) if kt.kind.startswith("triton") else None
+            gb, src = gb_of(None, kt.name) if kt.kind.startswith("triton") else (None, None)
             rows.append(KernelProfile(kt.name, kt.kind, kt.us_per_step, kt.calls_per_step, None, gb,
-                                      floor(gb, kt.calls_per_step)))
+                                      floor(gb, kt.calls_per_step), bytes_from=src))
             continue
         n_all = sum(len(s) for s in where.values())
-        gbs = {gi: gb_of(gi, kt.name) for gi in where}
+        found = {gi: gb_of(gi, kt.name) for gi in where}
+        gbs = {gi: f[0] for gi, f in found.items()}
         known = all(v is not None for v in gbs.values())
         weight = {gi: len(s) * (gbs[gi] if known else 1.0) for gi, s in where.items()}
         total_w = sum(weight.values()) or 1.0
@@ -460,7 +468,7 @@ def build(raw: RawProfile, graphs: list, *, model: str, preset: str, mode: str, 
             calls = kt.calls_per_step * len(s) / n_all
             rows.append(KernelProfile(kt.name, kt.kind, kt.us_per_step * share, calls, str(graphs[gi].key), gbs[gi],
                                       floor(gbs[gi], calls), tuple(s), tuple(tuple(nodes.get((gi, x), ())) for x in s),
-                                      split=len(where) > 1))
+                                      split=len(where) > 1, bytes_from=found[gi][1]))
     rows.sort(key=lambda k: (-k.us_per_step, k.name, k.graph or ""))
     med, p20, p80 = _quantiles(raw.step_ms)
     return StepProfile(model, preset, mode, device, med, p20, p80, len(raw.step_ms), raw.steps_profiled, bw,
