@@ -138,9 +138,12 @@ def test_miner_profile_on_cpu_end_to_end(tmp_path, capsys):
     assert p.model == model and p.device == "cpu" and p.steps_timed == 20 and p.step_ms > 0
     assert p.recompiled == 0 and any(k.kind == "gemm" for k in p.kernels)
     assert (tmp_path / "mined" / "regions.json").exists()
-    # a second call reuses the saved profile and only prints
-    assert main(["--workspace", str(tmp_path), "profile", "--models", model, "--device", "cpu"]) == 0
-    assert "reusing" in capsys.readouterr().out
+    # a second call reuses the saved train profile, and --also-infer adds the inference step
+    assert main(["--workspace", str(tmp_path), "profile", "--models", model, "--device", "cpu",
+                 "--also-infer", model]) == 0
+    out = capsys.readouterr().out
+    assert "reusing" in out and "infer" in out
+    assert sorted(p.mode for p in prof.load_all(tmp_path)) == ["infer", "train"]
     assert main(["--workspace", str(tmp_path), "profile", "--show", "--device", "cpu"]) == 0
 
 

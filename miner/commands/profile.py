@@ -30,6 +30,8 @@ def add_arguments(p) -> None:
     p.add_argument("--timeout", type=float, default=None, help="seconds per model before it is killed (default 1800)")
     p.add_argument("--top", type=int, default=15, metavar="N", help="regions to print (default 15)")
     p.add_argument("--show", action="store_true", help="only print the saved profiles of the workspace")
+    p.add_argument("--also-infer", default=None, metavar="A,B",
+                   help="after --mode's runs, also profile these models' inference step (e.g. bert,gpt2)")
 
 
 def composition_table(profiles) -> str:
@@ -118,9 +120,18 @@ def run(args) -> int:
         t0 = time.perf_counter()
         print(f"miner profile: {len(names)} model(s) one at a time, preset {preset}, mode {','.join(modes)}, "
               f"device {args.device}, workspace {args.workspace}", flush=True)
-        results = scan(names, preset=preset, modes=modes, device=args.device, dtype=args.dtype, batch=args.batch,
-                       seq=args.seq, workspace=ws, force=args.force, jobs=1,
-                       timeout=args.timeout or DEFAULT_TIMEOUT_S, echo=lambda s: print(s, flush=True), profile=True)
+        runs = [(names, modes)]
+        if args.also_infer:
+            extra = expand_models(args.also_infer)
+            runs.append((extra, ("infer",)))
+            names = list(dict.fromkeys(names + extra))
+            modes = tuple(dict.fromkeys(modes + ("infer",)))
+        results = []
+        for run_names, run_modes in runs:
+            results += scan(run_names, preset=preset, modes=run_modes, device=args.device, dtype=args.dtype,
+                            batch=args.batch, seq=args.seq, workspace=ws, force=args.force, jobs=1,
+                            timeout=args.timeout or DEFAULT_TIMEOUT_S, echo=lambda s: print(s, flush=True),
+                            profile=True)
         failed = [f"{r.model}/{r.mode}: {r.error}" for r in results if not r.ok]
         print(f"profiled {len(results) - len(failed)}/{len(results)} in {time.perf_counter() - t0:.1f}s", flush=True)
     profiles = [p for p in prof.load_all(ws, names) if p.preset == preset and p.mode in modes]
