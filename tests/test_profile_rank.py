@@ -91,6 +91,7 @@ def test_candidates_rank_by_measured_time_and_add_regions(tmp_path):
     regions_rows = [r for r in review.rows if r.status == "region"]
     assert [round(r.saved_ms.value, 3) for r in regions_rows] == [0.27]  # k2 (exp, add): 300 - 30 us
     assert review.rows[0].status == "region" and "measured recoverable time" in review.basis
+    assert review.skipped[review.rows[0].id].startswith("region")
     assert set(review.measured) >= {pats[0].id, pats[1].id}
 
 

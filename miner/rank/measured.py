@@ -187,10 +187,12 @@ def apply(review: Any, ws: Any) -> Any:
             r = replace(r, saved_ms=Estimate(c.ms_per_step, SOURCE))
         rows.append(r)
     have = {r.pattern.id for r in rows}
+    skipped = dict(review.skipped)
     for rp in rps:
         if rp.id in have or not rp.measured or rp.above_floor_us <= 0:
             continue
         c = credits[rp.id] = region_credit(rp)
+        skipped[rp.id] = "region: one whole Inductor kernel per occurrence (not safety-checked, not mined)"
         hist = {int(k): v for k, v in rp.pattern.inductor.kernels_hist.items()}
         rows.append(Ranked(id=rp.id, pattern=rp.pattern, candidate=None,
                            family=families.Family(rp.id, rp.ops, (rp.id,)), status="region",
@@ -210,5 +212,5 @@ def apply(review: Any, ws: Any) -> Any:
              f"per occurrence, the measured time of the kernels it would replace minus the floor of one fused "
              f"kernel at the copy bandwidth (0 when it would split a kernel; region rows: a whole kernel's time "
              f"above floor); {n_measured} of {len(rows)} rows measured, the others predicted (~).")
-    out = replace(review, rows=tuple(rows), families=tuple(fams), basis=basis)
+    out = replace(review, rows=tuple(rows), families=tuple(fams), basis=basis, skipped=skipped)
     return replace(out, measured=credits) if hasattr(out, "measured") else out
