@@ -137,8 +137,10 @@ def credit_pattern(p: Pattern, index: SiteIndex) -> Credit | None:
             got.append(us)
     if not got:
         return None
-    total = sum(got) / len(got) * max(p.counts.safe, len(got))
-    return Credit(p.id, total, len(got), tuple(dict.fromkeys(regions)), tuple(dict.fromkeys(notes)))
+    n = max(p.counts.safe, len(got))
+    if n > len(got):
+        notes.append(f"mean of {len(got)} stored of {n} safe occurrences, times {n}")
+    return Credit(p.id, sum(got) / len(got) * n, len(got), tuple(dict.fromkeys(regions)), tuple(dict.fromkeys(notes)))
 
 
 def region_credit(rp: Any) -> Credit:
