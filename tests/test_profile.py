@@ -133,7 +133,7 @@ def test_miner_profile_on_cpu_end_to_end(tmp_path, capsys):
     model = "tests.zoo_fixtures:good"
     assert main(["--workspace", str(tmp_path), "profile", "--models", model, "--device", "cpu"]) == 0
     out = capsys.readouterr().out
-    assert "step ms" in out and "top regions" in out
+    assert "step ms" in out and "top regions" in out and "Triton floor" in out
     [p] = prof.load_all(tmp_path)
     assert p.model == model and p.device == "cpu" and p.steps_timed == 20 and p.step_ms > 0
     assert p.recompiled == 0 and any(k.kind == "gemm" for k in p.kernels)

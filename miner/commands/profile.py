@@ -51,6 +51,19 @@ def composition_table(profiles) -> str:
                                  "copy bandwidth; tri?: Triton without a byte count; idle: step time no kernel covers)")
 
 
+def totals_table(profiles) -> str:
+    """The issue's reference table (as ``../shared/probes/step_profile.py`` prints it): ms per step."""
+    head = ["model", "mode", "step", "gemm", "attention", "Triton", "Triton floor", "above floor", "% of step"]
+    rows = []
+    for p in profiles:
+        t = p.totals()
+        net = t["triton_with_bytes_ms"] - t["triton_floor_ms"]
+        rows.append([p.model, p.mode, *(f"{t[k]:.2f}" for k in ("step_ms", "gemm_ms", "attention_ms", "triton_ms",
+                                                                  "triton_floor_ms")),
+                     f"{net:.2f}", f"{100 * net / p.step_ms:.1f}" if p.step_ms else "-"])
+    return _table(head, rows) + "\n(above floor: Triton time with a byte count minus its floor, net, as the probe)"
+
+
 def regions_table(region_patterns, top: int) -> str:
     head = ["above us", "us/step", "floor us", "roofline", "occ", "models", "region", "ops"]
     rows = []
@@ -144,6 +157,8 @@ def run(args) -> int:
     path = regions.save(ws, rps)
     print()
     print(composition_table(profiles))
+    print()
+    print(totals_table(profiles))
     bw = sorted({round(p.copy_bw / 1e12, 2) for p in profiles})
     print(f"copy bandwidth (floor): {', '.join(f'{b:.2f}' for b in bw)} TB/s; bytes: {profiles[0].bytes_source}")
     recompiled = [f"{p.model}/{p.mode}" for p in profiles if p.recompiled]
