@@ -122,3 +122,14 @@ def test_mined_patterns_link_to_the_regions_that_hold_them(tmp_path, capsys):
     assert main(["--workspace", str(tmp_path), "profile", "--show", "--preset", "base"]) == 0
     out = capsys.readouterr().out
     assert "mined patterns inside them" in out and k2 in out
+
+
+def test_pattern_without_a_safe_occurrence_is_measured_zero(index):
+    from dataclasses import replace as dc_replace
+    from miner.core.pattern import Verdict
+    g, name, idx = index
+    p = pattern_at(g, [name["relu"], name["mul"]])
+    unsafe = dc_replace(p, occurrences=tuple(dc_replace(o, verdict=Verdict(ok=False, reasons=("x",)))
+                                             for o in p.occurrences))
+    c = measured.credit_pattern(unsafe, idx)
+    assert c.us_per_step == 0.0 and "no safe occurrence" in c.notes[0] and len(c.regions) == 1

@@ -127,6 +127,9 @@ def credit_occurrence(occ: Occurrence, index: SiteIndex) -> tuple[float | None, 
 def credit_pattern(p: Pattern, index: SiteIndex) -> Credit | None:
     """The measured saving of ``p`` per step, or None when none of its safe occurrences was profiled."""
     safe = [o for o in p.occurrences if o.verdict.ok]
+    if not safe and any(str(o.graph) in index.graphs for o in p.occurrences):
+        regions = [r for o in p.occurrences for r in credit_occurrence(o, index)[1]]
+        return Credit(p.id, 0.0, 0, tuple(dict.fromkeys(regions)), ("no safe occurrence: none would be rewritten",))
     got, regions, notes = [], [], []
     for o in safe:
         us, regs, note = credit_occurrence(o, index)
