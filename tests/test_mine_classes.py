@@ -65,3 +65,18 @@ def test_cat_is_part_of_mined_patterns_and_generate_skips_it():
     for p in with_cat:
         why = supported(p)
         assert why is not None and "cat" in why, why
+
+
+def test_limit_builds_the_same_top_patterns():
+    from tests.test_mine import _toy
+    from tests.test_mine_helpers import rekey
+    torch.manual_seed(0)
+    g = fx_graph(_toy, torch.randn(4, 8), torch.randn(8, 8), torch.randn(8), torch.randn(8), model="toy")
+    graphs = [g, rekey(g, model="toy2", phase="inference", mode="infer")]
+    full = mine(graphs, closed_only=False)
+    assert len(full.patterns) > 20
+    for k in (1, 5, 20):
+        top = mine(graphs, closed_only=False, limit=k)
+        assert top.patterns == full.patterns[:k]
+        assert top.stats["reported_patterns"] == len(full.patterns)
+        assert k <= top.stats["built_patterns"] < len(full.patterns)

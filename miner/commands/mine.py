@@ -52,7 +52,8 @@ def run(args) -> int:
                             else "; run `miner scan` first"))
     result = mine(graphs, min_support=args.min_support, min_models=args.min_models, max_nodes=args.max_nodes,
                   max_views=args.max_views, closed_only=not args.all, max_extra_outputs=args.max_extra_outputs,
-                  max_stored=args.max_stored, max_fanout=args.max_fanout, support=args.support)
+                  max_stored=args.max_stored, max_fanout=args.max_fanout, support=args.support,
+                  limit=args.limit or None)
     saved = result.patterns[:args.limit] if args.limit else result.patterns
     stats = dict(result.stats, saved_patterns=len(saved))
     params = dict(result.params, limit=args.limit)
@@ -62,9 +63,10 @@ def run(args) -> int:
           f"{len(result.params['models'])} models in {s['seconds']['total']:.1f} s: "
           f"{s['reported_patterns']} {'closed ' if not args.all else ''}patterns "
           f"({s['frequent_patterns']} frequent subgraphs), "
-          f"{sum(p.inductor.missed_fusion for p in result.patterns)} with missed fusions")
+          f"{sum(p.inductor.missed_fusion for p in result.patterns)} of the {len(result.patterns)} kept with "
+          f"missed fusions")
     from miner.commands.patterns import table
     print(table(result.patterns[:args.top]))
-    print(f"wrote {path}" + (f" ({len(saved)} best-ranked of {len(result.patterns)} patterns)"
-                             if len(saved) < len(result.patterns) else ""))
+    print(f"wrote {path}" + (f" ({len(saved)} best-ranked of {s['reported_patterns']} patterns)"
+                             if len(saved) < s["reported_patterns"] else ""))
     return 0

@@ -42,11 +42,14 @@ tiny graphs in 208 s wall / 62 s CPU (140096 frequent subgraphs, 21603 closed pa
 48917 and 5723 before; graph support with the new classes: 42 s CPU); the H200 bert-base +
 gpt2-base training graphs in 241 s / 95 s CPU (101108 frequent, 17845 patterns, 16986 of them in
 one graph only): every connected subgraph of a layer is now frequent. ``--support graphs`` is the
-fast way when only cross-graph patterns matter.
+fast way when only cross-graph patterns matter. ``limit`` (``miner mine --limit``, default 400)
+builds occurrences and safety verdicts only for patterns that can still reach the top: the same
+400 patterns of those H200 graphs in 70 s wall (grow 35 s, report 34 s) instead of 314 s.
 """
 
 from __future__ import annotations
 
+import bisect
 import random
 import time
 from collections import Counter, defaultdict
@@ -389,7 +392,8 @@ def _closed_flags(pats: list[_Pat], valid: dict[int, bool], models: list[str]) -
 
 def mine(graphs: Sequence[CapturedGraph], *, min_support: int = 2, min_models: int = 1, max_nodes: int = 8,
          max_views: int = 2, max_fanout: int = 4, closed_only: bool = True, max_extra_outputs: int = 2,
-         max_stored: int = 3, verify: bool = False, support: str = "occurrences") -> MiningResult:
+         max_stored: int = 3, verify: bool = False, support: str = "occurrences",
+         limit: int | None = None) -> MiningResult:
     """Mine frequent pointwise/reduction patterns of ``graphs``.
 
     Parameters
@@ -419,6 +423,10 @@ def mine(graphs: Sequence[CapturedGraph], *, min_support: int = 2, min_models: i
         this many; beyond that the occurrence is rejected (``miner.mine.safety.check_users``).
     max_stored : int
         Occurrences stored per pattern (plus one per distinct rejection reason); counts cover all.
+    limit : int, optional
+        Return only the ``limit`` best-ranked patterns (the same ones as without a limit, built
+        alone: much faster when most patterns would be cut); ``stats["reported_patterns"]`` still
+        counts them all.
     verify : bool
         Also confirm with networkx's VF2 matcher that no two reported patterns are isomorphic
         (slow for many patterns; tests use it).
@@ -447,21 +455,35 @@ def mine(graphs: Sequence[CapturedGraph], *, min_support: int = 2, min_models: i
     closed = _closed_flags(pats, valid, models)
     reported = [p for p in pats if valid[p.pid] and (closed[p.pid] or not closed_only)]
 
-    out: list[Pattern] = []
+    # Every reported pattern's ranking key needs its safe occurrences (the safety checks are most of
+    # the report's time), but an optimistic key needs none: safe <= non-overlapping, a missed fusion
+    # assumed. With ``limit``, patterns are built in optimistic order and the loop stops once ``limit``
+    # built patterns rank before every optimistic key left: the same top ``limit`` as building all.
     ids: dict[str, str] = {}
+    prelim = []
     for p in reported:
         nodes_p, n_inputs, n_consts, slots = pattern_nodes(p.code, templates)
         form = canonical_form(nodes_p, n_inputs, n_consts)
         pid = pattern_id(form)
         if ids.setdefault(pid, form) != form:  # never merge two patterns on a hash alone
             raise RuntimeError(f"pattern id collision on {pid}; lengthen miner.core.pattern.pattern_id")
+        chosen = _non_overlapping(p.embs)
+        bounded = sum(_bounded(indexes[p.embs[i][0]], p.embs[i][1], p.embs[i][2]) for i in chosen)
+        n_comp = sum(1 for n in nodes_p if n.is_compute)
+        best = (not bounded * 2 >= len(chosen) > 0, -(len(chosen) * max(n_comp - 1, 0)),
+                -len({models[gi] for gi in p.graphs}), False, -len(p.graphs), pid)
+        prelim.append((best, p, nodes_p, n_inputs, n_consts, slots, pid, chosen, bounded))
+    prelim.sort(key=lambda t: t[0])
+    out: list[Pattern] = []
+    top: list[tuple] = []  # the best ``limit`` exact keys so far
+    for best, p, nodes_p, n_inputs, n_consts, slots, pid, chosen, bounded in prelim:
+        if limit and len(top) >= limit and top[-1] < best:
+            break
         used = {r[1] for _, refs in p.code for r in refs if r[0] == "n"}
         sinks = tuple(j for j in range(len(p.code)) if j not in used)
-        chosen = _non_overlapping(p.embs)
         occs = [build_occurrence(indexes[p.embs[i][0]], p.embs[i][1], p.embs[i][2], slots, sinks,
                                  max_extra_outputs=max_extra_outputs) for i in chosen]
         safe = [o for o in occs if o.verdict.ok]
-        bounded = sum(_bounded(indexes[p.embs[i][0]], p.embs[i][1], p.embs[i][2]) for i in chosen)
         rejections = Counter(r for o in occs for r in o.verdict.reasons)
         gset = sorted({str(indexes[gi].key) for gi in p.graphs})
         out.append(Pattern(
@@ -475,11 +497,15 @@ def mine(graphs: Sequence[CapturedGraph], *, min_support: int = 2, min_models: i
             rejections=dict(rejections.most_common()),
             occurrences=_sample(occs, max_stored),
             closed=closed[p.pid]))
+        if limit:
+            bisect.insort(top, _score(out[-1]))
+            del top[limit:]
     out.sort(key=_score)
+    out = out[:limit] if limit else out
     t3 = time.perf_counter()
     if verify:
         _verify_distinct(out)
-    stats.update({"frequent_patterns": len(pats), "reported_patterns": len(out),
+    stats.update({"frequent_patterns": len(pats), "reported_patterns": len(reported), "built_patterns": len(out),
                   "seconds": {"index": round(t1 - t0, 3), "grow": round(t2 - t1, 3),
                               "report": round(t3 - t2, 3), "total": round(time.perf_counter() - t0, 3)}})
     params = dict(min_support=min_support, support=support, min_models=min_models, max_nodes=max_nodes, max_views=max_views,
