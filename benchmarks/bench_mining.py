@@ -59,10 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-nodes", type=int, default=8)
     p.add_argument("--max-views", type=int, default=2)
     p.add_argument("--min-support", type=int, default=2)
+    p.add_argument("--support", choices=("occurrences", "graphs"), default="occurrences")
     a = p.parse_args(argv)
     rows = run(a.workspace, a.models.split(",") if a.models else None, a.preset,
                a.modes.split(",") if a.modes else None, max_nodes=a.max_nodes, max_views=a.max_views,
-               min_support=a.min_support)
+               min_support=a.min_support, support=a.support)
     cols = list(rows[0])
     print("\n| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
     for r in rows:

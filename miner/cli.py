@@ -27,6 +27,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "verify": ("miner.commands.verify", "model step time with and without the promoted fusions (GPU)"),
     "candidates": ("miner.commands.candidates", "ranked candidate list, or one candidate (`candidates show <id>`)"),
     "report": ("miner.commands.report", "write the HTML report under reports/ and print its path"),
+    "profile": ("miner.commands.profile", "profile the compiled step on GPU: step composition, kernels vs memory floor, regions"),
 }
 
 

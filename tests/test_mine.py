@@ -248,8 +248,11 @@ def test_renaming_and_reordering_nodes_changes_nothing(toy_graphs, toy_result, s
 
 def test_min_support_and_min_models_prune(toy_graphs):
     one = toy_graphs[:1]
-    assert mine(one).patterns == ()  # min_support=2 graphs
-    assert mine(one, min_support=1).patterns
+    assert mine(one, support="graphs").patterns == ()  # min_support=2 graphs
+    assert mine(one, support="graphs", min_support=1).patterns
+    # occurrence support (the default): what repeats inside the one graph is frequent
+    by_occ = mine(one).patterns
+    assert by_occ and all(p.counts.total >= 2 for p in by_occ)
     assert mine(toy_graphs, min_models=3).patterns == ()
     assert mine(toy_graphs, min_models=2).patterns
 

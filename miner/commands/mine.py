@@ -8,7 +8,10 @@ HELP = "mine frequent pointwise/reduction subgraphs across captured graphs"
 
 def add_arguments(p) -> None:
     p.add_argument("--min-support", type=int, default=2, metavar="N",
-                   help="keep patterns found in at least N graphs (default 2)")
+                   help="keep patterns with support at least N (default 2): occurrences (a block repeated in the "
+                        "layers of one graph counts each time) or graphs, see --support")
+    p.add_argument("--support", choices=("occurrences", "graphs"), default="occurrences",
+                   help="what --min-support counts: occurrences (minimum image count, default) or graphs")
     p.add_argument("--min-models", type=int, default=1, metavar="N",
                    help="... and in at least N distinct models (default 1)")
     p.add_argument("--max-nodes", type=int, default=8, metavar="N",
@@ -49,7 +52,8 @@ def run(args) -> int:
                             else "; run `miner scan` first"))
     result = mine(graphs, min_support=args.min_support, min_models=args.min_models, max_nodes=args.max_nodes,
                   max_views=args.max_views, closed_only=not args.all, max_extra_outputs=args.max_extra_outputs,
-                  max_stored=args.max_stored, max_fanout=args.max_fanout)
+                  max_stored=args.max_stored, max_fanout=args.max_fanout, support=args.support,
+                  limit=args.limit or None)
     saved = result.patterns[:args.limit] if args.limit else result.patterns
     stats = dict(result.stats, saved_patterns=len(saved))
     params = dict(result.params, limit=args.limit)
@@ -59,9 +63,10 @@ def run(args) -> int:
           f"{len(result.params['models'])} models in {s['seconds']['total']:.1f} s: "
           f"{s['reported_patterns']} {'closed ' if not args.all else ''}patterns "
           f"({s['frequent_patterns']} frequent subgraphs), "
-          f"{sum(p.inductor.missed_fusion for p in result.patterns)} with missed fusions")
+          f"{sum(p.inductor.missed_fusion for p in result.patterns)} of the {len(result.patterns)} kept with "
+          f"missed fusions")
     from miner.commands.patterns import table
     print(table(result.patterns[:args.top]))
-    print(f"wrote {path}" + (f" ({len(saved)} best-ranked of {len(result.patterns)} patterns)"
-                             if len(saved) < len(result.patterns) else ""))
+    print(f"wrote {path}" + (f" ({len(saved)} best-ranked of {s['reported_patterns']} patterns)"
+                             if len(saved) < s["reported_patterns"] else ""))
     return 0

@@ -28,6 +28,8 @@ def add_arguments(p) -> None:
                    help="models scanned at once, each in its own process (default: one per CPU, at most 4 and at "
                         "most the number of models; the CPUs are split between them for Inductor's compile workers)")
     p.add_argument("--timeout", type=float, default=None, help="seconds per model before it is killed (default 1800)")
+    p.add_argument("--profile", action="store_true",
+                   help="also profile the compiled step in the same process (as `miner profile`, one model at a time)")
 
 
 def expand_models(spec: str) -> list[str]:
@@ -69,8 +71,8 @@ def run(args) -> int:
           f"workspace {args.workspace}", flush=True)
     results = scan(names, preset=preset, modes=modes, device=args.device, dtype=args.dtype,
                    batch=args.batch, seq=args.seq,
-                   workspace=Workspace(args.workspace), force=args.force, jobs=args.jobs or default_jobs(len(names)),
-                   timeout=args.timeout or DEFAULT_TIMEOUT_S, echo=lambda s: print(s, flush=True))
+                   workspace=Workspace(args.workspace), force=args.force, jobs=1 if args.profile else args.jobs or default_jobs(len(names)),
+                   timeout=args.timeout or DEFAULT_TIMEOUT_S, echo=lambda s: print(s, flush=True), profile=args.profile)
     print()
     print(format_table(results))
     failed = [r for r in results if not r.ok]

@@ -125,3 +125,57 @@ def bind(target: str, args: tuple | list, kwargs: dict) -> dict[str, Any]:
 def missing(target: str, bound: dict) -> list[str]:
     """The required arguments of ``target`` that ``bound`` (from :func:`bind`) lacks."""
     return [a.name for a in schema_arguments(target) or () if a.name not in bound]
+
+
+# --------------------------------------------------------------------------- op classes
+
+#: Ops that torch's tags call "other", "random" or "view" but that Inductor fuses into its
+#: kernels like any pointwise op: short op name -> class. They are part of regions
+#: (``miner.mine.regions``) and of mined patterns (``miner.mine.mine``: a node of a class in
+#: :data:`MINED_CLASSES` counts as a compute node). The generator's kernel contract covers none
+#: of them (``miner.generate`` skips a pattern holding one, with the reason).
+FUSABLE_CLASSES: dict[str, str] = {
+    "cat": "concat", "slice": "slice", "slice_scatter": "slice", "select_scatter": "slice",
+    "select": "slice", "narrow": "slice", "constant_pad_nd": "slice",
+    "embedding": "gather", "embedding_dense_backward": "gather", "index": "gather", "gather": "gather",
+    "index_select": "gather", "index_put": "gather", "scatter": "gather", "scatter_add": "gather",
+    "iota": "fill", "full": "fill", "scalar_tensor": "fill", "arange": "fill", "zeros": "fill",
+    "ones": "fill", "full_like": "fill", "zeros_like": "fill", "ones_like": "fill",
+    "inductor_lookup_seed": "random", "inductor_random": "random", "inductor_randint": "random",
+    "inductor_seeds": "random", "native_dropout": "random",
+    "prepare_softmax_online": "online_softmax",
+    "where": "mask", "masked_fill": "mask", "logical_not": "mask", "logical_and": "mask",
+    "logical_or": "mask", "bitwise_and": "mask", "bitwise_or": "mask", "bitwise_not": "mask",
+    "eq": "mask", "ne": "mask", "gt": "mask", "ge": "mask", "lt": "mask", "le": "mask",
+}
+
+#: Classes whose ops mining treats as compute nodes when their category is not already
+#: pointwise/reduction (``slice`` and ``select`` stay views: connectors, as every view).
+MINED_CLASSES = ("concat", "slice", "gather", "fill", "random", "online_softmax", "mask")
+#: ... except constant fills: a ``full`` / ``scalar_tensor`` is a scalar broadcast that many ops
+#: share; as a pattern node it would join unrelated patterns (on the tiny workspace it doubled the
+#: frequent subgraphs); it stays an input of the patterns that read it. ``iota`` / ``arange`` are mined.
+MINED_EXCLUDED = frozenset({"full", "scalar_tensor", "zeros", "ones", "full_like", "zeros_like", "ones_like"})
+
+#: Integer arguments that are values, not structure (abstracted into scalar slots): which
+#: dropout seed of the step a ``inductor_lookup_seed`` reads differs in every layer.
+VALUE_INT_ARGS: dict[str, tuple[int, ...]] = {"prims.inductor_lookup_seed.default": (1,)}
+
+
+def short_op(target: str) -> str:
+    """``"aten.cat.default"`` -> ``"cat"``; ``"operator.getitem"`` -> ``"getitem"``."""
+    parts = target.split(".")
+    if parts[0] == "operator":
+        return parts[-1]
+    return parts[1] if len(parts) > 1 else target
+
+
+def op_class(target: str, category: str) -> str:
+    """The class of an op for regions and reports: a :data:`FUSABLE_CLASSES` class or its category."""
+    return FUSABLE_CLASSES.get(short_op(target), category)
+
+
+def fusable_extra(target: str, category: str) -> bool:
+    """True for an op mining counts as compute although its category is not pointwise/reduction."""
+    op = short_op(target)
+    return category in ("other", "random") and FUSABLE_CLASSES.get(op) in MINED_CLASSES and op not in MINED_EXCLUDED

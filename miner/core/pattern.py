@@ -388,8 +388,10 @@ def short_name(target: str) -> str:
 
 
 def ops_summary(nodes: Iterable[PatternNode]) -> str:
-    """``"exp -> sum -> div"``: the compute ops in canonical order (views and getitem left out)."""
-    return " -> ".join(n.short for n in nodes if n.is_compute)
+    """``"exp -> sum -> div"``: the compute ops in canonical order (views and getitem left out; ops of
+    the fusable classes mining counts as compute, ``cat``, ``iota``, RNG..., shown)."""
+    from miner.core.ops import fusable_extra
+    return " -> ".join(n.short for n in nodes if n.is_compute or fusable_extra(n.target, n.category))
 
 
 def _plain(v: Any) -> Any:

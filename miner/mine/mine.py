@@ -2,10 +2,14 @@
 
 ``mine(graphs) -> MiningResult`` (see ``miner.core.pattern``). The stages:
 
-1. **Index** each graph (:class:`GraphIndex`): which nodes are *fusable* (pointwise and
-   reduction "compute" nodes; views, and ``getitem`` of a multi-output compute node, as
-   connectors), each node's label (``miner.mine.canon.template_of``), operands and users. Matmuls,
-   random ops, "other" ops and graph inputs are never fusable: they bound the patterns. A node
+1. **Index** each graph (:class:`GraphIndex`): which nodes are *fusable* ("compute" nodes:
+   pointwise, reduction, and the ops Inductor fuses like them although torch tags them "other" or
+   "random": ``cat``, ``slice_scatter``, gathers/``index``/``embedding``, ``iota``, RNG
+   (``inductor_random``, ``inductor_lookup_seed``), ``prepare_softmax_online``, see
+   ``miner.core.ops.fusable_extra``; views, and ``getitem`` of a multi-output compute node, as
+   connectors), each node's label (``miner.mine.regions.region_template``: the dropout seed index is
+   a scalar slot), operands and users. Matmuls, constant fills, other ops and graph inputs are never
+   fusable: they bound the patterns. A node
    with more than ``max_fanout`` fusable users (a hub) connects patterns only through its
    operands (:func:`_neighbours`).
 2. **Grow** patterns level by level, one node per level. Each connected node set is generated
@@ -15,9 +19,11 @@
    group. A cheap invariant (label and labelled-edge multisets) drops groups whose child
    cannot be frequent before that. Children are keyed by their exact canonical code, never by
    a hash.
-3. **Prune** by support: a pattern found in fewer than ``min_support`` graphs or
-   ``min_models`` models is dropped and never extended. Support is anti-monotone (a
-   super-pattern is never in more graphs than its sub-patterns), so nothing frequent is lost.
+3. **Prune** by support: a pattern whose support is below ``min_support``, or found in fewer
+   than ``min_models`` models, is dropped and never extended. Support counts occurrences by
+   default (:func:`occurrence_support`, the minimum image count: a block repeated in the 12
+   layers of one backward graph has support 12), or graphs (``support="graphs"``). Both are
+   anti-monotone (a super-pattern never has more), so nothing frequent is lost.
 4. **Report** the valid patterns (>= 2 compute nodes; a view only *between* two pattern
    nodes; a getitem only after its producer; a multi-output node never an output itself),
    closed ones only by default: a pattern is dropped when every one of its embeddings lies
@@ -31,24 +37,36 @@ one canonical form per surviving extension group. Measured (2-core CPU shared wi
 jobs, see ``benchmarks/bench_mining.py``): bert-base + gpt2-base training graphs (4 graphs,
 6926 nodes) in 12 s wall / 8 s CPU; the 12 tiny bert/gpt2/llama/t5 train+infer graphs in
 47 s / 32 s (train-forward and inference graphs are near copies: everything is frequent).
+With occurrence support and the fusable op classes (2026-12-03, same machine, as busy): the 12
+tiny graphs in 208 s wall / 62 s CPU (140096 frequent subgraphs, 21603 closed patterns; 22 s CPU,
+48917 and 5723 before; graph support with the new classes: 42 s CPU); the H200 bert-base +
+gpt2-base training graphs in 241 s / 95 s CPU (101108 frequent, 17845 patterns, 16986 of them in
+one graph only): every connected subgraph of a layer is now frequent. ``--support graphs`` is the
+fast way when only cross-graph patterns matter. ``limit`` (``miner mine --limit``, default 400)
+builds occurrences and safety verdicts only for patterns that can still reach the top: the same
+400 patterns of those H200 graphs in 70 s wall (grow 35 s, report 34 s) instead of 314 s; the 12
+tiny graphs (`miner mine`, default limit) in 80 s wall / 68 s CPU.
 """
 
 from __future__ import annotations
 
+import bisect
 import random
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from miner.mine import safety
-from miner.mine.canon import (NodeTemplate, canonical_order, code_id, isomorphic, pattern_nodes, structure_order,
-                         template_of)
-from miner.core.pattern import (Counts, InductorView, MiningResult, Occurrence, Pattern, Support, canonical_form,
-                           ops_summary, pattern_id)
-from miner.core.records import CapturedGraph, KernelRef
+from miner.mine.canon import NodeTemplate, canonical_order, code_id, isomorphic, pattern_nodes, structure_order
+from miner.core.pattern import Counts, MiningResult, Pattern, Support, canonical_form, ops_summary, pattern_id
+from miner.core.ops import fusable_extra
+from miner.core.records import CapturedGraph
+from miner.mine.regions import region_template
+from miner.mine.occurrences import (_bounded, _non_overlapping, _sample, _score,  # noqa: F401 (_sample: tests)
+                                    build_occurrence, inductor_view)
 
 COMPUTE = ("pointwise", "reduction")
+SUPPORTS = ("occurrences", "graphs")
 
 DEFAULTS = dict(min_support=2, min_models=1, max_nodes=8, max_views=2, max_fanout=4, closed_only=True,
                 max_extra_outputs=2, max_stored=3)
@@ -94,7 +112,7 @@ def index_graph(graph: CapturedGraph, templates: dict[str, NodeTemplate], multi_
     multi = [False] * n
     users: list[tuple[int, ...]] = [tuple(dict.fromkeys(pos[u] for u in r.users if u in pos)) for r in recs]
     for i, r in enumerate(recs):
-        if r.category in COMPUTE:
+        if r.category in COMPUTE or fusable_extra(r.target, r.category):
             kind[i] = "compute"
             multi[i] = len(r.meta) > 1
         elif r.category == "view":
@@ -106,7 +124,7 @@ def index_graph(graph: CapturedGraph, templates: dict[str, NodeTemplate], multi_
                 kind[i] = "view"
         if kind[i] is None:
             continue
-        t, refs, cs = template_of(r, category="view" if kind[i] == "view" else r.category)
+        t, refs, cs = region_template(r, category="view" if kind[i] == "view" else r.category)
         lab = t.label
         templates.setdefault(lab, t)
         if multi[i]:
@@ -118,6 +136,21 @@ def index_graph(graph: CapturedGraph, templates: dict[str, NodeTemplate], multi_
             continue
         consts[i] = cs
     return GraphIndex(graph, names, kind, label, operands, users, consts, multi)
+
+
+def counts_as_compute(t: NodeTemplate) -> bool:
+    """A pattern node that counts toward ``max_nodes`` and ``n_compute``: pointwise, reduction, or an op
+    of the fusable classes (``cat``, ``embedding``, ``index``, ``iota``, RNG, ``prepare_softmax_online``,
+    ..., see ``miner.core.ops.FUSABLE_CLASSES``)."""
+    return t.category in COMPUTE or fusable_extra(t.target, t.category)
+
+
+def occurrence_support(embs: Sequence[tuple]) -> int:
+    """Minimum image support of aligned embeddings ``(graph, nodes, ...)``: the least, over pattern
+    positions, number of distinct ``(graph, node)`` at that position."""
+    if not embs:
+        return 0
+    return min(len({(e[0], e[1][j]) for e in embs}) for j in range(len(embs[0][1])))
 
 
 # --------------------------------------------------------------------------- the lattice
@@ -166,7 +199,8 @@ def _neighbours(G: GraphIndex, max_fanout: int) -> list[tuple[int, ...]]:
 
 
 def _grow(indexes: Sequence[GraphIndex], templates: dict[str, NodeTemplate], *, min_support: int,
-          min_models: int, max_nodes: int, max_views: int, max_fanout: int, stats: dict) -> list[_Pat]:
+          min_models: int, max_nodes: int, max_views: int, max_fanout: int, stats: dict,
+          support: str = "occurrences") -> list[_Pat]:
     """All frequent connected patterns (valid or not), every embedding of each.
 
     Each connected node set is generated exactly once, by ESU (Wernicke 2006, "Efficient
@@ -186,8 +220,10 @@ def _grow(indexes: Sequence[GraphIndex], templates: dict[str, NodeTemplate], *, 
     pats: list[_Pat] = []
     by_code: dict[tuple, int] = {}
 
-    def frequent_graphs(gs) -> bool:
-        return len(gs) >= min_support and len({models[g] for g in gs}) >= min_models
+    def frequent(p: _Pat) -> bool:
+        if len({models[g] for g in p.graphs}) < min_models:
+            return False
+        return (len(p.graphs) if support == "graphs" else occurrence_support(p.embs)) >= min_support
 
     # Level 1: every fusable node (views too: ESU roots a set at its smallest node).
     level: list[_Pat] = []
@@ -206,7 +242,7 @@ def _grow(indexes: Sequence[GraphIndex], templates: dict[str, NodeTemplate], *, 
             p.embs.append((gi, (v,), tuple(x[1] for x in inputs), tuple(u for u in nbrs[gi][v] if u > v),
                            zob[gi][v]))
             p.graphs.add(gi)
-    level = [p for p in level if frequent_graphs(p.graphs)]
+    level = [p for p in level if frequent(p)]
     index = {(e[0], e[4]): (p.pid, ei) for p in level for ei, e in enumerate(p.embs)}
     stats["levels"] = [[len(level), sum(len(p.embs) for p in level)]]
     stats["canonicalized"] = stats["pruned_groups"] = 0
@@ -242,16 +278,22 @@ def _grow(indexes: Sequence[GraphIndex], templates: dict[str, NodeTemplate], *, 
         # A cheap isomorphism invariant of each group's child (label multiset, labelled-edge
         # multiset): a child is in no more graphs than all groups sharing its invariant, so a
         # group whose invariant is infrequent is dropped before its canonical form is computed.
+        # (Occurrence support: a child's minimum image count is at most its embeddings, at most
+        # the items of all groups sharing its invariant.)
         inv_of: dict[tuple, tuple] = {}
         inv_graphs: dict[tuple, set] = defaultdict(set)
+        inv_items: Counter = Counter()
         for gkey, items in groups.items():
             par = pats[gkey[0]]
             inv = inv_of[gkey] = _child_invariant(par, gkey[1], gkey[2], gkey[3])
             inv_graphs[inv].update(par.embs[ei][0] for ei, _, _, _ in items)
+            inv_items[inv] += len(items)
         nxt: list[_Pat] = []
         for gkey, items in groups.items():
             pid, lab, desc, was_input = gkey
-            if not frequent_graphs(inv_graphs[inv_of[gkey]]):
+            gs = inv_graphs[inv_of[gkey]]
+            if len({models[g] for g in gs}) < min_models or \
+                    (len(gs) if support == "graphs" else inv_items[inv_of[gkey]]) < min_support:
                 stats["pruned_groups"] += 1
                 continue
             parent = pats[pid]
@@ -263,7 +305,7 @@ def _grow(indexes: Sequence[GraphIndex], templates: dict[str, NodeTemplate], *, 
             stats["canonicalized"] += 1
             c_i = by_code.get(code)
             if c_i is None:
-                is_compute = templates[lab].category in COMPUTE
+                is_compute = counts_as_compute(templates[lab])
                 c_i = by_code[code] = len(pats)
                 pats.append(_Pat(code=code, pid=c_i, n_compute=parent.n_compute + is_compute,
                                  n_view=parent.n_view + (not is_compute), inv=inv_of[gkey]))
@@ -276,7 +318,7 @@ def _grow(indexes: Sequence[GraphIndex], templates: dict[str, NodeTemplate], *, 
                                    tuple(pin[r[1]] if r[0] == "i" else fresh[r[1]] for r in inputs), new_ext,
                                    key ^ zob[gi][v]))
                 child.graphs.add(gi)
-        level = [p for p in nxt if frequent_graphs(p.graphs)]
+        level = [p for p in nxt if frequent(p)]
         # Containment links for closedness: each embedding of a frequent child contains, for
         # every node whose removal leaves a frequent embedding, that parent embedding.
         new_index = {}
@@ -290,7 +332,7 @@ def _grow(indexes: Sequence[GraphIndex], templates: dict[str, NodeTemplate], *, 
                         pats[hit[0]].children.setdefault(q.pid, set()).add(hit[1])
         index = new_index
         stats["levels"].append([len(level), sum(len(p.embs) for p in level)])
-    return [p for p in pats if frequent_graphs(p.graphs)]
+    return [p for p in pats if frequent(p)]
 
 
 def _child_invariant(parent: _Pat, lab: str, desc: tuple, was_input: int) -> tuple:
@@ -346,144 +388,13 @@ def _closed_flags(pats: list[_Pat], valid: dict[int, bool], models: list[str]) -
     return {pid: not c for pid, c in covered.items()}
 
 
-# --------------------------------------------------------------------------- occurrences and report
-
-
-def _non_overlapping(embs: list) -> list[int]:
-    """Greedy maximal set of node-disjoint embeddings (graph order, then node order)."""
-    order = sorted(range(len(embs)), key=lambda i: (embs[i][0], sorted(embs[i][1])))
-    used: dict[int, set] = defaultdict(set)
-    keep = []
-    for i in order:
-        gi, nodes = embs[i][0], embs[i][1]
-        if used[gi].isdisjoint(nodes):
-            used[gi].update(nodes)
-            keep.append(i)
-    return keep
-
-
-def build_occurrence(G: GraphIndex, nodes: Sequence[int], inputs: Sequence[int],
-                     slots: Sequence[tuple[int, int]], sinks: Sequence[int], *, max_extra_outputs: int) -> Occurrence:
-    """The :class:`Occurrence` of one embedding: names, scalars, metas, verdict, kernels."""
-    g = G.graph
-    recs = g.nodes
-    names = tuple(G.names[v] for v in nodes)
-    occ = Occurrence(graph=g.key, nodes=names, inputs=tuple(G.names[u] for u in inputs),
-                     scalars=tuple(G.consts[nodes[j]][c] for j, c in slots), outputs=tuple(sinks),
-                     phase=g.key.phase)
-    verdict = safety.check(occ, g, max_extra_outputs=max_extra_outputs)
-    outputs = tuple(sorted(set(sinks) | set(verdict.extra_outputs)))
-    node_kernels = tuple(tuple(k.name for k in recs[v].kernels) for v in nodes)
-    kernels: dict[str, KernelRef] = {}
-    for v in nodes:
-        for k in recs[v].kernels:
-            kernels.setdefault(k.name, k)
-    return Occurrence(
-        graph=g.key, nodes=names, inputs=occ.inputs, scalars=occ.scalars, outputs=outputs,
-        input_meta=tuple(recs[u].meta[0] if recs[u].meta else None for u in inputs),
-        output_meta=tuple(recs[nodes[j]].meta[0] if recs[nodes[j]].meta else None for j in outputs),
-        phase=g.key.phase, verdict=verdict, node_kernels=node_kernels, kernels=tuple(kernels.values()))
-
-
-def _compute_producers(nodes_p) -> list[list[int]]:
-    """For each pattern node, its compute producers inside the pattern, looking through views."""
-    out: list[list[int]] = []
-    for j, n in enumerate(nodes_p):
-        prods = []
-        stack = [idx for kind, idx in n.refs() if kind == "node"]
-        while stack:
-            i = stack.pop()
-            if nodes_p[i].is_compute:
-                prods.append(i)
-            else:
-                stack.extend(idx for kind, idx in nodes_p[i].refs() if kind == "node")
-        out.append(sorted(set(prods)))
-    return out
-
-
-def inductor_view(nodes_p, occs: Sequence[Occurrence]) -> InductorView:
-    """Aggregate Inductor's kernels over occurrences (see :class:`InductorView`)."""
-    hist: Counter = Counter()
-    splits: Counter = Counter()
-    one = recomputed = 0
-    prods = _compute_producers(nodes_p)
-    mapped = 0
-    for o in occs:
-        whole = o.in_one_kernel
-        if whole is None:
-            continue
-        mapped += 1
-        hist[str(o.n_kernels)] += 1
-        one += whole
-        recomputed += bool(o.recomputed)
-        if not whole:
-            for j, ps in enumerate(prods):
-                for i in ps:
-                    ki, kj = set(o.node_kernels[i]), set(o.node_kernels[j])
-                    if ki and kj and ki.isdisjoint(kj):
-                        splits[f"n{i}:{nodes_p[i].short} -> n{j}:{nodes_p[j].short}"] += 1
-    return InductorView(kernels_hist=dict(sorted(hist.items(), key=lambda kv: int(kv[0]))), one_kernel=one,
-                        missed_fusion=mapped > 0 and (mapped - one) * 2 > mapped, splits=dict(splits.most_common()),
-                        recomputed=recomputed)
-
-
-def _sample(occs: list[Occurrence], cap: int) -> tuple[Occurrence, ...]:
-    """Up to ``cap`` occurrences spread over graphs, safe ones first (generation takes its
-    shapes from stored safe occurrences), plus one example of each rejection reason."""
-    by_graph: dict[str, list[Occurrence]] = defaultdict(list)
-    for o in sorted(occs, key=lambda o: not o.verdict.ok):  # stable: graph order kept
-        by_graph[str(o.graph)].append(o)
-    picked: list[Occurrence] = []
-    queues = list(by_graph.values())
-    while len(picked) < cap and any(queues):
-        for q in queues:
-            if q and len(picked) < cap:
-                picked.append(q.pop(0))
-    reasons_shown = {r for o in picked for r in o.verdict.reasons}
-    for o in occs:
-        new = set(o.verdict.reasons) - reasons_shown
-        if new and o not in picked:
-            picked.append(o)
-            reasons_shown |= new
-    return tuple(picked)
-
-
-def _bounded(G: GraphIndex, nodes: Sequence[int], inputs: Sequence[int]) -> bool:
-    """A whole fusable region: no input made, and no value read, by a fusable node outside it."""
-    inside = set(nodes)
-    kind = G.kind
-
-    # Looking through views: a view between the block and a matmul does not make it a window.
-    def made_outside(u: int, depth: int = 3) -> bool:
-        if kind[u] != "view" or depth == 0:
-            return kind[u] is None
-        return all(made_outside(x, depth - 1) for x in G.operands[u])
-
-    def read_outside(w: int, depth: int = 3) -> bool:
-        if kind[w] != "view" or depth == 0:
-            return kind[w] is None
-        return all(read_outside(x, depth - 1) for x in G.users[w])
-
-    return all(made_outside(u) for u in inputs) and \
-        all(read_outside(w) for v in nodes for w in G.users[v] if w not in inside)
-
-
-def _score(p: Pattern) -> tuple:
-    # Rank: natural blocks first (most occurrences a whole fusable region, like a GELU between
-    # two matmuls, not a window cut out of a larger region), then by the traffic a fusion could
-    # save (safe occurrences x (compute nodes - 1) intermediate tensors), then patterns shared
-    # by more models, missed fusions first on ties.
-    block = p.counts.bounded * 2 >= p.counts.non_overlapping > 0
-    return (not block, -(p.counts.safe * (p.n_compute - 1)), -p.support.n_models, not p.inductor.missed_fusion,
-            -p.support.n_graphs, p.id)
-
-
 # --------------------------------------------------------------------------- entry point
 
 
 def mine(graphs: Sequence[CapturedGraph], *, min_support: int = 2, min_models: int = 1, max_nodes: int = 8,
          max_views: int = 2, max_fanout: int = 4, closed_only: bool = True, max_extra_outputs: int = 2,
-         max_stored: int = 3, verify: bool = False) -> MiningResult:
+         max_stored: int = 3, verify: bool = False, support: str = "occurrences",
+         limit: int | None = None) -> MiningResult:
     """Mine frequent pointwise/reduction patterns of ``graphs``.
 
     Parameters
@@ -491,7 +402,12 @@ def mine(graphs: Sequence[CapturedGraph], *, min_support: int = 2, min_models: i
     graphs : sequence of CapturedGraph
         The captured post-grad graphs (``Workspace.load_graphs()``).
     min_support : int
-        Minimum number of graphs a pattern must occur in.
+        Minimum support: with ``support="occurrences"`` (default) the pattern's occurrence count,
+        its *minimum image* count (for each pattern node, the distinct graph nodes it maps to over
+        all embeddings; the least of these): a pattern repeated across the 12 layers of one graph
+        has support 12. It is anti-monotone (a super-pattern never has more), so pruning by it
+        loses nothing, and it never counts two overlapping embeddings of one node twice. With
+        ``support="graphs"``: the number of graphs it occurs in (the old rule).
     min_models : int
         Minimum number of distinct models.
     max_nodes : int
@@ -508,6 +424,10 @@ def mine(graphs: Sequence[CapturedGraph], *, min_support: int = 2, min_models: i
         this many; beyond that the occurrence is rejected (``miner.mine.safety.check_users``).
     max_stored : int
         Occurrences stored per pattern (plus one per distinct rejection reason); counts cover all.
+    limit : int, optional
+        Return only the ``limit`` best-ranked patterns (the same ones as without a limit, built
+        alone: much faster when most patterns would be cut); ``stats["reported_patterns"]`` still
+        counts them all.
     verify : bool
         Also confirm with networkx's VF2 matcher that no two reported patterns are isomorphic
         (slow for many patterns; tests use it).
@@ -519,6 +439,8 @@ def mine(graphs: Sequence[CapturedGraph], *, min_support: int = 2, min_models: i
     """
     if max_nodes < 2:
         raise ValueError("max_nodes must be at least 2")
+    if support not in SUPPORTS:
+        raise ValueError(f"support must be one of {', '.join(SUPPORTS)}, got {support!r}")
     t0 = time.perf_counter()
     templates: dict[str, NodeTemplate] = {}
     multi_labels: set[str] = set()
@@ -528,27 +450,41 @@ def mine(graphs: Sequence[CapturedGraph], *, min_support: int = 2, min_models: i
     stats: dict[str, Any] = {"graphs": len(graphs), "nodes": sum(len(g.nodes) for g in graphs),
                              "fusable_nodes": sum(sum(k is not None for k in G.kind) for G in indexes)}
     pats = _grow(indexes, templates, min_support=min_support, min_models=min_models, max_nodes=max_nodes,
-                 max_views=max_views, max_fanout=max_fanout, stats=stats)
+                 max_views=max_views, max_fanout=max_fanout, stats=stats, support=support)
     t2 = time.perf_counter()
     valid = {p.pid: _valid(p, templates, multi_labels) for p in pats}
     closed = _closed_flags(pats, valid, models)
     reported = [p for p in pats if valid[p.pid] and (closed[p.pid] or not closed_only)]
 
-    out: list[Pattern] = []
+    # Every reported pattern's ranking key needs its safe occurrences (the safety checks are most of
+    # the report's time), but an optimistic key needs none: safe <= non-overlapping, a missed fusion
+    # assumed. With ``limit``, patterns are built in optimistic order and the loop stops once ``limit``
+    # built patterns rank before every optimistic key left: the same top ``limit`` as building all.
     ids: dict[str, str] = {}
+    prelim = []
     for p in reported:
         nodes_p, n_inputs, n_consts, slots = pattern_nodes(p.code, templates)
         form = canonical_form(nodes_p, n_inputs, n_consts)
         pid = pattern_id(form)
         if ids.setdefault(pid, form) != form:  # never merge two patterns on a hash alone
             raise RuntimeError(f"pattern id collision on {pid}; lengthen miner.core.pattern.pattern_id")
+        chosen = _non_overlapping(p.embs)
+        bounded = sum(_bounded(indexes[p.embs[i][0]], p.embs[i][1], p.embs[i][2]) for i in chosen)
+        n_comp = sum(1 for n in nodes_p if n.is_compute)
+        best = (not bounded * 2 >= len(chosen) > 0, -(len(chosen) * max(n_comp - 1, 0)),
+                -len({models[gi] for gi in p.graphs}), False, -len(p.graphs), pid)
+        prelim.append((best, p, nodes_p, n_inputs, n_consts, slots, pid, chosen, bounded))
+    prelim.sort(key=lambda t: t[0])
+    out: list[Pattern] = []
+    top: list[tuple] = []  # the best ``limit`` exact keys so far
+    for best, p, nodes_p, n_inputs, n_consts, slots, pid, chosen, bounded in prelim:
+        if limit and len(top) >= limit and top[-1] < best:
+            break
         used = {r[1] for _, refs in p.code for r in refs if r[0] == "n"}
         sinks = tuple(j for j in range(len(p.code)) if j not in used)
-        chosen = _non_overlapping(p.embs)
         occs = [build_occurrence(indexes[p.embs[i][0]], p.embs[i][1], p.embs[i][2], slots, sinks,
                                  max_extra_outputs=max_extra_outputs) for i in chosen]
         safe = [o for o in occs if o.verdict.ok]
-        bounded = sum(_bounded(indexes[p.embs[i][0]], p.embs[i][1], p.embs[i][2]) for i in chosen)
         rejections = Counter(r for o in occs for r in o.verdict.reasons)
         gset = sorted({str(indexes[gi].key) for gi in p.graphs})
         out.append(Pattern(
@@ -562,14 +498,18 @@ def mine(graphs: Sequence[CapturedGraph], *, min_support: int = 2, min_models: i
             rejections=dict(rejections.most_common()),
             occurrences=_sample(occs, max_stored),
             closed=closed[p.pid]))
+        if limit:
+            bisect.insort(top, _score(out[-1]))
+            del top[limit:]
     out.sort(key=_score)
+    out = out[:limit] if limit else out
     t3 = time.perf_counter()
     if verify:
         _verify_distinct(out)
-    stats.update({"frequent_patterns": len(pats), "reported_patterns": len(out),
+    stats.update({"frequent_patterns": len(pats), "reported_patterns": len(reported), "built_patterns": len(out),
                   "seconds": {"index": round(t1 - t0, 3), "grow": round(t2 - t1, 3),
                               "report": round(t3 - t2, 3), "total": round(time.perf_counter() - t0, 3)}})
-    params = dict(min_support=min_support, min_models=min_models, max_nodes=max_nodes, max_views=max_views,
+    params = dict(min_support=min_support, support=support, min_models=min_models, max_nodes=max_nodes, max_views=max_views,
                   max_fanout=max_fanout,
                   closed_only=closed_only, max_extra_outputs=max_extra_outputs, max_stored=max_stored,
                   models=sorted(set(models)))

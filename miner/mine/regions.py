@@ -24,7 +24,7 @@ their regions):
   ``getitem`` joins only when its producer is in the region. Every op class takes part:
   ``cat``, ``slice``, ``slice_scatter``, ``embedding``, ``index``/``gather``, ``iota``,
   ``full``, ``where`` and masks, ``inductor_lookup_seed`` / ``inductor_random``,
-  ``prims.prepare_softmax_online``, views (see :data:`FUSABLE_CLASSES`).
+  ``prims.prepare_softmax_online``, views (see ``miner.core.ops.FUSABLE_CLASSES``).
 - **inputs**: producers outside the region that its nodes read, in first-use order.
 - **outputs**: region nodes whose value leaves the kernel: read by the graph output, by an
   extern/other op, or by a node of another kernel that does not recompute it (looking through
@@ -50,16 +50,16 @@ False), so two isomorphic regions of that size could in principle land in two re
 from __future__ import annotations
 
 import hashlib
-import itertools
 import math
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
 
 from miner.mine.canon import NodeTemplate, _walk, canonical_order, pattern_nodes, template_of
 from miner.core.pattern import (Counts, InductorView, Occurrence, Pattern, PatternNode, Support, Verdict,
-                           canonical_form, node_from_json, occurrence_from_json, occurrence_to_json, pattern_id,
-                           short_name)
+                           canonical_form, node_from_json, occurrence_from_json, occurrence_to_json, pattern_id)
+from miner.core import dtypes
+from miner.core.ops import FUSABLE_CLASSES, VALUE_INT_ARGS
 from miner.core.records import CapturedGraph, GraphKey, KernelRef, NodeRecord, to_json
 
 REGIONS_SCHEMA = 1
@@ -68,38 +68,8 @@ REGIONS_FILE = "regions.json"
 #: Kernel kinds whose call sites become regions by default (Inductor-generated code, Triton or C++).
 FUSED_KINDS = ("pointwise", "reduction", "persistent_reduction", "template", "foreach", "other")
 
-#: Op classes that mining used to cut and that are part of regions (and of mined patterns, see
-#: ``miner.mine``): short op name -> class. Anything else keeps its ``miner.ops`` category.
-FUSABLE_CLASSES: dict[str, str] = {
-    "cat": "concat", "slice": "slice", "slice_scatter": "slice", "select_scatter": "slice",
-    "select": "slice", "narrow": "slice", "constant_pad_nd": "slice",
-    "embedding": "gather", "embedding_dense_backward": "gather", "index": "gather", "gather": "gather",
-    "index_select": "gather", "index_put": "gather", "scatter": "gather", "scatter_add": "gather",
-    "iota": "fill", "full": "fill", "scalar_tensor": "fill", "arange": "fill", "zeros": "fill",
-    "ones": "fill", "full_like": "fill", "zeros_like": "fill", "ones_like": "fill",
-    "inductor_lookup_seed": "random", "inductor_random": "random", "inductor_randint": "random",
-    "inductor_seeds": "random", "native_dropout": "random",
-    "prepare_softmax_online": "online_softmax",
-    "where": "mask", "masked_fill": "mask", "logical_not": "mask", "logical_and": "mask",
-    "logical_or": "mask", "bitwise_and": "mask", "bitwise_or": "mask", "bitwise_not": "mask",
-    "eq": "mask", "ne": "mask", "gt": "mask", "ge": "mask", "lt": "mask", "le": "mask",
-}
-
-#: Integer arguments that are values, not structure (abstracted into scalar slots): which
-#: dropout seed of the step a ``inductor_lookup_seed`` reads differs in every layer.
-VALUE_INT_ARGS: dict[str, tuple[int, ...]] = {"prims.inductor_lookup_seed.default": (1,)}
-
 MAX_PERMUTATIONS = 720  # tied-sink orders tried exactly (6!)
 MAX_SIGNATURE = 200_000  # characters of an unfolded label tree before hashed signatures are used
-
-_DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
-                "int8": 1, "uint8": 1, "bool": 1, "complex64": 8, "float8_e4m3fn": 1, "float8_e5m2": 1}
-
-
-def op_class(target: str, category: str) -> str:
-    """The class of an op for regions and reports: a :data:`FUSABLE_CLASSES` class or its category."""
-    return FUSABLE_CLASSES.get(short_name(target), category)
-
 
 # --------------------------------------------------------------------------- records
 
@@ -364,9 +334,10 @@ def _handle(ref: str) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
-def region_template(rec: NodeRecord) -> tuple[NodeTemplate, tuple[str, ...], tuple[Any, ...]]:
-    """``miner.mine.canon.template_of`` with :data:`VALUE_INT_ARGS` abstracted into scalar slots."""
-    t, refs, consts = template_of(rec)
+def region_template(rec: NodeRecord, category: str | None = None) -> tuple[NodeTemplate, tuple[str, ...], tuple[Any, ...]]:
+    """``miner.mine.canon.template_of`` with :data:`VALUE_INT_ARGS` abstracted into scalar slots
+    (mining uses it too, so that every layer's ``inductor_lookup_seed`` is one label)."""
+    t, refs, consts = template_of(rec, category)
     slots = VALUE_INT_ARGS.get(rec.target)
     if not slots:
         return t, refs, consts
@@ -431,7 +402,7 @@ def _bytes(graph: CapturedGraph, inputs: Sequence[str], outputs: Sequence[str]) 
             continue
         for m in metas[:1]:
             size = m.numel
-            width = _DTYPE_BYTES.get(m.dtype)
+            width = dtypes.size(m.dtype, default=0) or None
             if size is None or width is None:
                 return None
             total += size * width
@@ -498,7 +469,7 @@ def group(graphs: Iterable[CapturedGraph], profiles: Iterable[Any] | None = None
     ----------
     graphs : iterable of CapturedGraph
     profiles : iterable of StepProfile, optional
-        ``miner.profile.StepProfile`` records (or anything with ``site_times(graph_key)`` ->
+        ``miner.scan.profile.StepProfile`` records (anything with ``site_times(graph_key)`` ->
         ``{"name:handle": (us_per_step, floor_us_per_step or None, calls_per_step)}``); each
         occurrence whose call site a profile measured carries that time.
     kinds : kernel kinds that make regions (default :data:`FUSED_KINDS`).
@@ -523,14 +494,8 @@ def group(graphs: Iterable[CapturedGraph], profiles: Iterable[Any] | None = None
             by_id[r.pattern.id].append(r)
     out = []
     for pid, regs in by_id.items():
-        occs = []
-        for r in regs:
-            t = times.get((str(r.graph), r.kernel.name))
-            if t is None:
-                occs.append(RegionOccurrence(r))
-            else:
-                us, floor, calls = t
-                occs.append(RegionOccurrence(r, us, floor, calls, "measured"))
+        occs = [RegionOccurrence(r, *t, "measured") if (t := times.get((str(r.graph), r.kernel.name))) else
+                RegionOccurrence(r) for r in regs]
         out.append(RegionPattern(_grouped_pattern(regs), tuple(occs)))
     out.sort(key=lambda rp: (-rp.above_floor_us, -rp.us_per_step, -len(rp.occurrences), rp.id))
     return out

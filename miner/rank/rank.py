@@ -267,8 +267,10 @@ def review(workspace: Workspace | str | Path, *, only_model: str | None = None, 
             raise UsageError(f"no pattern occurs in model {only_model!r}; models: {', '.join(sorted(known)) or 'none'}"
                              + (f" (did you mean {', '.join(close)}?)" if close else ""))
     tables = run_tables(ws, problems)
-    return replace(rank(patterns, candidates, runs, scale=scale, only_model=only_model, problems=problems,
-                        mining=mining), run_tables=tuple(tables), skipped=skipped_reasons(ws))
+    out = replace(rank(patterns, candidates, runs, scale=scale, only_model=only_model, problems=problems,
+                       mining=mining), run_tables=tuple(tables), skipped=skipped_reasons(ws))
+    from miner.rank import measured  # ranks by measured recoverable time where step profiles exist
+    return out if only_model else measured.apply(out, ws)
 
 
 def to_json(review_: Review) -> list[dict]:
@@ -279,7 +281,9 @@ def to_json(review_: Review) -> list[dict]:
              "saved_ms_per_step": est(r.saved_ms), "speedup_vs_inductor": est(r.speedup),
              "occurrences": r.occurrences, "safe_share": r.safe_share, "missed_fusion_share": r.missed_share,
              "inductor_kernels": r.inductor_kernels,
-             "support": {"models": list(r.pattern.support.models), "graphs": r.pattern.support.n_graphs}}
+             "support": {"models": list(r.pattern.support.models), "graphs": r.pattern.support.n_graphs},
+             **({"regions": list(review_.measured[r.id].regions), "measured_notes": list(review_.measured[r.id].notes)}
+                if r.id in review_.measured else {})}
             for r in review_.rows]
 
 

@@ -202,6 +202,7 @@ class Review:
     mining: dict = field(default_factory=dict)  # params and stats of miner mine
     run_tables: tuple[RunTable, ...] = ()  # every reports/gpu/*/bench.json, used or not
     skipped: dict[str, str] = field(default_factory=dict)  # pattern id -> why no candidate was generated
+    measured: dict = field(default_factory=dict)  # pattern id -> miner.rank.measured.Credit (GPU step profiles)
 
     @property
     def candidate_families(self) -> tuple[families.Family, ...]:

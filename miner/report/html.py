@@ -372,6 +372,8 @@ def render_html(review: Review, ws: Workspace, *, title: str = "miner review", d
             f'<div class="{banner_cls}">{_e(review.basis)}</div>',
             f'<p class="legend">{_e(LEGEND)}</p>']
     body += [f"<div class=\"banner\">{_e(p)}</div>" for p in review.problems]
+    from miner.report.composition import composition_html  # the first figure, when step profiles exist
+    body.append(composition_html(ws))
     body.append(f'<section id="summary"><h2>Models scanned</h2>{model_summary(ws, review)}'
                 + (f'<p class="small">Mining parameters: {_e(mining)}</p>' if mining else "") + "</section>")
     body.append('<section id="ranking"><h2>Ranked candidates</h2>'

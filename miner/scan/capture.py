@@ -39,6 +39,7 @@ PRIVATE_SURFACE = (
     "torch._inductor.config.post_grad_custom_post_pass",
     "torch._inductor.config.force_disable_caches",
     "torch._inductor.config.trace.provenance_tracking_level",
+    "torch._inductor.config.benchmark_kernel",
     "torch._inductor.graph.GraphLowering.compile_to_module",
     "torch._inductor.debug._inductor_triton_kernel_to_post_grad_node_info",
     "torch._dynamo.utils.counters",
@@ -168,6 +169,7 @@ class _Pending:
     phase: str
     records: list[NodeRecord]
     kernels: dict[str, list[str]] | None = None
+    module: Any = None  # the compiled wrapper module (its globals hold the kernels: miner.scan.profile reads their meta)
 
 
 class CapturePass(CustomGraphPass):
@@ -191,8 +193,12 @@ class CapturePass(CustomGraphPass):
 
 
 @contextlib.contextmanager
-def capturing(mode: str) -> Iterator[CapturePass]:
-    """Within this block, every Inductor compile is captured (caches off, provenance on)."""
+def capturing(mode: str, *, kernel_bytes: bool = False) -> Iterator[CapturePass]:
+    """Within this block, every Inductor compile is captured (caches off, provenance on).
+
+    ``kernel_bytes``: also set ``benchmark_kernel`` so that each Triton kernel's ``inductor_meta``
+    holds Inductor's own byte count (``kernel_num_gb``; run-time behaviour unchanged).
+    """
     import torch._inductor.config as inductor_config
     import torch._inductor.debug as inductor_debug
     from torch._inductor.graph import GraphLowering
@@ -207,13 +213,16 @@ def capturing(mode: str) -> Iterator[CapturePass]:
         for p in cap.pending:
             if p.graph is self.module.graph and p.kernels is None:
                 p.kernels = {k: list(v) for k, v in info.items() if k not in before}
+                p.module = module
         return module
 
     GraphLowering.compile_to_module = compile_to_module
     try:
-        with inductor_config.patch({"post_grad_custom_post_pass": cap,
-                                    "force_disable_caches": True,
-                                    "trace.provenance_tracking_level": 1}):
+        patch = {"post_grad_custom_post_pass": cap, "force_disable_caches": True,
+                 "trace.provenance_tracking_level": 1}
+        if kernel_bytes:
+            patch["benchmark_kernel"] = True
+        with inductor_config.patch(patch):
             yield cap
     finally:
         GraphLowering.compile_to_module = original
@@ -236,6 +245,7 @@ class StepOutcome:
     graph_breaks: int
     seconds: float
     phase_seconds: dict[str, float] = field(default_factory=dict)
+    profile: Any = None  # miner.scan.profile.StepProfile when asked for
 
 
 def versions() -> dict[str, str]:
@@ -253,8 +263,13 @@ def versions() -> dict[str, str]:
 
 def capture_step(model: torch.nn.Module, inputs: dict, loss_fn: Callable, *, name: str, preset: str, mode: str,
                  device: str, autocast_dtype: torch.dtype | None = None,
-                 progress: Callable[[str], None] = lambda s: None) -> StepOutcome:
-    """Compile ``model`` with Inductor and run one step (train: forward+loss+backward), capturing graphs."""
+                 progress: Callable[[str], None] = lambda s: None, profile: bool = False) -> StepOutcome:
+    """Compile ``model`` with Inductor and run one step (train: forward+loss+backward), capturing graphs.
+
+    ``profile``: then, with the same compiled model (so the profiled kernel names are the captured
+    ones), time and profile further steps (``miner.scan.profile.measure``) and join the kernel table
+    to the graphs' kernel maps: ``StepOutcome.profile``. Training steps set ``grad = None`` first.
+    """
     from torch._dynamo.utils import counters
 
     torch._dynamo.reset()
@@ -264,7 +279,20 @@ def capture_step(model: torch.nn.Module, inputs: dict, loss_fn: Callable, *, nam
            if autocast_dtype is not None else contextlib.nullcontext())
     phase_seconds = {}
     t0 = time.perf_counter()
-    with capturing(mode) as cap:
+
+    def step() -> None:  # one more step of the compiled model, as the first one
+        if mode == "train":
+            for p in model.parameters():
+                p.grad = None
+            with amp:
+                out = loss_fn(compiled(**inputs))
+            out.backward()
+        else:
+            with torch.no_grad(), amp:
+                compiled(**inputs)
+
+    raw = None
+    with capturing(mode, kernel_bytes=profile) as cap:
         if mode == "train":
             progress("compiling forward")
             with amp:
@@ -278,7 +306,15 @@ def capture_step(model: torch.nn.Module, inputs: dict, loss_fn: Callable, *, nam
             with torch.no_grad(), amp:
                 compiled(**inputs)
             phase_seconds["inference"] = time.perf_counter() - t0
-    seconds = time.perf_counter() - t0
+        if profile:
+            from miner.scan.profile import measure
+            compiled_graphs = len(cap.pending)
+            progress(f"profiling (compile took {time.perf_counter() - t0:.1f}s)")
+            t1 = time.perf_counter()
+            raw = measure(step, lambda: [p.module for p in cap.pending], device)
+            raw.recompiled = len(cap.pending) - compiled_graphs
+            phase_seconds["profile"] = time.perf_counter() - t1
+    seconds = time.perf_counter() - t0 - phase_seconds.get("profile", 0.0)
     breaks = sum(counters["graph_break"].values())
     provenance = {**versions(), "device": device, "date": time.strftime("%Y-%m-%d"),
                   "autocast": str(autocast_dtype).removeprefix("torch.") if autocast_dtype else None}
@@ -287,4 +323,8 @@ def capture_step(model: torch.nn.Module, inputs: dict, loss_fn: Callable, *, nam
     graphs = captured_graphs(cap, name, preset, mode, provenance)
     if not graphs:
         raise RuntimeError("no post-grad graph was captured (was the compile served from a cache?)")
-    return StepOutcome(graphs, breaks, seconds, phase_seconds)
+    step_profile = None
+    if raw is not None:
+        from miner.scan.profile import build
+        step_profile = build(raw, graphs, model=name, preset=preset, mode=mode, device=device, provenance=provenance)
+    return StepOutcome(graphs, breaks, seconds, phase_seconds, step_profile)

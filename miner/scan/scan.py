@@ -40,6 +40,7 @@ class ScanRequest:
     dtype: str = "auto"  # auto: float32 on CPU, bfloat16 autocast on CUDA
     batch: int | None = None  # override the preset's batch size / sequence length
     seq: int | None = None
+    profile: bool = False  # also time and profile the compiled step (miner.scan.profile)
 
 
 def reusable(ws: Workspace, model: str, preset: str, mode: str,
@@ -83,7 +84,10 @@ def scan_in_process(req: ScanRequest, ws: Workspace, progress: Callable[[str], N
                 req.dtype, torch.bfloat16 if req.device.startswith("cuda") else None)
             outcome = capture_step(built.model, built.inputs, built.loss, name=req.model, preset=req.preset,
                                    mode=mode, device=req.device, autocast_dtype=autocast,
-                                   progress=lambda s: progress(f"{mode}: {s}"))
+                                   progress=lambda s: progress(f"{mode}: {s}"), profile=req.profile)
+            if outcome.profile is not None:
+                from miner.scan.profile import save as save_profile
+                save_profile(ws, outcome.profile)
             for old in ws.graph_files([req.model]):
                 if old.parent.name == req.preset and old.name.startswith(f"{mode}-"):
                     old.unlink()
@@ -121,8 +125,9 @@ def worker_main(argv: list[str] | None = None) -> int:
     p.add_argument("--workspace", default=".")
     p.add_argument("--batch", type=int, default=None)
     p.add_argument("--seq", type=int, default=None)
+    p.add_argument("--profile", action="store_true")
     a = p.parse_args(argv)
-    req = ScanRequest(a.model, a.preset, tuple(a.modes.split(",")), a.device, a.dtype, a.batch, a.seq)
+    req = ScanRequest(a.model, a.preset, tuple(a.modes.split(",")), a.device, a.dtype, a.batch, a.seq, a.profile)
 
     def progress(msg: str) -> None:
         print(f"PROGRESS {msg}", flush=True)
@@ -145,6 +150,7 @@ def _run_worker(req: ScanRequest, ws: Workspace, timeout: float, echo: Callable[
            "--workspace", str(ws.root)]
     cmd += [f"--batch={req.batch}"] if req.batch else []
     cmd += [f"--seq={req.seq}"] if req.seq else []
+    cmd += ["--profile"] if req.profile else []
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{req.model.replace('/', '_').replace(':', '_')}.{req.preset}.log"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -185,9 +191,14 @@ def _run_worker(req: ScanRequest, ws: Workspace, timeout: float, echo: Callable[
 
 def scan(model_names: list[str], *, preset: str = "tiny", modes: tuple[str, ...] = ("train",), device: str = "cpu",
          dtype: str = "auto", batch: int | None = None, seq: int | None = None, workspace: Workspace, force: bool = False, jobs: int = 1,
-         timeout: float = DEFAULT_TIMEOUT_S, echo: Callable[[str], None] = print) -> list[ScanResult]:
-    """Scan each model (in its own process), reusing earlier results unless ``force``."""
+         timeout: float = DEFAULT_TIMEOUT_S, echo: Callable[[str], None] = print,
+         profile: bool = False) -> list[ScanResult]:
+    """Scan each model (in its own process), reusing earlier results unless ``force``.
+
+    ``profile``: also profile the compiled step in the same process (``miner.scan.profile``); a
+    saved scan is then reused only when its profile is saved too."""
     import miner_models as models
+    from miner.scan.profile import profile_path
 
     default_batch, default_seq = models.base.SHAPES[preset]
     batch_seq = (batch or default_batch, seq or default_seq)
@@ -197,12 +208,14 @@ def scan(model_names: list[str], *, preset: str = "tiny", modes: tuple[str, ...]
         missing = []
         for mode in modes:
             prior = None if force else reusable(workspace, m, preset, mode, batch_seq)
+            if profile and prior is not None and not profile_path(workspace, m, preset, mode).exists():
+                prior = None
             if prior is not None:
                 results[m, mode] = dataclasses.replace(prior, reused=True)
             else:
                 missing.append(mode)
         if missing:
-            todo.append(ScanRequest(m, preset, tuple(missing), device, dtype, batch, seq))
+            todo.append(ScanRequest(m, preset, tuple(missing), device, dtype, batch, seq, profile))
         else:
             echo(f"[{m}] reusing saved graphs ({', '.join(modes)}); --force to recompile")
 
