@@ -64,6 +64,10 @@ def promote(workspace: Workspace, cid: str, name: str, root: Path | None = None)
     if not NAME_RE.match(name) or keyword.iskeyword(name):
         raise UsageError(f"fusion name {name!r}: use lower_snake_case (e.g. softmax_like)")
     cand, validation = check_promotable(workspace, cid)
+    existing = candidates.promoted_as(workspace, cand.id)
+    if existing is not None and existing != name:  # one candidate, one fusion: two would both rewrite the graph
+        raise UsageError(f"candidate {cand.id} is already promoted as fusions/{existing}/; refresh it with "
+                         f"`miner promote {cand.id} --name {existing}`, or remove that folder first")
     meta = cand.meta
     from miner.core.pattern import pattern_from_json
 

@@ -85,6 +85,15 @@ def test_promote_writes_fusion_test_and_registry(ws):
     assert "and rewrite.wins_gate(match, WINS, N_INPUTS)" in pattern
 
 
+def test_one_candidate_is_never_promoted_under_two_names(ws):
+    r = validated(ws)
+    promote(ws, r.id, "softmax_like")
+    with pytest.raises(UsageError, match=f"candidate {r.id} is already promoted as fusions/softmax_like/"):
+        promote(ws, r.id, "softmax_again")
+    assert not (ws.fusions / "softmax_again").exists()
+    promote(ws, r.id, "softmax_like")  # the same name again refreshes it
+
+
 # --------------------------------------------------------------------------- the measured-wins gate
 
 ENV = Env(device="cuda", gpu="NVIDIA H200", torch="2.11.0", triton="3.6.0", date="2026-12-02T12:00:00Z",
