@@ -81,7 +81,10 @@ def test_promote_writes_fusion_test_and_registry(ws):
     compile(test, "test_softmax_like.py", "exec")
     assert candidates.status(ws, candidates.load(ws, r.id)) == "promoted"
     assert "promoted_as" not in json.loads((r.path / "candidate.json").read_text())  # promote writes fusions/ only
-    assert len(out.files) == 5 and not (folder / "wins.json").exists()  # never timed: unmeasured
+    assert len(out.files) == 6 and not (folder / "wins.json").exists()  # never timed: unmeasured
+    conftest = ws.root / "tests" / "fusions" / "conftest.py"  # a workspace of its own: GPU cases skip on a CPU
+    assert conftest in out.files and "needs a CUDA device" in conftest.read_text()
+    compile(conftest.read_text(), "conftest.py", "exec")
     assert "and rewrite.wins_gate(match, WINS, N_INPUTS)" in pattern
 
 
