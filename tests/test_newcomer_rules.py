@@ -111,3 +111,33 @@ def test_an_ambiguous_candidate_prefix_is_reported_as_ambiguous(tmp_path):
     with pytest.raises(UsageError, match="ambiguous candidate 'p12': p12aaaa, p12bbbb"):
         candidates.load(ws, "p12")
     assert candidates.load(ws, "p12b").id == "p12bbbb"
+
+
+def nearest_fires(query, *measured):
+    return decide(((query, "float32"),), rows(*((s, "float32", x) for s, x in measured)))[0]
+
+
+def test_nearest_row_sizes_below_one_count_as_one():
+    """Row lengths and element counts of 0 or 1 count as 1 in the log distance, on either side."""
+    # row length 1: (8, 1) is nearer to (16, 1) than (16, 2) is; with 1 counted as 2 they would tie
+    assert nearest_fires((16, 1), ((8, 1), 1.1), ((16, 2), 0.9)) is True
+    assert nearest_fires((16, 1), ((8, 1), 0.9), ((16, 2), 1.1)) is False
+    # element count 1 (a measured row): (1, 1) is farther from (4, 1) than (2, 1) is
+    assert nearest_fires((4, 1), ((1, 1), 0.9), ((2, 1), 1.1)) is True
+    # element count 1 (the query) next to an empty measured row (0 elements count as 1: distance 0)
+    assert nearest_fires((1, 1), ((0, 1), 1.1), ((2, 1), 0.9)) is True
+
+
+def test_the_size_the_gate_compares_is_the_largest_inputs_last_dim_and_element_count():
+    from miner.runtime.rewrite import _size
+
+    mask_and_row = (((2, 4), "bool"), ((1, 3, 1000), "float32"))  # largest by elements, not by shape order
+    assert _size(mask_and_row) == (1000, 3000)
+    assert _size((((2, 3, 5), "float32"),)) == (5, 30)  # the last dim, not the second
+    assert _size((((), "float32"),)) == (1, 1)  # a 0-d tensor: one element, a row of one
+    assert _size(()) == (1, 1)  # no tensor inputs at all
+
+
+def test_a_0d_input_follows_the_row_of_one_element():
+    assert nearest_fires((), ((1,), 1.1), ((2,), 0.9)) is True
+    assert nearest_fires((), ((1,), 0.9), ((2,), 1.1)) is False
