@@ -141,3 +141,65 @@ def test_the_size_the_gate_compares_is_the_largest_inputs_last_dim_and_element_c
 def test_a_0d_input_follows_the_row_of_one_element():
     assert nearest_fires((), ((1,), 1.1), ((2,), 0.9)) is True
     assert nearest_fires((), ((1,), 0.9), ((2,), 1.1)) is False
+
+
+# --------------------------------------------------------------------------- the isomorphism oracle (canon)
+# ``canon.isomorphic`` (networkx VF2 on ``to_digraph``) is the independent check of the canonical
+# codes: it must tell apart exactly what the codes tell apart.
+
+def op(name, *args, **kwargs):
+    from miner.core.pattern import PatternNode
+
+    return PatternNode(f"aten.{name}.default", "pointwise", args, kwargs)
+
+
+def I(k):
+    return {"input": k}
+
+
+def N(j):
+    return {"node": j}
+
+
+def C(c):
+    return {"const": c}
+
+
+def test_oracle_sees_ops_structural_constants_and_keywords():
+    from miner.mine.canon import isomorphic
+
+    assert not isomorphic([op("exp", I(0)), op("neg", N(0))], [op("exp", I(0)), op("abs", N(0))])
+    assert not isomorphic([op("exp", I(0)), op("sum", N(0), [-1])], [op("exp", I(0)), op("sum", N(0), [0])])
+    assert not isomorphic([op("exp", I(0)), op("sum", N(0), [-1], keepdim=True)],
+                          [op("exp", I(0)), op("sum", N(0), [-1], keepdim=False)])
+
+
+def test_oracle_sees_operand_positions_even_between_nodes_of_one_kind():
+    from miner.mine.canon import isomorphic
+
+    two = [op("exp", I(0)), op("neg", I(0))]
+    assert not isomorphic(two + [op("sub", N(0), N(1))], two + [op("sub", N(1), N(0))])
+    # a node read twice: where(e, n, e) is not where(e, n, n)
+    assert not isomorphic(two + [op("where", N(0), N(1), N(0))], two + [op("where", N(0), N(1), N(1))])
+
+
+def test_oracle_ignores_how_nodes_inputs_and_constants_are_numbered():
+    from miner.mine.canon import isomorphic
+
+    assert isomorphic([op("exp", I(0)), op("neg", I(0)), op("sub", N(0), N(1))],
+                      [op("neg", I(0)), op("exp", I(0)), op("sub", N(1), N(0))])
+    assert isomorphic([op("exp", I(0)), op("add", N(0), I(1))], [op("exp", I(1)), op("add", N(0), I(0))])
+    assert isomorphic([op("mul", I(0), C(0)), op("add", N(0), C(1))], [op("mul", I(0), C(1)), op("add", N(0), C(0))])
+    assert not isomorphic([op("exp", I(0)), op("add", N(0), I(1))], [op("exp", I(0)), op("add", N(0), I(0))])
+
+
+def test_digraph_has_a_node_per_op_and_per_input_and_no_constant_nodes():
+    from miner.mine.canon import to_digraph
+
+    g = to_digraph([op("exp", I(0)), op("mul", N(0), I(0)), op("add", N(1), C(0))])
+    assert set(g.nodes) == {("n", 0), ("n", 1), ("n", 2), ("i", 0)}
+    assert g.nodes["i", 0]["label"] == "input"
+    assert {e: g.edges[e]["pos"] for e in g.edges} == {(("i", 0), ("n", 0)): (0,), (("n", 0), ("n", 1)): (0,),
+                                                     (("i", 0), ("n", 1)): (1,), (("n", 1), ("n", 2)): (0,)}
+    g = to_digraph([op("exp", I(0)), op("where", N(0), I(1), N(0))])
+    assert g.edges[("n", 0), ("n", 1)]["pos"] == (0, 2)  # one edge for both reads, both positions
