@@ -203,3 +203,5 @@ def test_digraph_has_a_node_per_op_and_per_input_and_no_constant_nodes():
                                                      (("i", 0), ("n", 1)): (1,), (("n", 1), ("n", 2)): (0,)}
     g = to_digraph([op("exp", I(0)), op("where", N(0), I(1), N(0))])
     assert g.edges[("n", 0), ("n", 1)]["pos"] == (0, 2)  # one edge for both reads, both positions
+    g = to_digraph([op("exp", I(0)), op("sub", C(0), N(0))])  # a constant before an operand skips only itself
+    assert g.edges[("n", 0), ("n", 1)]["pos"] == (1,)
