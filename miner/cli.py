@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+from pathlib import Path
 
 from miner import __version__
 from miner.core.errors import MinerError
@@ -31,16 +33,24 @@ VERBS: dict[str, tuple[str, str]] = {
 }
 
 
+# Verbs that may start a workspace; every other verb reads one, and a missing one is an error (never created).
+MAKES_WORKSPACE = frozenset({"scan", "models"})
+
+WORKSPACE_HELP = ("where captures/, mined/, candidates/, reports/ and fusions/ live, relative to the current "
+                  "directory (default: .); before or after the verb")
+
+
 def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     """The parser; only ``verb``'s module is imported to define its arguments."""
     parser = argparse.ArgumentParser(prog="miner", description="Mine fusion opportunities from torch.compile's "
                                      "post-grad graphs, generate Triton kernels for them, prove and promote them.")
     parser.add_argument("--version", action="version", version=f"miner {__version__}")
-    parser.add_argument("--workspace", default=".", metavar="DIR",
-                        help="where captures/, mined/, candidates/, reports/ and fusions/ live (default: .)")
+    parser.add_argument("--workspace", default=".", metavar="DIR", help=WORKSPACE_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in VERBS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
+        # also after the verb (`miner scan --workspace DIR`); SUPPRESS keeps a value given before it
+        p.add_argument("--workspace", default=argparse.SUPPRESS, metavar="DIR", help=WORKSPACE_HELP)
         if name == verb:
             module = importlib.import_module(module_name)
             module.add_arguments(p)
@@ -61,20 +71,45 @@ def _verb(argv: list[str]) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one verb; returns the exit code.
+
+    ``--workspace`` is resolved against the current directory here, once, so no stage (and no
+    worker process it starts in another directory) ever sees a relative workspace. A closed
+    stdout (``miner candidates --json | head``) ends the command quietly with code 141.
+    """
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(_verb(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):
         parser.print_help()
         return 2
+    args.workspace = str(Path(args.workspace).expanduser().resolve())
+    if args.command not in MAKES_WORKSPACE and not Path(args.workspace).is_dir():
+        print(f"miner {args.command}: error: no workspace {args.workspace} (`miner scan --workspace DIR` makes "
+              "one)", file=sys.stderr)
+        return 2
     try:
-        return int(args.run(args) or 0)
+        code = int(args.run(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+        return code
     except MinerError as e:
         print(f"miner {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"miner {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _closed_stdout()
+
+
+def _closed_stdout() -> int:
+    """The reader of our stdout went away: stop without a traceback (and without one at exit)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's final flush of stdout would fail again
+    except (OSError, ValueError):
+        pass
+    return 141  # 128 + SIGPIPE, what a shell reports for a command killed by a closed pipe
 
 
 if __name__ == "__main__":

@@ -65,6 +65,10 @@ def promote(workspace: Workspace, cid: str, name: str, root: Path | None = None)
     if not NAME_RE.match(name) or keyword.iskeyword(name):
         raise UsageError(f"fusion name {name!r}: use lower_snake_case (e.g. softmax_like)")
     cand, validation = check_promotable(workspace, cid)
+    existing = candidates.promoted_as(workspace, cand.id)
+    if existing is not None and existing != name:  # one candidate, one fusion: two would both rewrite the graph
+        raise UsageError(f"candidate {cand.id} is already promoted as fusions/{existing}/; refresh it with "
+                         f"`miner promote {cand.id} --name {existing}`, or remove that folder first")
     evidence = require_in_model_win(workspace, cand.id)  # a measured in-model step win, or a refusal
     meta = cand.meta
     from miner.core.pattern import pattern_from_json
@@ -92,7 +96,37 @@ def promote(workspace: Workspace, cid: str, name: str, root: Path | None = None)
     files.append(write_registry(workspace))
     tests_root = (root or workspace.root) / "tests" / "fusions"
     files.append(write_text(tests_root / f"test_{name}.py", render_test(workspace, name, meta, command)))
+    if not any((d / "conftest.py").exists() for d in (tests_root, tests_root.parent)):
+        # a user's workspace has no conftest: without one the GPU cases fail on a CPU instead of skipping
+        files.append(write_text(tests_root / "conftest.py", CONFTEST.format(version=__version__)))
     return Promoted(name, meta["id"], tuple(files))
+
+
+CONFTEST = '''# Written by miner {version} (`miner promote`) where no conftest.py was: the fusion tests' markers.
+"""``gpu`` tests skip without CUDA; ``slow`` ones (a zoo model compiled with the fusion) run with ``-m slow``."""
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: kernels run on CPU tensors
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped without one")
+    config.addinivalue_line("markers", "slow: compiles a zoo model; run with -m slow")
+
+
+def pytest_collection_modifyitems(config, items):
+    wanted = config.getoption("-m") or ""
+    for item in items:
+        if "gpu" in item.keywords and not torch.cuda.is_available():
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA device"))
+        elif "slow" in item.keywords and "slow" not in wanted:
+            item.add_marker(pytest.mark.skip(reason="slow: run with -m slow"))
+'''
 
 
 def measured_wins(workspace: Workspace, cid: str) -> dict | None:

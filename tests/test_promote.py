@@ -94,9 +94,21 @@ def test_promote_writes_fusion_test_and_registry(ws):
     assert "def test_" not in test
     assert candidates.status(ws, candidates.load(ws, r.id)) == "promoted"
     assert "promoted_as" not in json.loads((r.path / "candidate.json").read_text())  # promote writes fusions/ only
-    assert len(out.files) == 6  # never timed in isolation: wins.json holds only the in-model evidence
+    assert len(out.files) == 7  # never timed in isolation: wins.json holds only the in-model evidence
     assert json.loads((folder / "wins.json").read_text())["in_model"]["records"] == [IN_MODEL_WIN]
+    conftest = ws.root / "tests" / "fusions" / "conftest.py"  # a workspace of its own: GPU cases skip on a CPU
+    assert conftest in out.files and "needs a CUDA device" in conftest.read_text()
+    compile(conftest.read_text(), "conftest.py", "exec")
     assert "and rewrite.wins_gate(match, WINS, N_INPUTS)" in pattern
+
+
+def test_one_candidate_is_never_promoted_under_two_names(ws):
+    r = validated(ws)
+    promote(ws, r.id, "softmax_like")
+    with pytest.raises(UsageError, match=f"candidate {r.id} is already promoted as fusions/softmax_like/"):
+        promote(ws, r.id, "softmax_again")
+    assert not (ws.fusions / "softmax_again").exists()
+    promote(ws, r.id, "softmax_like")  # the same name again refreshes it
 
 
 # --------------------------------------------------------------------------- the measured-wins gate

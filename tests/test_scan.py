@@ -53,14 +53,19 @@ def test_corrupt_graph_file_names_the_file(tmp_path):
         ws.load_graphs()
 
 
-def test_corrupt_scan_file_is_a_one_line_error(tmp_path, capsys):
+def test_corrupt_scan_file_is_captured_again_and_said_so(tmp_path, capsys, monkeypatch):
+    from miner.core.records import ScanResult
+    from miner.scan import scan as S
+
     ws = Workspace(tmp_path)
     path = ws.scan_path(GOOD, "tiny", "train")
     path.parent.mkdir(parents=True)
     path.write_text("not json")
-    assert main(["--workspace", str(tmp_path), "scan", "--models", GOOD]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "train.scan.json: corrupt JSON" in err and len(err.splitlines()) == 1
+    monkeypatch.setattr(S, "_run_worker", lambda req, *a, **k: [ScanResult(req.model, req.preset, m, req.device, True)
+                                                                 for m in req.modes])
+    assert main(["--workspace", str(tmp_path), "scan", "--models", GOOD]) == 0
+    out = capsys.readouterr().out
+    assert "capturing train again" in out and "train.scan.json: corrupt JSON" in out
 
 
 def test_models_share_the_cpus(monkeypatch):

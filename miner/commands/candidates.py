@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from miner.core.errors import UsageError
+    from miner.core.errors import UsageError, unreadable
 
     if args.top is not None and args.top < 0:
         raise UsageError("--top must be 0 (all) or positive")
@@ -33,6 +33,8 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "show" and not args.id:
         raise UsageError("`miner candidates show` needs a candidate id")
     review = rank.review(args.workspace, only_model=args.model, scale=args.scale)
+    if review.problems:  # a corrupt file is never ranked around
+        raise unreadable(review.problems)
     if args.action == "show":
         print(render_show(review, review.find(args.id)))
     elif args.json:

@@ -27,11 +27,11 @@ def run(args: argparse.Namespace) -> int:
     if args.top < 0:
         raise UsageError("--top must be 0 (all) or positive")
     if args.only:
+        from miner.commands.patterns import find
+
         wanted = [w.strip() for w in args.only.split(",") if w.strip()]
-        unknown = [w for w in wanted if not any(p.id.startswith(w) for p in patterns)]
-        if unknown:
-            raise UsageError(f"unknown pattern id(s) {', '.join(unknown)}; see `miner patterns`")
-        chosen = [p for p in patterns if any(p.id.startswith(w) for w in wanted)]
+        picked = {find(patterns, w).id for w in wanted}  # an unknown or ambiguous prefix is an error
+        chosen = [p for p in patterns if p.id in picked]
         pre = [Skipped(p.id, p.ops, supported(p) or "not selected (--only)") for p in patterns if p not in chosen]
         command = f"miner generate --only {','.join(wanted)}"
     else:

@@ -8,28 +8,28 @@ HELP = "mine frequent pointwise/reduction subgraphs across captured graphs"
 
 def add_arguments(p) -> None:
     p.add_argument("--min-support", type=int, default=2, metavar="N",
-                   help="keep patterns with support at least N (default 2): occurrences (a block repeated in the "
+                   help="keep patterns with support at least N (default %(default)s): occurrences (a block repeated in the "
                         "layers of one graph counts each time) or graphs, see --support")
     p.add_argument("--support", choices=("occurrences", "graphs"), default="occurrences",
                    help="what --min-support counts: occurrences (minimum image count, default) or graphs")
     p.add_argument("--min-models", type=int, default=1, metavar="N",
-                   help="... and in at least N distinct models (default 1)")
+                   help="... and in at least N distinct models (default %(default)s)")
     p.add_argument("--max-nodes", type=int, default=8, metavar="N",
-                   help="at most N pointwise/reduction nodes per pattern (default 8)")
+                   help="at most N pointwise/reduction nodes per pattern (default %(default)s)")
     p.add_argument("--max-views", type=int, default=2, metavar="N",
-                   help="at most N view/getitem nodes between them (default 2)")
+                   help="at most N view/getitem nodes between them (default %(default)s)")
     p.add_argument("--models", metavar="A,B", help="only the captures of these models (default: all)")
     p.add_argument("--all", action="store_true", help="keep non-closed patterns too (default: closed only)")
     p.add_argument("--max-extra-outputs", type=int, default=2, metavar="N",
-                   help="interior values used outside an occurrence it may also return (default 2)")
+                   help="interior values used outside an occurrence it may also return (default %(default)s)")
     p.add_argument("--max-stored", type=int, default=2, metavar="N",
-                   help="occurrences stored per pattern in patterns.json; counts cover all (default 2)")
+                   help="occurrences stored per pattern in patterns.json; counts cover all (default %(default)s)")
     p.add_argument("--limit", type=int, default=400, metavar="N",
                    help="save only the N best-ranked patterns, to keep patterns.json small "
-                        "(default 400; 0 = all)")
+                        "(default %(default)s; 0 = all)")
     p.add_argument("--max-fanout", type=int, default=4, metavar="N",
-                   help="a node with more fusable users connects patterns only through its operands (default 3)")
-    p.add_argument("--top", type=int, default=10, metavar="N", help="patterns to print (default 10)")
+                   help="a node with more fusable users connects patterns only through its operands (default %(default)s)")
+    p.add_argument("--top", type=int, default=10, metavar="N", help="patterns to print (default %(default)s)")
 
 
 def run(args) -> int:

@@ -39,13 +39,15 @@ def find(patterns, pid: str):
     prefixed = [i for i in by_id if i.startswith(pid)]
     if len(prefixed) == 1:
         return by_id[prefixed[0]]
+    if prefixed:
+        raise UsageError(f"ambiguous pattern id {pid!r}: {', '.join(prefixed[:8])}"
+                         + (f" ({len(prefixed) - 8} more)" if len(prefixed) > 8 else "") + "; give more characters")
     def shared(i: str) -> int:
         return next((k for k, (a, b) in enumerate(zip(i, pid)) if a != b), min(len(i), len(pid)))
 
     # Close ids: those sharing the longest prefix (a mistyped tail), then difflib's guesses.
     by_prefix = sorted((i for i in by_id if shared(i) >= 3), key=lambda i: (-shared(i), i))
-    close = list(dict.fromkeys(prefixed[:8] or by_prefix[:5]
-                               + difflib.get_close_matches(pid, list(by_id), n=5, cutoff=0.6)))[:8]
+    close = list(dict.fromkeys(by_prefix[:5] + difflib.get_close_matches(pid, list(by_id), n=5, cutoff=0.6)))[:8]
     raise UsageError(f"unknown pattern id {pid!r}" + (f"; close: {', '.join(close)}" if close else
                                                        f"; {len(by_id)} patterns, see `miner patterns`"))
 

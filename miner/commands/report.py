@@ -22,11 +22,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from miner.core.errors import UsageError
+    from miner.core.errors import UsageError, unreadable
 
     if "/" in args.run_name or args.run_name in ("", ".", "..", "gpu"):
         raise UsageError(f"--run {args.run_name!r}: give a plain folder name (not 'gpu', which holds bench runs)")
     ws = Workspace(args.workspace)
+    ws.scans()  # a corrupt scan result fails the command here, not as a banner inside the HTML
     review = rank.review(ws, only_model=args.model, scale=args.scale)
+    if review.problems:  # a corrupt file is never ranked around
+        raise unreadable(review.problems)
     print(write_report(review, ws, args.run_name, detail_top=args.detail_top))
     return 0

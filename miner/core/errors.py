@@ -11,3 +11,12 @@ class UsageError(MinerError):
 
 class WorkspaceError(MinerError):
     """A workspace file is missing, corrupt or of another schema version."""
+
+
+def unreadable(problems: "list[str] | tuple[str, ...]") -> WorkspaceError:
+    """One error for the workspace files a verb could not read: the first in full, then how many more.
+
+    Each problem already names its file and the command that rebuilds it (``workspace.read_json``).
+    """
+    more = len(problems) - 1
+    return WorkspaceError(problems[0] + (f" (and {more} more unreadable file{'s' if more > 1 else ''})" if more else ""))

@@ -48,13 +48,53 @@ def write_json(path: Path, data: Any) -> Path:
 
 
 def read_json(path: Path) -> Any:
+    """The JSON value in ``path``; ``WorkspaceError`` naming the file (and the command that rebuilds it)."""
     path = Path(path)
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
         raise WorkspaceError(f"{path}: no such file") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise WorkspaceError(f"{path}: corrupt JSON ({e}); delete it or re-run with --force") from None
+        cmd = rebuild_command(path)
+        raise WorkspaceError(f"{path}: corrupt JSON ({e}); "
+                             + (f"rebuild it with `{cmd}`" if cmd else "delete it")) from None
+
+
+def rebuild_command(path: Path) -> str | None:
+    """The ``miner`` command that writes workspace file ``path`` again, or None for a file of no stage.
+
+    ``captures/<model>/<preset>/<mode>...json`` -> ``miner scan`` of that model, preset and mode
+    (scan captures again whatever does not read back); ``mined/patterns.json`` -> ``miner mine``;
+    ``candidates/<id>/validation.json`` -> ``miner validate <id>``; ``bench.json`` -> ``miner bench``;
+    the other files of ``candidates/<id>/`` -> ``miner generate --only <id>``; ``fusions/<name>/*``
+    -> ``miner promote``. A workspace other than the current directory is named with ``--workspace``.
+    """
+    parts = Path(path).parts
+    n = len(parts)
+
+    def at(depth: int, folder: str) -> bool:
+        return n > depth and parts[n - depth - 1] == folder
+
+    if at(3, "captures"):
+        model, preset, mode = parts[-3], parts[-2], parts[-1].split(".")[0].split("-")[0]
+        cmd, root = f"miner scan --models {model} --mode {mode}" + (f" --preset {preset}" if preset != "tiny" else ""), 4
+    elif at(1, "mined") and parts[-1] == "patterns.json":
+        cmd, root = "miner mine", 2
+    elif at(2, "candidates"):
+        cid, file = parts[-2], parts[-1]
+        cmd = {"validation.json": f"miner validate {cid}",
+               "bench.json": f"miner bench --candidates {cid}"}.get(file, f"miner generate --only {cid}")
+        root = 3
+    elif at(1, "candidates"):
+        cmd, root = "miner generate", 2
+    elif at(2, "fusions"):
+        cmd, root = f"miner promote <candidate-id> --name {parts[-2]}", 3
+    else:
+        return None
+    ws = Path(*parts[:n - root]) if n > root else Path(".")
+    if ws.resolve() != Path.cwd().resolve():
+        cmd += f" --workspace {ws}"
+    return cmd
 
 
 def safe_name(name: str) -> str:

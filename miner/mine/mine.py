@@ -68,10 +68,6 @@ from miner.mine.occurrences import (_bounded, _non_overlapping, _sample, _score,
 COMPUTE = ("pointwise", "reduction")
 SUPPORTS = ("occurrences", "graphs")
 
-DEFAULTS = dict(min_support=2, min_models=1, max_nodes=8, max_views=2, max_fanout=4, closed_only=True,
-                max_extra_outputs=2, max_stored=3)
-
-
 # --------------------------------------------------------------------------- graph index
 
 
@@ -111,7 +107,14 @@ def index_graph(graph: CapturedGraph, templates: dict[str, NodeTemplate], multi_
     consts: list[tuple] = [()] * n
     multi = [False] * n
     users: list[tuple[int, ...]] = [tuple(dict.fromkeys(pos[u] for u in r.users if u in pos)) for r in recs]
+    # A value nothing reaches the graph's output through is dead code: Inductor drops it (no kernel),
+    # so it is never part of a pattern (nor a "missed fusion"). Nodes are in topological order.
+    live = [False] * n
+    for i in range(n - 1, -1, -1):
+        live[i] = recs[i].op == "output" or any(live[u] for u in users[i])
     for i, r in enumerate(recs):
+        if not live[i]:
+            continue
         if r.category in COMPUTE or fusable_extra(r.target, r.category):
             kind[i] = "compute"
             multi[i] = len(r.meta) > 1
@@ -393,7 +396,7 @@ def _closed_flags(pats: list[_Pat], valid: dict[int, bool], models: list[str]) -
 
 def mine(graphs: Sequence[CapturedGraph], *, min_support: int = 2, min_models: int = 1, max_nodes: int = 8,
          max_views: int = 2, max_fanout: int = 4, closed_only: bool = True, max_extra_outputs: int = 2,
-         max_stored: int = 3, verify: bool = False, support: str = "occurrences",
+         max_stored: int = 2, verify: bool = False, support: str = "occurrences",
          limit: int | None = None) -> MiningResult:
     """Mine frequent pointwise/reduction patterns of ``graphs``.
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from miner.core.errors import WorkspaceError
 from miner.core.records import ScanResult
 from miner.core.workspace import Workspace
 
@@ -44,10 +45,21 @@ class ScanRequest:
 
 
 def reusable(ws: Workspace, model: str, preset: str, mode: str,
-             batch_seq: tuple[int, int] | None = None) -> ScanResult | None:
-    """The saved result of an earlier successful scan (of that input shape) whose graph files are all present."""
-    result = ws.load_scan(model, preset, mode)
-    if result is None or not result.ok or not all(ws.graph_path(k).exists() for k in result.graphs):
+             batch_seq: tuple[int, int] | None = None, problems: list[str] | None = None) -> ScanResult | None:
+    """The saved result of an earlier successful scan (of that input shape) whose graphs all read back.
+
+    A saved file that does not parse (truncated, another schema) is never reused: its reason is
+    appended to ``problems`` and the scan captures that (model, mode) again.
+    """
+    try:
+        result = ws.load_scan(model, preset, mode)
+        if result is None or not result.ok or not all(ws.graph_path(k).exists() for k in result.graphs):
+            return None
+        for key in result.graphs:
+            ws.load_graph(key)
+    except WorkspaceError as e:
+        if problems is not None:
+            problems.append(str(e))
         return None
     saved = result.provenance.get("batch_seq")
     if batch_seq is not None and saved is not None and tuple(saved) != tuple(batch_seq):
@@ -138,6 +150,20 @@ def worker_main(argv: list[str] | None = None) -> int:
 
 # --------------------------------------------------------------------------- orchestrator
 
+def worker_command() -> list[str]:
+    """``python -m miner.scan`` that imports this very ``miner`` package, from any directory.
+
+    The worker runs in the user's directory (their factory modules and checkpoint paths resolve
+    there), yet must not pick up another installed copy of miner: it imports ``miner`` from the
+    folder this one came from, then takes that folder off ``sys.path`` again, so the checkout's
+    other top-level folders (``models``, ``fusions``, ``tests``) shadow nothing of the user's.
+    """
+    root = str(Path(__file__).resolve().parents[2])
+    boot = ("import sys; sys.path.insert(0, {r!r}); import miner.scan.scan as s; sys.path.remove({r!r}); "
+            "sys.argv[0] = 'python -m miner.scan'; sys.exit(s.worker_main())").format(r=root)
+    return [sys.executable, "-c", boot]
+
+
 def compile_threads(jobs: int) -> int:
     """Inductor compile workers per model when ``jobs`` models compile at once: the CPUs, shared."""
     return max(1, (os.cpu_count() or 1) // max(1, jobs))
@@ -145,9 +171,9 @@ def compile_threads(jobs: int) -> int:
 
 def _run_worker(req: ScanRequest, ws: Workspace, timeout: float, echo: Callable[[str], None],
                 log_dir: Path, threads: int | None = None) -> list[ScanResult]:
-    cmd = [sys.executable, "-m", "miner.scan", "--model", req.model, "--preset", req.preset,
+    cmd = [*worker_command(), "--model", req.model, "--preset", req.preset,
            "--modes", ",".join(req.modes), "--device", req.device, "--dtype", req.dtype,
-           "--workspace", str(ws.root)]
+           "--workspace", str(ws.root.resolve())]
     cmd += [f"--batch={req.batch}"] if req.batch else []
     cmd += [f"--seq={req.seq}"] if req.seq else []
     cmd += ["--profile"] if req.profile else []
@@ -158,8 +184,8 @@ def _run_worker(req: ScanRequest, ws: Workspace, timeout: float, echo: Callable[
         env["TORCHINDUCTOR_COMPILE_THREADS"] = str(threads)
     started = time.time()
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env,
-                                cwd=Path(__file__).resolve().parents[2])
+        # the user's directory: a relative checkpoint dir or a factory module there resolves as they typed it
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env, cwd=os.getcwd())
 
         def pump():
             for line in proc.stdout:
@@ -179,7 +205,10 @@ def _run_worker(req: ScanRequest, ws: Workspace, timeout: float, echo: Callable[
 
     results = []
     for mode in req.modes:
-        saved = ws.load_scan(req.model, req.preset, mode)
+        try:
+            saved = ws.load_scan(req.model, req.preset, mode)
+        except WorkspaceError:  # the corrupt file of before, not rewritten: the worker died first
+            saved = None
         fresh = saved is not None and ws.scan_path(req.model, req.preset, mode).stat().st_mtime >= started
         if not fresh:  # the worker died before it could record this mode
             saved = ScanResult(req.model, req.preset, mode, req.device, False, error=problem or "no result written",
@@ -207,7 +236,10 @@ def scan(model_names: list[str], *, preset: str = "tiny", modes: tuple[str, ...]
     for m in model_names:
         missing = []
         for mode in modes:
-            prior = None if force else reusable(workspace, m, preset, mode, batch_seq)
+            problems: list[str] = []
+            prior = None if force else reusable(workspace, m, preset, mode, batch_seq, problems)
+            for problem in problems:
+                echo(f"[{m}] not reusing a corrupt saved file, capturing {mode} again: {problem}")
             if profile and prior is not None and not profile_path(workspace, m, preset, mode).exists():
                 prior = None
             if prior is not None:

@@ -1,0 +1,207 @@
+"""Core rules that mutation testing found untested (issue 11, items 5-6): each test fails when the rule
+is broken the way the mutant broke it (``mutmut run``, see pyproject.toml)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from miner.core.errors import UsageError
+from miner.mine.mine import _non_overlapping, mine
+from miner.runtime.rewrite import decide
+from test_mine_helpers import fx_graph, rekey
+
+
+# --------------------------------------------------------------------------- the gate at exactly 1.0x
+
+def rows(*measured):
+    """A wins.json payload: (shape, dtype, speedup over Inductor) per row, filed as the bench files them."""
+    out = {"wins": [], "loses": []}
+    for shape, dtype, speedup in measured:
+        out["wins" if speedup >= 1.0 else "loses"].append(
+            {"inputs": [{"shape": list(shape), "dtype": dtype, "stride": None}], "speedup_vs_inductor": speedup})
+    return out
+
+
+def test_gate_fires_at_exactly_as_fast_as_inductor():
+    # promoted fusions fire where measured "at least as fast" as Inductor: 1.0x is a win, 0.99x is not
+    assert decide((((64, 512), "float32"),), rows(((64, 512), "float32", 1.0)))[0] is True
+    assert decide((((64, 512), "float32"),), rows(((64, 512), "float32", 0.99)))[0] is False
+    # the same boundary when the nearest measured row decides
+    assert decide((((32, 512), "float32"),), rows(((64, 512), "float32", 1.0)))[0] is True
+    assert decide((((32, 512), "float32"),), rows(((64, 512), "float32", 0.999)))[0] is False
+
+
+def test_gate_takes_the_median_of_repeated_exact_rows():
+    sig = (((64, 512), "bfloat16"),)
+    assert decide(sig, rows(((64, 512), "bfloat16", 0.9), ((64, 512), "bfloat16", 1.0),
+                            ((64, 512), "bfloat16", 1.2)))[0] is True
+    assert decide(sig, rows(((64, 512), "bfloat16", 0.9), ((64, 512), "bfloat16", 0.95),
+                            ((64, 512), "bfloat16", 1.5)))[0] is False
+
+
+def test_gate_fires_unmeasured_and_declines_other_dtypes():
+    assert decide((((8, 8), "float32"),), None)[0] is True
+    assert decide((((8, 8), "float32"),), {"wins": [], "loses": []})[0] is True
+    fire, reason = decide((((8, 8), "float16"),), rows(((8, 8), "float32", 2.0)))
+    assert fire is False and "dtypes" in reason
+
+
+# --------------------------------------------------------------------------- occurrence counting
+
+def test_non_overlapping_keeps_a_greedy_node_disjoint_set_per_graph():
+    embs = [(0, (1, 2), ()), (0, (2, 3), ()), (0, (3, 4), ()), (1, (2, 3), ()), (0, (5, 6), ())]
+    assert _non_overlapping(embs) == [0, 2, 4, 3]  # graph order, then node order; graph 1 is separate
+    assert _non_overlapping([(0, (3, 4), ()), (0, (1, 2), ())]) == [1, 0]  # sorted, not in list order
+
+
+def chain(x):
+    return torch.exp(torch.exp(torch.exp(torch.exp(x))))
+
+
+def test_overlapping_embeddings_are_counted_once():
+    """A chain of four exps holds exp->exp three times, but only twice without sharing a node."""
+    g = fx_graph(chain, torch.randn(4, 8))
+    result = mine([g, rekey(g, model="m2")], min_support=2, closed_only=False, max_nodes=2)
+    (pair,) = [p for p in result.patterns if p.ops == "exp -> exp"]
+    assert pair.counts.total == 6 and pair.counts.non_overlapping == 4
+
+
+def dead_exp(x, y):
+    a = x * 2.0
+    torch.exp(a)  # computed, never used: Inductor drops it and no kernel computes it
+    return torch.relu(a + y)
+
+
+def test_a_value_nothing_uses_is_never_part_of_a_pattern():
+    """Defect 5: an exp with no users was kept in a pattern and ranked as a missed fusion."""
+    g = fx_graph(dead_exp, torch.randn(4, 8), torch.randn(4, 8))
+    assert any(n.target == "aten.exp.default" and not n.users for n in g.nodes)
+    ops = [p.ops for p in mine([g, rekey(g, model="m2")], min_support=2, closed_only=False).patterns]
+    assert ops and not any("exp" in o for o in ops), ops
+    assert "mul -> add -> relu" in ops
+
+
+# --------------------------------------------------------------------------- ids
+
+class P:
+    def __init__(self, pid):
+        self.id = pid
+
+
+def test_an_ambiguous_pattern_prefix_is_reported_as_ambiguous_with_its_matches():
+    from miner.commands.patterns import find
+
+    pats = [P("p12aaaa"), P("p12bbbb"), P("p34cccc")]
+    assert find(pats, "p34").id == "p34cccc" and find(pats, "p12bbbb").id == "p12bbbb"
+    with pytest.raises(UsageError, match="ambiguous pattern id 'p12': p12aaaa, p12bbbb"):
+        find(pats, "p12")
+    with pytest.raises(UsageError, match="unknown pattern id 'p99'"):
+        find(pats, "p99")
+
+
+def test_an_ambiguous_candidate_prefix_is_reported_as_ambiguous(tmp_path):
+    from miner.core import candidate as candidates
+    from miner.core.workspace import Workspace
+
+    ws = Workspace(tmp_path)
+    for cid in ("p12aaaa", "p12bbbb"):
+        (ws.candidates / cid).mkdir(parents=True)
+        (ws.candidates / cid / "candidate.json").write_text('{"id": "%s"}' % cid)
+    with pytest.raises(UsageError, match="ambiguous candidate 'p12': p12aaaa, p12bbbb"):
+        candidates.load(ws, "p12")
+    assert candidates.load(ws, "p12b").id == "p12bbbb"
+
+
+def nearest_fires(query, *measured):
+    return decide(((query, "float32"),), rows(*((s, "float32", x) for s, x in measured)))[0]
+
+
+def test_nearest_row_sizes_below_one_count_as_one():
+    """Row lengths and element counts of 0 or 1 count as 1 in the log distance, on either side."""
+    # row length 1: (8, 1) is nearer to (16, 1) than (16, 2) is; with 1 counted as 2 they would tie
+    assert nearest_fires((16, 1), ((8, 1), 1.1), ((16, 2), 0.9)) is True
+    assert nearest_fires((16, 1), ((8, 1), 0.9), ((16, 2), 1.1)) is False
+    # element count 1 (a measured row): (1, 1) is farther from (4, 1) than (2, 1) is
+    assert nearest_fires((4, 1), ((1, 1), 0.9), ((2, 1), 1.1)) is True
+    # element count 1 (the query) next to an empty measured row (0 elements count as 1: distance 0)
+    assert nearest_fires((1, 1), ((0, 1), 1.1), ((2, 1), 0.9)) is True
+
+
+def test_the_size_the_gate_compares_is_the_largest_inputs_last_dim_and_element_count():
+    from miner.runtime.rewrite import _size
+
+    mask_and_row = (((2, 4), "bool"), ((1, 3, 1000), "float32"))  # largest by elements, not by shape order
+    assert _size(mask_and_row) == (1000, 3000)
+    assert _size((((2, 3, 5), "float32"),)) == (5, 30)  # the last dim, not the second
+    assert _size((((), "float32"),)) == (1, 1)  # a 0-d tensor: one element, a row of one
+    assert _size(()) == (1, 1)  # no tensor inputs at all
+
+
+def test_a_0d_input_follows_the_row_of_one_element():
+    assert nearest_fires((), ((1,), 1.1), ((2,), 0.9)) is True
+    assert nearest_fires((), ((1,), 0.9), ((2,), 1.1)) is False
+
+
+# --------------------------------------------------------------------------- the isomorphism oracle (canon)
+# ``canon.isomorphic`` (networkx VF2 on ``to_digraph``) is the independent check of the canonical
+# codes: it must tell apart exactly what the codes tell apart.
+
+def op(name, *args, **kwargs):
+    from miner.core.pattern import PatternNode
+
+    return PatternNode(f"aten.{name}.default", "pointwise", args, kwargs)
+
+
+def I(k):
+    return {"input": k}
+
+
+def N(j):
+    return {"node": j}
+
+
+def C(c):
+    return {"const": c}
+
+
+def test_oracle_sees_ops_structural_constants_and_keywords():
+    from miner.mine.canon import isomorphic
+
+    assert not isomorphic([op("exp", I(0)), op("neg", N(0))], [op("exp", I(0)), op("abs", N(0))])
+    assert not isomorphic([op("exp", I(0)), op("sum", N(0), [-1])], [op("exp", I(0)), op("sum", N(0), [0])])
+    assert not isomorphic([op("exp", I(0)), op("sum", N(0), [-1], keepdim=True)],
+                          [op("exp", I(0)), op("sum", N(0), [-1], keepdim=False)])
+
+
+def test_oracle_sees_operand_positions_even_between_nodes_of_one_kind():
+    from miner.mine.canon import isomorphic
+
+    two = [op("exp", I(0)), op("neg", I(0))]
+    assert not isomorphic(two + [op("sub", N(0), N(1))], two + [op("sub", N(1), N(0))])
+    # a node read twice: where(e, n, e) is not where(e, n, n)
+    assert not isomorphic(two + [op("where", N(0), N(1), N(0))], two + [op("where", N(0), N(1), N(1))])
+
+
+def test_oracle_ignores_how_nodes_inputs_and_constants_are_numbered():
+    from miner.mine.canon import isomorphic
+
+    assert isomorphic([op("exp", I(0)), op("neg", I(0)), op("sub", N(0), N(1))],
+                      [op("neg", I(0)), op("exp", I(0)), op("sub", N(1), N(0))])
+    assert isomorphic([op("exp", I(0)), op("add", N(0), I(1))], [op("exp", I(1)), op("add", N(0), I(0))])
+    assert isomorphic([op("mul", I(0), C(0)), op("add", N(0), C(1))], [op("mul", I(0), C(1)), op("add", N(0), C(0))])
+    assert not isomorphic([op("exp", I(0)), op("add", N(0), I(1))], [op("exp", I(0)), op("add", N(0), I(0))])
+
+
+def test_digraph_has_a_node_per_op_and_per_input_and_no_constant_nodes():
+    from miner.mine.canon import to_digraph
+
+    g = to_digraph([op("exp", I(0)), op("mul", N(0), I(0)), op("add", N(1), C(0))])
+    assert set(g.nodes) == {("n", 0), ("n", 1), ("n", 2), ("i", 0)}
+    assert g.nodes["i", 0]["label"] == "input"
+    assert {e: g.edges[e]["pos"] for e in g.edges} == {(("i", 0), ("n", 0)): (0,), (("n", 0), ("n", 1)): (0,),
+                                                     (("i", 0), ("n", 1)): (1,), (("n", 1), ("n", 2)): (0,)}
+    g = to_digraph([op("exp", I(0)), op("where", N(0), I(1), N(0))])
+    assert g.edges[("n", 0), ("n", 1)]["pos"] == (0, 2)  # one edge for both reads, both positions
+    g = to_digraph([op("exp", I(0)), op("sub", C(0), N(0))])  # a constant before an operand skips only itself
+    assert g.edges[("n", 0), ("n", 1)]["pos"] == (1,)
