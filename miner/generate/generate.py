@@ -26,6 +26,7 @@ from miner import __version__
 from miner.generate import codegen
 from miner.generate.codegen import PatternSpec, Program, Unsupported
 from miner.core import dtypes, source
+from miner.core.pattern import canonical_nodes
 from miner.core.errors import UsageError
 from miner.core.source import literal_value
 from miner.runtime.launch import LOOP_BLOCK, ONE_PASS_MAX
@@ -53,8 +54,10 @@ def spec_from_pattern(pattern) -> PatternSpec:
     """The codegen view of a ``miner.core.pattern.Pattern``: nodes, slots, outputs, observed dtypes, rank."""
     ok = [o for o in pattern.occurrences if o.verdict.ok] or list(pattern.occurrences)
     seen: list[set[str]] = [set() for _ in range(pattern.n_inputs)]
-    rank = None
+    rank, input_ranks = None, [None] * pattern.n_inputs
     for occ in ok:
+        for k, m in enumerate(occ.input_meta[:pattern.n_inputs]):
+            input_ranks[k] = len(m.shape) if m is not None and input_ranks[k] is None else input_ranks[k]
         shapes = []
         for k, m in enumerate(occ.input_meta[:pattern.n_inputs]):
             if m is not None:
@@ -62,7 +65,7 @@ def spec_from_pattern(pattern) -> PatternSpec:
                 shapes.append(len(m.shape))
         if shapes:
             rank = max(shapes) if rank is None else max(rank, max(shapes))
-    return PatternSpec(id=pattern.id, nodes=tuple(pattern.nodes), n_inputs=pattern.n_inputs, n_consts=pattern.n_consts,
+    return PatternSpec(id=pattern.id, nodes=canonical_nodes(pattern.nodes, input_ranks), n_inputs=pattern.n_inputs, n_consts=pattern.n_consts,
                        outputs=tuple(pattern.all_outputs), input_dtypes=tuple(tuple(sorted(d)) for d in seen),
                        rank=rank)
 
@@ -297,7 +300,7 @@ def render_pattern_py(prog: Program, head: str, op_name: str, kernel_import: str
     ret_search = "pattern({0})[0]" if n_out == 1 else "pattern({0})"
     p = ", ".join(params)
     op_attr = op_name.split("::")[1]
-    gate_doc, gate_import, wins, check = "", "", "", "rewrite.match_inputs_ok(match, N_INPUTS, INPUT_KINDS, RANK)"
+    gate_doc, gate_import, wins, check = "", "", "", "rewrite.match_ok(match, OP_NAME, N_INPUTS, INPUT_KINDS)"
     if gated:
         from miner.runtime.rewrite import WINS_FILE
 
