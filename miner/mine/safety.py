@@ -493,22 +493,10 @@ class FxGraph:
 
 
 def fx_record(n) -> NodeRecord:
-    """The ``NodeRecord`` of one FX node, as ``miner scan`` records it (without module and kernels)."""
-    from miner.core.ops import categorize, target_name
-    from miner.scan.capture import encode_arg, tensor_metas
+    """The ``NodeRecord`` of one FX node, exactly as ``miner scan`` records it (kernels aside)."""
+    from miner.scan.capture import node_record
 
-    if n.op == "call_function":
-        target, category = target_name(n.target), categorize(n.target)
-    elif n.op == "placeholder":
-        target, category = n.name, "input"
-    elif n.op == "output":
-        target, category = "output", "output"
-    else:
-        target, category = str(n.target), "other"
-    return NodeRecord(name=n.name, op=n.op, target=target, category=category,
-                      args=tuple(encode_arg(a) for a in n.args),
-                      kwargs={k: encode_arg(v) for k, v in n.kwargs.items()},
-                      users=tuple(u.name for u in n.users), meta=tensor_metas(n.meta.get("val")))
+    return node_record(n)
 
 
 MATCH_KEY = GraphKey("torch.compile", "-", "-", "-")
