@@ -29,7 +29,9 @@ def test_contract_accepts_full_per_row_per_column_and_scalar_inputs():
     ([((4, 8), "float64")], [], [], "in0 is float64"),
     ([((4, 8), "int64")], [], [], "in0 is int64"),
     ([((4, 8), "float32"), ((3, 8), "float32")], [], [], "do not broadcast"),
-    ([((4, "s0"), "float32")], [], [], "symbolic shape"),
+    ([(("s0", 8), "float32"), (("s1", 8), "float32")], [], [], "do not broadcast"),  # unproven equal
+    ([(("s0", 8), "float32"), ((1, 8), "float32")], [("sum", (1, 8), [-1])], [("o", ("s0",), "vec")],
+     "does not fill the rows"),
     ([((4, 8), "float32")], [("sum", (4, 8), [0])], [], "reduces the last dim only"),
     ([((4, 8), "float32")], [("sum", (4, 8), None)], [], "reduces the last dim only"),
     # a size-1 last dim reduced, then broadcast to wider rows: the kernel would reduce 16 copies
@@ -41,6 +43,13 @@ def test_contract_accepts_full_per_row_per_column_and_scalar_inputs():
 def test_contract_names_each_violation(inputs, reductions, outputs, clause):
     reasons = launch.shape_contract(inputs, reductions, outputs)
     assert any(clause in r for r in reasons), reasons
+
+
+def test_contract_holds_for_symbolic_sizes():
+    """Sizes as ``miner scan`` writes SymInts: equal symbols are equal, a symbol is never 1."""
+    assert launch.shape_contract([(("s0", "s1"), "float32"), (("s1",), "float32")],
+                                 [("amax", ("s0", "s1"), [-1])], [("o", ("s0", "s1"), "vec"), ("r", ("s0", 1), "row")]) == []
+    assert launch.shape_contract([(("s0", 1), "float32"), (("s0", "s1"), "bool")], [("sum", ("s0", 1), [-1])], [])
 
 
 def test_reduction_over_size1_dims_besides_the_last_is_the_last_dim():

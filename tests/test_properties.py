@@ -158,7 +158,7 @@ def test_compiled_forward_and_backward_equal_to_eager_or_declined(name, data):
     fn, args, what = data.draw(cases("fusion", name))
     if not _broadcastable(args, fn):
         return
-    backward = not any(a.dtype == torch.bool for a in args) or True
+    backward = what.endswith("context none")  # in-place ops on leaves that need grad are errors in eager too
     run = compiled_run(fn, args, FUSIONS, name, backward=backward)
     check(run, eager_run(fn, args, backward=backward), name)
     TALLY[f"compiled {'fired' if run.fired(name) else 'declined'}"] += 1

@@ -25,7 +25,7 @@ mutation
 meta
     A ``keepdim=False`` reduction only as an output; pointwise broadcasting only of the shapes a row kernel handles (full, per-row
     ``[..., 1]``, per-column ``[N]``, scalar); no mix of floating dtypes in one op (casts are
-    explicit ``convert_element_type`` nodes); contiguous inputs; static shapes.
+    explicit ``convert_element_type`` nodes); contiguous inputs. Sizes may be symbolic (``dynamic=True``).
 randomness
     No random op (dropout, ``inductor_random``, seeds) inside.
 kernel
@@ -242,9 +242,7 @@ def check_meta(occ: Occurrence, graph: CapturedGraph, *, ctx: _Ctx | None = None
         if not meta:
             continue
         m = meta[0]
-        if m.numel is None:
-            reasons.append(f"meta: in{k} has a symbolic shape {list(m.shape)}")
-        elif m.contiguous is False:
+        if m.contiguous is False:
             reasons.append(f"meta: in{k} is not contiguous (shape {list(m.shape)}, stride {list(m.stride)})")
     for j, rec in enumerate(c.recs):
         if rec.category == "reduction":
@@ -271,8 +269,6 @@ def check_kernel(occ: Occurrence, graph: CapturedGraph, *, ctx: _Ctx | None = No
         meta = graph.node(name).meta
         if not meta:
             return Finding((f"kernel: {c.ref(name)} has no tensor meta",))
-        if meta[0].numel is None:
-            return Finding()  # symbolic sizes: the meta rule names them; the contract needs sizes
         inputs.append((tuple(meta[0].shape), meta[0].dtype))
     reductions = []
     for rec in c.recs:
@@ -421,7 +417,7 @@ def _pointwise_findings(graph: CapturedGraph, rec: NodeRecord) -> list[str]:
         if not meta:
             continue
         m = meta[0]
-        if is_float(m.dtype) and m.numel != 1:
+        if is_float(m.dtype) and len(m.shape) > 0:  # a 0-d tensor takes part in promotion like a scalar
             dtypes.add(m.dtype)
         if shape is not None and not _row_broadcastable(tuple(m.shape), shape):
             found.append(f"broadcasts operand {pos} of shape {list(m.shape)} to {list(shape)} "

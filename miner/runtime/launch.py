@@ -67,6 +67,10 @@ def shape_contract(inputs: Sequence[tuple[Sequence[int], str]],
     elements), ``n_rows`` = the product of the others; a reduction reduces one row; a value is
     either per element (``vec``) or per row (``row``).
 
+    Sizes may be symbolic (any hashable but int, e.g. ``"s0"`` as ``miner scan`` writes a SymInt):
+    equal symbols are equal sizes, and a symbol is never 1 (torch specializes sizes 0 and 1), so a
+    contract that holds for the symbols holds for every size the compiled graph runs with.
+
     Parameters
     ----------
     inputs : sequence of (shape, dtype name)
@@ -90,14 +94,12 @@ def shape_contract(inputs: Sequence[tuple[Sequence[int], str]],
     for k, (shape, dtype) in enumerate(inputs):
         if dtype not in KERNEL_DTYPES:
             out.append(f"in{k} is {dtype}; the kernel loads {', '.join(KERNEL_DTYPES)}")
-        if any(not isinstance(s, int) for s in shape):
-            out.append(f"in{k} has a symbolic shape {list(shape)}")
     if out:
         return out
     full = row_shape([s for s, _ in inputs])
     if full is None:
         return ["inputs do not broadcast: " + " ".join(str(list(s)) for s, _ in inputs)]
-    n_cols, n_rows = full[-1], math.prod(full[:-1])
+    n_cols = full[-1]
     for who, shape, dims in reductions:
         nd = len(shape)
         if nd == 0:
@@ -108,14 +110,23 @@ def shape_contract(inputs: Sequence[tuple[Sequence[int], str]],
         elif shape[-1] != n_cols:
             out.append(f"{who} reduces {shape[-1]} element(s) per row of {list(shape)}, but the kernel's rows "
                        f"are {n_cols} wide ({list(full)}): it would reduce {n_cols} broadcast copies")
+    rows = _squeeze_leading(full[:-1])
     for who, shape, kind in outputs:
-        shape = tuple(shape)
-        if kind == "vec" and (row_shape([shape, full]) != full or math.prod(shape) != n_rows * n_cols):
+        shape = _squeeze_leading(shape)
+        if kind == "vec" and shape != _squeeze_leading(full):
             out.append(f"{who} of shape {list(shape)} is per element, but does not fill the rows of {list(full)}")
-        elif kind == "row" and (math.prod(shape) != n_rows
-                                or shape != full[:-1] and row_shape([shape, full]) != full):
-            out.append(f"{who} of shape {list(shape)} is per row, but the kernel has {n_rows} rows of {list(full)}")
+        elif kind == "row" and shape != rows and shape != _squeeze_leading(full[:-1] + (1,)):
+            out.append(f"{who} of shape {list(shape)} is per row, but the kernel's rows are {list(full)}")
     return out
+
+
+def _squeeze_leading(shape: Sequence) -> tuple:
+    """``shape`` without its leading size-1 dims (equal element layout, row-major)."""
+    shape = tuple(shape)
+    i = 0
+    while i < len(shape) and shape[i] == 1:
+        i += 1
+    return shape[i:]
 
 
 def _reduction_dims(func, args, kwargs):
