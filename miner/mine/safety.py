@@ -23,9 +23,11 @@ mutation
     input produced by one, and no input whose storage a mutation (e.g. the ``copy_`` epilogue
     of a buffer update) writes anywhere in the graph.
 meta
-    A ``keepdim=False`` reduction only as an output; pointwise broadcasting only of the shapes a row kernel handles (full, per-row
-    ``[..., 1]``, per-column ``[N]``, scalar); no mix of floating dtypes in one op (casts are
-    explicit ``convert_element_type`` nodes); contiguous inputs. Sizes may be symbolic (``dynamic=True``).
+    A ``keepdim=False`` reduction only as an output; pointwise broadcasting only of the shapes
+    a row kernel handles (full, per-row ``[..., 1]``, per-column ``[N]``, scalar); no mix of
+    floating dtypes in one op among operands of rank >= 1 (casts are explicit
+    ``convert_element_type`` nodes; the kernel computes in float32 where eager would round
+    in between); contiguous inputs. Sizes may be symbolic (``dynamic=True``).
 randomness
     No random op (dropout, ``inductor_random``, seeds) inside.
 kernel
