@@ -160,7 +160,7 @@ def test_compiled_forward_and_backward_equal_to_eager_or_declined(name, data):
         return
     backward = what.endswith("context none")  # in-place ops on leaves that need grad are errors in eager too
     run = compiled_run(fn, args, FUSIONS, name, backward=backward)
-    check(run, eager_run(fn, args, backward=backward), name)
+    check(run, eager_run(fn, args, backward=backward), name, declined_parity=False)
     TALLY[f"compiled {'fired' if run.fired(name) else 'declined'}"] += 1
     TALLY["cases"] += 1
 
