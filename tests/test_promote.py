@@ -128,9 +128,15 @@ def bench_row(cid, shape, speedup, env=ENV):
 
 
 def fake_match(shape, dtype, device):
+    """A match of ``exp(x0)`` in a one-op FX graph (the safety rules read the graph too)."""
     with FakeTensorMode(allow_non_fake_inputs=True):
         val = torch.empty(shape, dtype=dtype, device=device)
-    return SimpleNamespace(kwargs={"x0": SimpleNamespace(meta={"val": val})})
+    g = torch.fx.Graph()
+    x0 = g.placeholder("x0")
+    y = g.call_function(torch.ops.aten.exp.default, (x0,))
+    g.output(y)
+    x0.meta["val"], y.meta["val"] = val, val
+    return SimpleNamespace(kwargs={"x0": x0}, graph=g, nodes=[y], output_nodes=lambda: [y])
 
 
 @pytest.fixture()

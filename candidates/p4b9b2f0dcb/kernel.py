@@ -25,7 +25,7 @@ OUTPUT_KINDS = ('row', 'row', 'vec', 'vec')  # vec: one value per element; row: 
 
 
 def reference(x0, x1, x2, c0):
-    v0 = torch.ops.aten.var_mean.correction(x0, [2], correction=0, keepdim=True)
+    v0 = torch.ops.aten.var_mean.correction(x0, [-1], correction=0, keepdim=True)
     v1 = v0[1]
     v2 = torch.ops.aten.sub.Tensor(x0, v1)
     v3 = v0[0]

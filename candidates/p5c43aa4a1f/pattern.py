@@ -61,7 +61,7 @@ def replacement(x0, c0, c1, c2):
 
 
 def extra_check(match):
-    return rewrite.match_inputs_ok(match, N_INPUTS, INPUT_KINDS, RANK)
+    return rewrite.match_ok(match, OP_NAME, N_INPUTS, INPUT_KINDS)
 
 
 def register(pass_dict):

@@ -25,10 +25,10 @@ OUTPUT_KINDS = ('row', 'row', 'vec')  # vec: one value per element; row: one per
 
 
 def reference(x0):
-    v0 = torch.ops.aten.amax.default(x0, [1], True)
+    v0 = torch.ops.aten.amax.default(x0, [-1], True)
     v1 = torch.ops.aten.sub.Tensor(x0, v0)
     v2 = torch.ops.aten.exp.default(v1)
-    v3 = torch.ops.aten.sum.dim_IntList(v2, [1], True)
+    v3 = torch.ops.aten.sum.dim_IntList(v2, [-1], True)
     v4 = torch.ops.aten.log.default(v3)
     v5 = torch.ops.aten.sub.Tensor(v1, v4)
     return (v0, v4, v5,)

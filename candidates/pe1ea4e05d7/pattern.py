@@ -23,10 +23,10 @@ SCALAR_TRACE_VALUES = rewrite.scalar_trace_values(N_SCALARS)
 
 
 def pattern(x0):
-    v0 = torch.ops.aten.amax.default(x0, [1], True)
+    v0 = torch.ops.aten.amax.default(x0, [-1], True)
     v1 = torch.ops.aten.sub.Tensor(x0, v0)
     v2 = torch.ops.aten.exp.default(v1)
-    v3 = torch.ops.aten.sum.dim_IntList(v2, [1], True)
+    v3 = torch.ops.aten.sum.dim_IntList(v2, [-1], True)
     v4 = torch.ops.aten.log.default(v3)
     v5 = torch.ops.aten.sub.Tensor(v1, v4)
     return (v0, v4, v5,)
@@ -62,7 +62,7 @@ def replacement(x0):
 
 
 def extra_check(match):
-    return rewrite.match_inputs_ok(match, N_INPUTS, INPUT_KINDS, RANK)
+    return rewrite.match_ok(match, OP_NAME, N_INPUTS, INPUT_KINDS)
 
 
 def register(pass_dict):

@@ -70,7 +70,7 @@ def replacement(x0, x1, x2, c0, c1):
 
 
 def extra_check(match):
-    return (rewrite.match_inputs_ok(match, N_INPUTS, INPUT_KINDS, RANK)
+    return (rewrite.match_ok(match, OP_NAME, N_INPUTS, INPUT_KINDS)
             and rewrite.wins_gate(match, WINS, N_INPUTS))
 
 

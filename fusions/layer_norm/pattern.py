@@ -30,7 +30,7 @@ WINS = rewrite.load_wins(Path(__file__).with_name("wins.json"))  # None: unmeasu
 
 
 def pattern(x0, x1, x2, c0):
-    v0 = torch.ops.aten.var_mean.correction(x0, [2], correction=0, keepdim=True)
+    v0 = torch.ops.aten.var_mean.correction(x0, [-1], correction=0, keepdim=True)
     v1 = v0[1]
     v2 = torch.ops.aten.sub.Tensor(x0, v1)
     v3 = v0[0]
@@ -72,7 +72,7 @@ def replacement(x0, x1, x2, c0):
 
 
 def extra_check(match):
-    return (rewrite.match_inputs_ok(match, N_INPUTS, INPUT_KINDS, RANK)
+    return (rewrite.match_ok(match, OP_NAME, N_INPUTS, INPUT_KINDS)
             and rewrite.wins_gate(match, WINS, N_INPUTS))
 
 

@@ -30,10 +30,10 @@ WINS = rewrite.load_wins(Path(__file__).with_name("wins.json"))  # None: unmeasu
 
 
 def pattern(x0):
-    v0 = torch.ops.aten.amax.default(x0, [1], True)
+    v0 = torch.ops.aten.amax.default(x0, [-1], True)
     v1 = torch.ops.aten.sub.Tensor(x0, v0)
     v2 = torch.ops.aten.exp.default(v1)
-    v3 = torch.ops.aten.sum.dim_IntList(v2, [1], True)
+    v3 = torch.ops.aten.sum.dim_IntList(v2, [-1], True)
     v4 = torch.ops.aten.log.default(v3)
     v5 = torch.ops.aten.sub.Tensor(v1, v4)
     return (v0, v4, v5,)
@@ -69,7 +69,7 @@ def replacement(x0):
 
 
 def extra_check(match):
-    return (rewrite.match_inputs_ok(match, N_INPUTS, INPUT_KINDS, RANK)
+    return (rewrite.match_ok(match, OP_NAME, N_INPUTS, INPUT_KINDS)
             and rewrite.wins_gate(match, WINS, N_INPUTS))
 
 

@@ -27,6 +27,8 @@ from miner.generate import emit, lower
 from miner.generate.emit import render_kernel_py
 from miner.generate.lower import PatternSpec, Program, Unsupported
 from miner.core import dtypes, source
+from miner.core.pattern import canonical_nodes
+from miner.core.errors import UsageError
 from miner.core.source import literal_value
 from miner.runtime.launch import LOOP_BLOCK, ONE_PASS_MAX
 from miner.core.workspace import Workspace, write_json, write_text
@@ -57,8 +59,10 @@ def spec_from_pattern(pattern) -> PatternSpec:
     """The codegen view of a ``miner.core.pattern.Pattern``: nodes, slots, outputs, observed dtypes, rank."""
     ok = [o for o in pattern.occurrences if o.verdict.ok] or list(pattern.occurrences)
     seen: list[set[str]] = [set() for _ in range(pattern.n_inputs)]
-    rank = None
+    rank, input_ranks = None, [None] * pattern.n_inputs
     for occ in ok:
+        for k, m in enumerate(occ.input_meta[:pattern.n_inputs]):
+            input_ranks[k] = len(m.shape) if m is not None and input_ranks[k] is None else input_ranks[k]
         shapes = []
         for k, m in enumerate(occ.input_meta[:pattern.n_inputs]):
             if m is not None:
@@ -66,7 +70,7 @@ def spec_from_pattern(pattern) -> PatternSpec:
                 shapes.append(len(m.shape))
         if shapes:
             rank = max(shapes) if rank is None else max(rank, max(shapes))
-    return PatternSpec(id=pattern.id, nodes=tuple(pattern.nodes), n_inputs=pattern.n_inputs, n_consts=pattern.n_consts,
+    return PatternSpec(id=pattern.id, nodes=canonical_nodes(pattern.nodes, input_ranks), n_inputs=pattern.n_inputs, n_consts=pattern.n_consts,
                        outputs=tuple(pattern.all_outputs), input_dtypes=tuple(tuple(sorted(d)) for d in seen),
                        rank=rank)
 
@@ -259,7 +263,7 @@ def render_pattern_py(prog: Program, head: str, op_name: str, kernel_import: str
     ret_search = "pattern({0})[0]" if n_out == 1 else "pattern({0})"
     p = ", ".join(params)
     op_attr = op_name.split("::")[1]
-    gate_doc, gate_import, wins, check = "", "", "", "rewrite.match_inputs_ok(match, N_INPUTS, INPUT_KINDS, RANK)"
+    gate_doc, gate_import, wins, check = "", "", "", "rewrite.match_ok(match, OP_NAME, N_INPUTS, INPUT_KINDS)"
     if gated:
         from miner.runtime.rewrite import WINS_FILE
 

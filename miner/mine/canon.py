@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable, Hashable, Iterable, Sequence
 
-from miner.core.ops import schema_arguments
-from miner.core.pattern import PatternNode, canonical_form, pattern_id
+from miner.core.ops import bind, schema_arguments
+from miner.core.pattern import PatternNode, canonical_form, pattern_id, with_canonical_dims
 from miner.core.records import NodeRecord
 
 # Scalar-typed arguments that are structural (they change what is computed, not a value).
@@ -117,9 +117,27 @@ def template_of(rec: NodeRecord, category: str | None = None) -> tuple[NodeTempl
 
     args = tuple(enc(a, by_pos.get(i, False)) for i, a in enumerate(rec.args))
     kwargs = {k: enc(rec.kwargs[k], by_name.get(k, False)) for k in sorted(rec.kwargs)}
+    args, kwargs = with_canonical_dims(rec.target, args, kwargs, _operand_rank(rec, args, kwargs))
     t = NodeTemplate(target=rec.target, category=category or rec.category, args=args, kwargs=kwargs,
                      n_refs=len(refs), n_consts=len(consts))
     return t, tuple(refs), tuple(consts)
+
+
+def _operand_rank(rec: NodeRecord, args: tuple, kwargs: dict) -> int | None:
+    """The rank of the operand whose dims ``rec`` names, from its output meta: a reduction without
+    ``keepdim`` dropped its dims, anything else kept the rank (None when unknown)."""
+    if not rec.meta:
+        return None
+    ndim = len(rec.meta[0].shape)
+    if rec.category != "reduction":
+        return ndim
+    b = bind(rec.target, rec.args, rec.kwargs)
+    if b.get("keepdim"):
+        return ndim
+    dims = b.get("dim")
+    if isinstance(dims, int):
+        return ndim + 1
+    return ndim + len(dims) if isinstance(dims, (list, tuple)) and dims else None
 
 
 # --------------------------------------------------------------------------- canonical order

@@ -397,7 +397,7 @@ def _closed_flags(pats: list[_Pat], valid: dict[int, bool], models: list[str]) -
 def mine(graphs: Sequence[CapturedGraph], *, min_support: int = 2, min_models: int = 1, max_nodes: int = 8,
          max_views: int = 2, max_fanout: int = 4, closed_only: bool = True, max_extra_outputs: int = 2,
          max_stored: int = 2, verify: bool = False, support: str = "occurrences",
-         limit: int | None = None) -> MiningResult:
+         limit: int | None = 400) -> MiningResult:
     """Mine frequent pointwise/reduction patterns of ``graphs``.
 
     Parameters
@@ -427,10 +427,10 @@ def mine(graphs: Sequence[CapturedGraph], *, min_support: int = 2, min_models: i
         this many; beyond that the occurrence is rejected (``miner.mine.safety.check_users``).
     max_stored : int
         Occurrences stored per pattern (plus one per distinct rejection reason); counts cover all.
-    limit : int, optional
+    limit : int or None, default 400
         Return only the ``limit`` best-ranked patterns (the same ones as without a limit, built
         alone: much faster when most patterns would be cut); ``stats["reported_patterns"]`` still
-        counts them all.
+        counts them all. None: every pattern (what `miner mine --limit 0` asks for).
     verify : bool
         Also confirm with networkx's VF2 matcher that no two reported patterns are isomorphic
         (slow for many patterns; tests use it).

@@ -23,25 +23,38 @@ mutation
     input produced by one, and no input whose storage a mutation (e.g. the ``copy_`` epilogue
     of a buffer update) writes anywhere in the graph.
 meta
-    Reductions over exactly one dim, the last; a ``keepdim=False`` reduction only as an
-    output; pointwise broadcasting only of the shapes a row kernel handles (full, per-row
-    ``[..., 1]``, per-column ``[N]``, scalar); no mix of floating dtypes in one op (casts are
-    explicit ``convert_element_type`` nodes); contiguous inputs; static shapes.
+    A ``keepdim=False`` reduction only as an output; pointwise broadcasting only of the shapes
+    a row kernel handles (full, per-row ``[..., 1]``, per-column ``[N]``, scalar); no mix of
+    floating dtypes in one op among operands of rank >= 1 (casts are explicit
+    ``convert_element_type`` nodes; the kernel computes in float32 where eager would round
+    in between); contiguous inputs. Sizes may be symbolic (``dynamic=True``).
 randomness
     No random op (dropout, ``inductor_random``, seeds) inside.
+kernel
+    The generated row kernel's shape contract (``miner.runtime.launch.shape_contract``, the
+    precondition its launch checks): inputs broadcast and are fp32/bf16/fp16/bool; every
+    reduction reduces a whole row of the inputs' broadcast shape (a size-1 last dim broadcast
+    to wider rows later is rejected: the kernel would reduce the broadcast copies); every
+    per-element output fills the rows, every per-row output has one value per row.
+
+One rule set, two callers. Mining runs ``check(occurrence, graph)`` on a ``CapturedGraph``; the
+rewrite runs ``check_match(match, ...)`` at compile time, which views the FX graph through
+:class:`FxGraph` (the same ``node(name) -> NodeRecord`` / ``nodes`` interface, converted from
+``meta['val']`` on demand) and the match as an ``Occurrence``, then applies the same ``RULES``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from miner.core import ops
 from miner.core.dtypes import is_float
 from miner.core.ops import RANDOM_NAMES, resolve_target
 from miner.core.pattern import Occurrence, Verdict, short_name
-from miner.core.records import CapturedGraph, NodeRecord
+from miner.core.records import CapturedGraph, GraphKey, NodeRecord
+from miner.runtime.launch import shape_contract
 
 
 
@@ -104,7 +117,7 @@ def _graph_facts(graph: CapturedGraph) -> dict[str, Any]:
 
     Cached on the (frozen) graph record like ``CapturedGraph._by_name``.
     """
-    facts = graph.__dict__.get("_safety_facts")
+    facts = getattr(graph, "_safety_facts", None) or graph.__dict__.get("_safety_facts")
     if facts is None:
         out = [n for n in graph.nodes if n.op == "output"]
         written: dict[str, str] = {}  # storage base -> the mutating op writing it
@@ -231,9 +244,7 @@ def check_meta(occ: Occurrence, graph: CapturedGraph, *, ctx: _Ctx | None = None
         if not meta:
             continue
         m = meta[0]
-        if m.numel is None:
-            reasons.append(f"meta: in{k} has a symbolic shape {list(m.shape)}")
-        elif m.contiguous is False:
+        if m.contiguous is False:
             reasons.append(f"meta: in{k} is not contiguous (shape {list(m.shape)}, stride {list(m.stride)})")
     for j, rec in enumerate(c.recs):
         if rec.category == "reduction":
@@ -250,12 +261,67 @@ def check_randomness(occ: Occurrence, graph: CapturedGraph, *, ctx: _Ctx | None 
     return Finding(tuple(reasons))
 
 
+def check_kernel(occ: Occurrence, graph: CapturedGraph, *, ctx: _Ctx | None = None, **_) -> Finding:
+    """The generated kernel's shape contract (``launch.shape_contract``) on the occurrence's metas."""
+    c = ctx or _Ctx(occ, graph)
+    if any(rec.category not in ("pointwise", "reduction") and rec.target != "operator.getitem" for rec in c.recs):
+        return Finding()  # views, matmuls, ...: outside the row-kernel model (codegen refuses them with its reason)
+    inputs = []
+    for name in occ.inputs:
+        meta = graph.node(name).meta
+        if not meta:
+            return Finding((f"kernel: {c.ref(name)} has no tensor meta",))
+        inputs.append((tuple(meta[0].shape), meta[0].dtype))
+    reductions = []
+    for rec in c.recs:
+        if rec.category == "reduction":
+            ins = rec.inputs()
+            shape = _shape_of(c, ins[0][1]) if ins else None
+            if shape is None:
+                continue
+            dims = bound_args(rec).get("dim")
+            dims = [dims] if isinstance(dims, int) else (list(dims) if dims is not None else None)
+            reductions.append((c.ref(rec.name), shape, dims))
+    kinds = _value_kinds(c)
+    outputs = [(c.ref(c.recs[j].name), tuple(c.recs[j].meta[0].shape), kinds[c.recs[j].name])
+               for j in occ.outputs if j < len(c.recs) and c.recs[j].meta]
+    return Finding(tuple(f"kernel: {r}" for r in shape_contract(inputs, reductions, outputs)))
+
+
+def _value_kinds(c: _Ctx) -> dict[str, str]:
+    """Per pattern node, how the row kernel holds its value: "vec" (per element) or "row" (per row).
+
+    Inputs are read per element; a reduction gives one value per row (its getitems too); any
+    other op is per element when one of its operands is, else per row (codegen's rule).
+    """
+    kinds: dict[str, str] = {}
+
+    def kind(name: str) -> str:
+        if name not in c.inside:
+            return "vec"
+        if name not in kinds:
+            rec = c.recs[c.pos[name]]
+            ins = [n for _, n in rec.inputs()]
+            if rec.category == "reduction":
+                kinds[name] = "row"
+            elif rec.target == "operator.getitem":
+                kinds[name] = kind(ins[0]) if ins else "vec"
+            else:
+                kinds[name] = "vec" if any(kind(n) == "vec" for n in ins) else "row"
+        return kinds[name]
+
+    for rec in c.recs:
+        kind(rec.name)
+    return kinds
+
+
 RULES: dict[str, Callable[..., Finding]] = {
     "users": check_users,
     "aliasing": check_aliasing,
     "mutation": check_mutation,
     "meta": check_meta,
     "randomness": check_randomness,
+    "kernel": check_kernel,
 }
 
 
@@ -314,24 +380,13 @@ def _shape_of(c: _Ctx, name: str) -> tuple | None:
 
 
 def _reduction_reasons(c: _Ctx, j: int, rec: NodeRecord) -> list[str]:
+    """keepdim=False results used inside (which dims a reduction may reduce: the ``kernel`` rule)."""
     b = bound_args(rec)
     ins = rec.inputs()
     shape = _shape_of(c, ins[0][1]) if ins else None
     ndim = len(shape) if shape is not None else None
-    dims = b.get("dim")
     who = c.ref(rec.name)
     out = []
-    if isinstance(dims, int):
-        dims = [dims]
-    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
-        if ndim and ndim > 1:
-            out.append(f"meta: {who} reduces over all dims (a row kernel reduces one dim)")
-    elif len(dims) > 1:
-        out.append(f"meta: {who} reduces over dims {list(dims)} (a row kernel reduces one dim)")
-    elif ndim is not None:
-        d = dims[0] % ndim if ndim else dims[0]
-        if d != ndim - 1 and any(s != 1 for s in shape[d + 1:]):
-            out.append(f"meta: {who} reduces over dim {d - ndim} of a {ndim}-d tensor, not the last")
     if b.get("keepdim") is False and ndim and ndim > 1:
         inside_users = [u for u in rec.users if u in c.inside]
         if inside_users and len(rec.meta) == 1:
@@ -352,7 +407,7 @@ def _pointwise_reasons(c: _Ctx, j: int, rec: NodeRecord) -> list[str]:
 
 def _pointwise_findings(graph: CapturedGraph, rec: NodeRecord) -> list[str]:
     """Broadcast and dtype findings of one pointwise node (they depend on the node only: cached)."""
-    cache = graph.__dict__.setdefault("_safety_pointwise", {})
+    cache = graph.__dict__.setdefault("_safety_pointwise", {})  # per CapturedGraph / per FxGraph
     found = cache.get(rec.name)
     if found is not None:
         return found
@@ -364,7 +419,7 @@ def _pointwise_findings(graph: CapturedGraph, rec: NodeRecord) -> list[str]:
         if not meta:
             continue
         m = meta[0]
-        if is_float(m.dtype) and m.numel != 1:
+        if is_float(m.dtype) and len(m.shape) > 0:  # a 0-d tensor takes part in promotion like a scalar
             dtypes.add(m.dtype)
         if shape is not None and not _row_broadcastable(tuple(m.shape), shape):
             found.append(f"broadcasts operand {pos} of shape {list(m.shape)} to {list(shape)} "
@@ -391,3 +446,94 @@ def _row_broadcastable(t: tuple, s: tuple) -> bool:
     if t[-1] == s[-1] and all(a == 1 for a in t[:-1]):
         return True  # per-column vector [N]
     return False
+
+
+# --------------------------------------------------------------------------- the same rules at compile time
+
+
+class FxGraph:
+    """A ``torch.fx.Graph`` seen through ``CapturedGraph``'s interface, for the rules at compile time.
+
+    ``node(name)`` converts one FX node to a ``NodeRecord`` on demand (its ``meta['val']`` gives
+    the ``TensorSpec``); the per-graph facts (outputs, storages written in place, positions) are
+    computed once from the FX nodes. Build one per match: the graph changes between matches.
+    """
+
+    def __init__(self, graph):
+        from miner.core.ops import categorize, target_name
+
+        self.fx = graph
+        self._fx = {n.name: n for n in graph.nodes}
+        self._recs: dict[str, NodeRecord] = {}
+        out = [n for n in graph.nodes if n.op == "output"]
+        outputs = [a.name for a in out[0].all_input_nodes] if out else []
+        written: dict[str, str] = {}
+        for n in graph.nodes:
+            if n.op == "call_function":
+                name = target_name(n.target)
+                if _is_mutating(categorize(n.target), n.op, name) and n.all_input_nodes:
+                    written.setdefault(_base(self, n.all_input_nodes[0].name), short_name(name))
+        out_bases: dict[str, list[str]] = {}
+        for o in outputs:
+            out_bases.setdefault(_base(self, o), []).append(o)
+        self._safety_facts = {"outputs": set(outputs), "out_bases": out_bases, "written": written, "bases": {},
+                              "pos": {n: i for i, n in enumerate(self._fx)}}
+
+    def node(self, name: str) -> NodeRecord:
+        rec = self._recs.get(name)
+        if rec is None:
+            rec = self._recs[name] = fx_record(self._fx[name])
+        return rec
+
+    @property
+    def nodes(self) -> list[NodeRecord]:
+        return [self.node(n) for n in self._fx]
+
+
+def fx_record(n) -> NodeRecord:
+    """The ``NodeRecord`` of one FX node, exactly as ``miner scan`` records it (kernels aside)."""
+    from miner.scan.capture import node_record
+
+    return node_record(n)
+
+
+MATCH_KEY = GraphKey("torch.compile", "-", "-", "-")
+
+
+def match_occurrence(match, n_inputs: int) -> Occurrence | None:
+    """An Inductor pattern-matcher ``Match`` as an ``Occurrence``: its nodes in graph order, inputs
+    ``x0..x{n-1}``, outputs the nodes whose values the replacement returns; None when an input is
+    no graph node (a constant)."""
+    inputs = [match.kwargs.get(f"x{k}") for k in range(n_inputs)]
+    if not all(hasattr(i, "name") for i in inputs):
+        return None
+    order = {n: i for i, n in enumerate(match.graph.nodes)}
+    input_set = set(inputs)
+    nodes = sorted({n for n in match.nodes if n not in input_set and n.op == "call_function"}, key=order.get)
+    pos = {n: j for j, n in enumerate(nodes)}
+    outputs = tuple(pos[o] for o in match.output_nodes() if o is not None and o in pos)
+    return Occurrence(graph=MATCH_KEY, nodes=tuple(n.name for n in nodes), inputs=tuple(i.name for i in inputs),
+                      outputs=outputs)
+
+
+def check_match(match, n_inputs: int, input_kinds: Sequence[str] = ()) -> Verdict:
+    """``RULES`` on one compile-time match (no extra outputs: a fusion returns what its pattern does),
+    plus the input kinds the fusion's pattern was traced with ("float" / "bool"). Never raises:
+    an unexpected error is a reason of its own ("error: ...")."""
+    try:
+        occ = match_occurrence(match, n_inputs)
+        if occ is None:
+            return Verdict.of(["meta: an input is not a graph node"])
+        graph = FxGraph(match.graph)
+        reasons = []
+        for k, (name, kind) in enumerate(zip(occ.inputs, input_kinds)):
+            meta = graph.node(name).meta
+            dt = meta[0].dtype if meta else None
+            if dt is not None and (dt == "bool") != (kind == "bool"):
+                reasons.append(f"kernel: in{k} is {dt}; the fusion's pattern takes {kind}")
+        ctx = _Ctx(occ, graph)
+        for rule in RULES.values():
+            reasons += rule(occ, graph, max_extra_outputs=0, ctx=ctx).reasons
+        return Verdict.of(reasons)
+    except Exception as e:  # a decline with its reason, never a crash of the user's compile
+        return Verdict.of([f"error: {type(e).__name__}: {e}"])

@@ -13,11 +13,17 @@ depend on its pattern -- ``reference``, ``one_pass_kernel``, ``looped_kernel`` -
 - **config**: (ROWS, BLOCK, num_warps). On a GPU the candidates of ``configs`` are timed once per
   (kernel, shape, dtypes) with ``triton.testing.do_bench`` and the fastest is kept for the
   process (``TUNED``), as Inductor autotunes its own kernels; under ``TRITON_INTERPRET=1``, or
-  while a CUDA graph is being captured, the first (heuristic) config is used untimed.
+  while a CUDA graph is being captured, the first (heuristic) config is used untimed (and not
+  cached, so the shape is tuned at its next launch outside a capture).
+- **contract** (``shape_contract``): what a row kernel can compute, checked before every launch
+  (``ContractError`` names the violated clause). Compile-time checks (``miner.mine.safety``'s
+  ``kernel`` rule) apply the same function to the match's metas, so a compiled model declines the
+  match instead of reaching the raise.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from typing import Callable, Sequence
@@ -26,8 +32,154 @@ ONE_PASS_MAX = 8192  # longest row the one-pass kernel holds; longer rows take t
 LOOP_BLOCK = 4096  # default column chunk of the looped kernel
 ALIGN = 16  # row starts are rounded down to this many elements in the looped kernel
 
+KERNEL_DTYPES = ("float32", "bfloat16", "float16", "bool")  # what generated kernels load (floats in float32)
+
 # (kernel name, n_rows, n_cols, dtypes, aligned flags) -> (ROWS, BLOCK, num_warps)
 TUNED: dict[tuple, tuple[int, int, int]] = {}
+
+
+class ContractError(ValueError):
+    """A launch whose inputs the generated kernel cannot compute (see :func:`shape_contract`)."""
+
+
+def row_shape(shapes: Sequence[Sequence[int]]) -> tuple[int, ...] | None:
+    """The broadcast shape of ``shapes`` as the kernel's rows see it (rank 0 -> ``(1,)``); None if they do not broadcast."""
+    out: list[int] = []
+    for s in shapes:
+        s = list(s)
+        if len(s) > len(out):
+            out = [1] * (len(s) - len(out)) + out
+        s = [1] * (len(out) - len(s)) + s
+        for i, (a, b) in enumerate(zip(out, s)):
+            if a != b and a != 1 and b != 1:
+                return None
+            out[i] = b if a == 1 else a
+    return tuple(out) or (1,)
+
+
+def shape_contract(inputs: Sequence[tuple[Sequence[int], str]],
+                   reductions: Sequence[tuple[str, Sequence[int], Sequence[int] | None]] = (),
+                   outputs: Sequence[tuple[str, Sequence[int], str]] = ()) -> list[str]:
+    """Why a generated row kernel cannot compute these shapes: an empty list when it can.
+
+    The kernel's model: every input is read per element of the inputs' broadcast shape ``full``
+    (any strides, broadcast dims read with stride 0); a row is ``full``'s last dim (``n_cols``
+    elements), ``n_rows`` = the product of the others; a reduction reduces one row; a value is
+    either per element (``vec``) or per row (``row``).
+
+    Sizes may be symbolic (any hashable but int, e.g. ``"s0"`` as ``miner scan`` writes a SymInt):
+    equal symbols are equal sizes, and a symbol is never 1 (torch specializes sizes 0 and 1), so a
+    contract that holds for the symbols holds for every size the compiled graph runs with.
+
+    Parameters
+    ----------
+    inputs : sequence of (shape, dtype name)
+        The kernel's tensor inputs.
+    reductions : sequence of (who, operand shape, dims or None)
+        Every reduction of the pattern: its operand's shape and its dims (None: all dims).
+    outputs : sequence of (who, shape, kind)
+        Every output, ``kind`` "vec" or "row".
+
+    Returns
+    -------
+    list of str
+        One clause per violation: inputs that do not broadcast, a dtype the kernel does not
+        load, a reduction over another dim than the last or over fewer elements than a row (a
+        size-1 dim broadcast to wider rows later: the kernel would reduce ``n_cols`` copies), a
+        per-element output that is not ``full``, a per-row output that is not one value per row.
+    """
+    out = []
+    if not inputs:
+        return ["no tensor inputs"]
+    for k, (shape, dtype) in enumerate(inputs):
+        if dtype not in KERNEL_DTYPES:
+            out.append(f"in{k} is {dtype}; the kernel loads {', '.join(KERNEL_DTYPES)}")
+    if out:
+        return out
+    full = row_shape([s for s, _ in inputs])
+    if full is None:
+        return ["inputs do not broadcast: " + " ".join(str(list(s)) for s, _ in inputs)]
+    n_cols = full[-1]
+    for who, shape, dims in reductions:
+        nd = len(shape)
+        if nd == 0:
+            continue
+        dims = list(range(nd)) if dims is None or len(dims) == 0 else [d % nd for d in dims]
+        if [d for d in dims if shape[d] != 1 or d == nd - 1] != [nd - 1]:
+            out.append(f"{who} reduces dims {dims} of {list(shape)}; the kernel reduces the last dim only")
+        elif shape[-1] != n_cols:
+            out.append(f"{who} reduces {shape[-1]} element(s) per row of {list(shape)}, but the kernel's rows "
+                       f"are {n_cols} wide ({list(full)}): it would reduce {n_cols} broadcast copies")
+    rows = _squeeze_leading(full[:-1])
+    for who, shape, kind in outputs:
+        shape = _squeeze_leading(shape)
+        if kind == "vec" and shape != _squeeze_leading(full):
+            out.append(f"{who} of shape {list(shape)} is per element, but does not fill the rows of {list(full)}")
+        elif kind == "row" and shape != rows and shape != _squeeze_leading(full[:-1] + (1,)):
+            out.append(f"{who} of shape {list(shape)} is per row, but the kernel's rows are {list(full)}")
+    return out
+
+
+def _squeeze_leading(shape: Sequence) -> tuple:
+    """``shape`` without its leading size-1 dims (equal element layout, row-major)."""
+    shape = tuple(shape)
+    i = 0
+    while i < len(shape) and shape[i] == 1:
+        i += 1
+    return shape[i:]
+
+
+def _reduction_dims(func, args, kwargs):
+    """The ``dim`` argument of an aten reduction call (None: all dims)."""
+    names = [a.name for a in func._schema.arguments]
+    if "dim" in kwargs:
+        dims = kwargs["dim"]
+    elif "dim" in names and names.index("dim") < len(args):
+        dims = args[names.index("dim")]
+    else:
+        return None
+    return [dims] if isinstance(dims, int) else (list(dims) if dims is not None else None)
+
+
+@functools.lru_cache(maxsize=1024)
+def traced_contract(reference: Callable, shapes: tuple, dtypes: tuple, scalars: tuple,
+                    output_kinds: tuple) -> tuple[str, ...]:
+    """:func:`shape_contract` of ``reference`` (the pattern) on inputs of these shapes and dtypes.
+
+    Runs ``reference`` on meta tensors (no device work, safe inside a CUDA-graph capture) and
+    records each reduction's operand shape and dims.
+    """
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    reductions = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if torch.Tag.reduction in func.tags and args and isinstance(args[0], torch.Tensor):
+                reductions.append((f"{func.__name__}#{len(reductions)}", tuple(args[0].shape),
+                                   _reduction_dims(func, args, kwargs)))
+            return func(*args, **kwargs)
+
+    xs = [torch.empty(s, dtype=getattr(torch, d), device="meta") for s, d in zip(shapes, dtypes)]
+    with Record():
+        outs = reference(*xs, *scalars)
+    outputs = [(f"out{i}", tuple(o.shape), kind) for i, (o, kind) in enumerate(zip(outs, output_kinds))]
+    return tuple(shape_contract(list(zip(shapes, dtypes)), reductions, outputs))
+
+
+def check_contract(pattern_id: str, reference: Callable, xs: Sequence, scalars: Sequence,
+                   output_kinds: Sequence[str]) -> None:
+    """Raise :class:`ContractError` when the kernel of ``pattern_id`` cannot compute these inputs."""
+    devices = {x.device for x in xs}
+    if len(devices) > 1:
+        raise ContractError(f"{pattern_id}: inputs on several devices {sorted(map(str, devices))}")
+    reasons = traced_contract(reference, tuple(tuple(x.shape) for x in xs),
+                              tuple(str(x.dtype).removeprefix("torch.") for x in xs),
+                              tuple(scalars), tuple(output_kinds))
+    if reasons:
+        raise ContractError(f"{pattern_id}: the kernel cannot compute these inputs: " + "; ".join(reasons))
 
 
 def interpreting() -> bool:
@@ -148,14 +300,12 @@ def run(one_pass_kernel, looped_kernel, reference: Callable, xs: Sequence, scala
     device = xs[0].device
     if device.type == "cpu" and not interpreting():
         raise RuntimeError(f"{pattern_id}: CPU tensors need TRITON_INTERPRET=1 set before triton is imported")
+    check_contract(pattern_id, reference, xs, scalars, output_kinds)
     metas = out_meta(tuple(tuple(x.shape) for x in xs), tuple(x.dtype for x in xs), tuple(scalars))
     outs = tuple(torch.empty(s, dtype=d, device=device) for s, d in metas)
-    shape = tuple(torch.broadcast_shapes(*(x.shape for x in xs))) or (1,)
+    shape = row_shape([x.shape for x in xs])
     n_cols = shape[-1]
     n_rows = math.prod(shape[:-1])
-    for o, kind in zip(outs, output_kinds):
-        if o.numel() != (n_rows * n_cols if kind == "vec" else n_rows):
-            raise ValueError(f"{pattern_id}: output of shape {tuple(o.shape)} does not fit rows of {shape}")
     if n_rows * n_cols == 0:
         return outs
     if levels == 0 and variant is None:

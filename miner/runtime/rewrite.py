@@ -38,7 +38,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
@@ -141,22 +141,64 @@ def match_vals(match, n_inputs: int) -> list[torch.Tensor] | None:
     return vals
 
 
-def match_inputs_ok(match, n_inputs: int, input_kinds: tuple[str, ...], rank: int | None) -> bool:
-    """The shared part of every ``extra_check``: devices, dtypes, static shapes, rank.
+def device_reasons(vals: Sequence[torch.Tensor]) -> list[str]:
+    """Where the kernel can run: one device, CUDA or the CPU under the Triton interpreter."""
+    devices = {v.device for v in vals}
+    if len(devices) > 1:
+        return [f"device: inputs on several devices {sorted(map(str, devices))}"]
+    device = next(iter(devices))
+    if device.type == "cpu" and not interpreter_enabled():
+        return ["device: CPU tensors need the Triton interpreter (TRITON_INTERPRET=1)"]
+    if device.type not in ("cpu", "cuda"):
+        return [f"device: {device.type} tensors"]
+    return []
 
-    On CPU the kernel needs the Triton interpreter; float inputs must be fp32/bf16/fp16, bool
-    inputs bool; all on one device; static sizes; the broadcast rank equals ``rank`` when the
-    pattern's reductions name a positive dim.
-    """
+
+def match_reasons(match, n_inputs: int, input_kinds: Sequence[str]) -> list[str]:
+    """Why the fused op must not replace this match ([] when it may): devices, then
+    ``miner.mine.safety.check_match`` (the rules mining applies, the kernel's shape contract
+    included). Never raises."""
+    from miner.mine import safety
+
     vals = match_vals(match, n_inputs)
     if vals is None:
-        return False
-    device = vals[0].device
-    if device.type == "cpu" and not interpreter_enabled() or device.type not in ("cpu", "cuda"):
+        return ["meta: an input is not a tensor"]
+    reasons = device_reasons(vals)
+    return reasons or list(safety.check_match(match, n_inputs, input_kinds).reasons)
+
+
+# the FusionPass applying its patterns now and the fusion it applies (declines are counted there)
+_ACTIVE: list[tuple["FusionPass", str]] = []
+
+
+def record_decline(name: str, reason: str, label: str = "") -> None:
+    """Count one declined match of fusion ``name`` (``GATE_DECISIONS``; the active pass's ``declined``)."""
+    GATE_DECISIONS[f"{name} decline {label}: {reason}"] += 1
+    for p, active in _ACTIVE[-1:]:
+        p.declined.setdefault(active, Counter())[reason] += 1
+    log.debug("%s decline %s: %s", name, label, reason)
+
+
+def match_ok(match, op_name: str, n_inputs: int, input_kinds: Sequence[str]) -> bool:
+    """The safety part of every ``extra_check``: :func:`match_reasons`, each reason of a declined
+    match counted (:func:`record_decline`). ``op_name`` is the pattern module's ``OP_NAME``."""
+    reasons = match_reasons(match, n_inputs, input_kinds)
+    if reasons:
+        vals = match_vals(match, n_inputs) or ()
+        # str() of a symbolic size reads it without specializing it (int() would add a guard)
+        label = " ".join(f"{dtypes.name(v.dtype)}[{','.join(map(str, v.shape))}]" for v in vals)
+        for r in reasons:
+            record_decline(op_name.split("::")[-1], r, label)
+    return not reasons
+
+
+def match_inputs_ok(match, n_inputs: int, input_kinds: tuple[str, ...], rank: int | None) -> bool:
+    """Devices, input dtypes, static shapes and rank only (kept for callers of the old check;
+    generated pattern modules call :func:`match_ok`, the full rule set)."""
+    vals = match_vals(match, n_inputs)
+    if vals is None or device_reasons(vals):
         return False
     for val, kind in zip(vals, input_kinds):
-        if val.device != device:
-            return False
         if kind == "float" and val.dtype not in FLOAT_DTYPES or kind == "bool" and val.dtype != torch.bool:
             return False
         if not all(isinstance(s, int) for s in val.shape):
@@ -219,6 +261,29 @@ def wins_gate(match, wins: dict | None, n_inputs: int) -> bool:
     return gate.wins_gate(match, wins, n_inputs, GATE_DECISIONS)
 
 
+def canonicalize_dims(graph: torch.fx.Graph) -> int:
+    """Rewrite every non-negative ``dim`` argument of the graph's reductions (and softmax ops) to
+    its canonical negative form (``miner.core.pattern.canonical_dims``, the rule mining and
+    generation apply), so a pattern mined with ``dim=-1`` matches ``dim=1`` of a 2-d operand.
+    Same computation, other spelling. Returns the number of nodes changed."""
+    from miner.core.ops import target_name
+    from miner.core.pattern import with_canonical_dims
+
+    changed = 0
+    for node in graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        operand = node.args[0] if node.args else None
+        val = getattr(operand, "meta", {}).get("val") if isinstance(operand, torch.fx.Node) else None
+        if not isinstance(val, torch.Tensor):
+            continue
+        args, kwargs = with_canonical_dims(target_name(node.target), tuple(node.args), dict(node.kwargs), val.dim())
+        if args != tuple(node.args) or kwargs != dict(node.kwargs):
+            node.args, node.kwargs = args, kwargs
+            changed += 1
+    return changed
+
+
 @dataclass
 class Entry:
     """One pattern module in a FusionPass: its name, module and source files (hashed by uuid)."""
@@ -234,6 +299,7 @@ class FusionPass(CustomGraphPass):
     def __init__(self, entries: Iterable[Entry]):
         self.entries = list(entries)
         self.counts: Counter[str] = Counter()
+        self.declined: dict[str, Counter[str]] = {}  # fusion -> reason -> declined matches
         self._passes: dict[str, Any] | None = None
 
     def _build(self) -> dict[str, Any]:
@@ -251,8 +317,13 @@ class FusionPass(CustomGraphPass):
 
         if self._passes is None:
             self._passes = self._build()
+        canonicalize_dims(graph)
         for name, p in self._passes.items():
-            n = p.apply(graph)
+            _ACTIVE.append((self, name))
+            try:
+                n = p.apply(graph)
+            finally:
+                _ACTIVE.pop()
             if n:
                 self.counts[name] += n
                 # The matcher inserts the replacement at the pattern's first node; an input defined
@@ -294,5 +365,6 @@ def entry_for(pattern_path: str | Path, name: str, module: ModuleType | None = N
 
 
 __all__ = ["Entry", "FusionPass", "Signature", "WINS_FILE", "decide", "define_op", "entry_for",
-           "inductor_options", "interpreter_enabled", "load_module", "load_wins", "match_inputs_ok", "match_vals",
+           "inductor_options", "interpreter_enabled", "load_module", "load_wins", "match_inputs_ok", "match_ok",
+           "match_reasons", "match_vals", "record_decline", "canonicalize_dims",
            "measurements", "module_name", "op_schema", "scalar_trace_values", "signature_of", "wins_gate"]

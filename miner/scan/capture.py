@@ -102,25 +102,28 @@ def module_path(node: torch.fx.Node) -> str | None:
 
 def summarize(graph: torch.fx.Graph) -> list[NodeRecord]:
     """NodeRecords for every node of ``graph`` (kernels filled in later)."""
-    records = []
-    for n in graph.nodes:
-        if n.op == "call_function":
-            target, category = target_name(n.target), categorize(n.target)
-        elif n.op == "placeholder":
-            target, category = n.name, "input"
-        elif n.op == "output":
-            target, category = "output", "output"
-        else:
-            target, category = str(n.target), "other"
-        records.append(NodeRecord(
-            name=n.name, op=n.op, target=target, category=category,
-            args=tuple(encode_arg(a) for a in n.args),
-            kwargs={k: encode_arg(v) for k, v in n.kwargs.items()},
-            users=tuple(u.name for u in n.users),
-            meta=tensor_metas(n.meta.get("val")),
-            module=module_path(n),
-        ))
-    return records
+    return [node_record(n) for n in graph.nodes]
+
+
+def node_record(n: torch.fx.Node) -> NodeRecord:
+    """The NodeRecord of one FX node (kernels filled in later); also the rewrite's view of a node
+    at compile time (``miner.mine.safety.FxGraph``)."""
+    if n.op == "call_function":
+        target, category = target_name(n.target), categorize(n.target)
+    elif n.op == "placeholder":
+        target, category = n.name, "input"
+    elif n.op == "output":
+        target, category = "output", "output"
+    else:
+        target, category = str(n.target), "other"
+    return NodeRecord(
+        name=n.name, op=n.op, target=target, category=category,
+        args=tuple(encode_arg(a) for a in n.args),
+        kwargs={k: encode_arg(v) for k, v in n.kwargs.items()},
+        users=tuple(u.name for u in n.users),
+        meta=tensor_metas(n.meta.get("val")),
+        module=module_path(n),
+    )
 
 
 def phase_of(graph: torch.fx.Graph, mode: str) -> str:

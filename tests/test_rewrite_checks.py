@@ -1,0 +1,97 @@
+"""The compile-time half of the one rule set: canonical dims, declines with reasons, dynamic shapes."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from miner.core.pattern import PatternNode, canonical_dims, canonical_nodes
+from miner.runtime import fusions, rewrite
+import torch._inductor.config
+
+from tests.safety_harness import FUSIONS, Run, check, compiled_run, eager_run, fx_run
+
+RMS = fusions.load(FUSIONS, "rms_norm").pattern
+
+
+def rms(w, x):
+    return RMS(w, x, 2.0, 1e-6)
+
+
+@pytest.mark.parametrize("dims, ndim, want", [
+    (1, 2, -1), ([1], 2, [-1]), ([2], 3, [-1]), ([0, 2], 3, [-3, -1]), (-1, 2, -1), ([1], None, [1]),
+    (True, 2, True), (None, 2, None),
+])
+def test_canonical_dims_is_one_rule(dims, ndim, want):
+    assert canonical_dims(dims, ndim) == want
+
+
+def test_canonical_nodes_propagate_ranks_through_the_pattern():
+    nodes = [PatternNode("aten.amax.default", "reduction", ({"input": 0}, (1,), True)),
+             PatternNode("aten.sub.Tensor", "pointwise", ({"input": 0}, {"node": 0})),
+             PatternNode("aten.sum.dim_IntList", "reduction", ({"node": 1}, (1,), True))]
+    out = canonical_nodes(nodes, [2])
+    assert out[0].args[1] == (-1,) and out[2].args[1] == (-1,) and out[1] == nodes[1]
+
+
+def test_graph_dims_are_canonicalized_before_matching():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    gm = make_fx(lambda x: torch.ops.aten.amax.default(x, [1], True), tracing_mode="fake")(torch.randn(3, 4))
+    assert rewrite.canonicalize_dims(gm.graph) == 1
+    node = next(n for n in gm.graph.nodes if n.op == "call_function")
+    assert node.args[1] == [-1] or tuple(node.args[1]) == (-1,)
+    assert rewrite.canonicalize_dims(gm.graph) == 0  # idempotent
+
+
+def test_declines_are_counted_per_fusion_and_reason_and_reported_with_the_gate():
+    before = dict(rewrite.GATE_DECISIONS)
+    args = (torch.randn(8), torch.randn(6, 8).t())  # rms over a transposed (non-contiguous) input
+    fn = lambda w, x: rms(w, x.t())  # noqa: E731
+    run = fx_run(fn, (torch.randn(8), torch.randn(8, 6)), FUSIONS, "rms_norm")
+    assert run.fired("rms_norm") == 0
+    (reason, n), = [(r, n) for r, n in run.declined["rms_norm"].items()]
+    assert n == 1 and reason.startswith("meta: in1 is not contiguous")
+    new = {k for k, v in rewrite.GATE_DECISIONS.items() if v != before.get(k, 0)}
+    assert any(k.startswith("rms_norm decline ") and "not contiguous" in k for k in new), new
+    del args
+
+
+def test_match_check_never_raises():
+    broken = SimpleNamespace(kwargs={"x0": SimpleNamespace(meta={"val": torch.randn(2, 3)}, name="x0")},
+                             graph=None, nodes=[], output_nodes=lambda: [])
+    reasons = rewrite.match_reasons(broken, 1, ("float",))
+    assert reasons and reasons[0].startswith("error:")  # declined with its reason, not raised
+    assert rewrite.match_reasons(SimpleNamespace(kwargs={}), 1, ("float",)) == ["meta: an input is not a tensor"]
+
+
+@pytest.mark.parametrize("name, fn, shapes", [
+    ("log_softmax", lambda x: F.log_softmax(x, dim=-1), [[(4, 10)], [(7, 3)], [(2, 33)]]),
+    ("rms_norm", rms, [[(16,), (2, 3, 16)], [(5,), (3, 4, 5)], [(40,), (1, 2, 40)]]),
+])
+def test_dynamic_shapes_fire_with_the_size_generic_kernel(name, fn, shapes):
+    """dynamic=True: the contract holds for the symbols (a symbol is never 1), so the fusion fires
+    once and the same compiled graph runs every later size, equal to eager; nothing raises."""
+    torch._dynamo.reset()
+    gp = fusions.graph_pass(FUSIONS, [name])
+    compiled = torch.compile(fn, options=fusions.inductor_options(FUSIONS, graph_pass_=gp), dynamic=True)
+    with torch._inductor.config.patch(force_disable_caches=True):
+        for sh in shapes:
+            args = [torch.randn(s) for s in sh]
+            got = compiled(*args)
+            check(Run(got if isinstance(got, tuple) else (got,), dict(gp.counts), {}), eager_run(fn, args), name)
+    assert gp.counts[name] >= 1, gp.declined
+    assert sum(gp.declined.get(name, {}).values()) == 0, gp.declined
+
+
+def test_dynamic_shapes_still_decline_what_the_contract_refuses():
+    """A size-1 dim is specialized even under dynamic=True: the issue's class-1 case still declines."""
+    sm = fusions.load(FUSIONS, "softmax_like").pattern
+    args = (torch.randn(2, 5, 16), torch.zeros(2, 5, 16), torch.randn(2, 5, 1))
+    fn = lambda m, f, s: sm(m > 0, f, s)  # noqa: E731
+    run = compiled_run(fn, args, FUSIONS, "softmax_like", backward=False, dynamic=True)
+    check(run, eager_run(fn, args), "softmax_like", expect="decline")
+    assert "broadcast copies" in " ".join(run.all_reasons()), run.declined
