@@ -101,3 +101,35 @@ def test_module_path_normalizes_dynamo_paths():
     class N:
         meta = {"nn_module_stack": {"a": ("L['self'].bert.encoder.layer[0].attention", object)}}
     assert module_path(N()) == "bert.encoder.layer.0.attention"
+
+
+def test_mix_order_reductions_get_a_kernel_map_entry(monkeypatch):
+    """Inductor's mix-order reduction codegen names no kernel for provenance; we add the entry."""
+    import torch._inductor.debug as inductor_debug
+    from torch._inductor.codegen.simd import SIMDScheduling
+    from torch._inductor.codegen.triton import TritonScheduling
+
+    from miner.scan.capture import track_mix_order_reductions
+
+    traced = []
+
+    def fake_trace(node_schedule, name, is_extern=False):
+        traced.append((tuple(node_schedule), name))
+        return 100 + len(traced)
+
+    def fake_mix(self, node1, node2):  # as Inductor: define the kernel, then a comment with no name
+        self.define_kernel("src", [node1, node2], None)
+
+    monkeypatch.setattr(inductor_debug, "set_kernel_post_grad_provenance_tracing", fake_trace)
+    monkeypatch.setattr(SIMDScheduling, "_codegen_mix_order_reduction", fake_mix)
+    monkeypatch.setattr(TritonScheduling, "define_kernel", lambda self, src, sched, kernel: "triton_per_fused_ln_bwd_7")
+    sched = object.__new__(TritonScheduling)
+    with track_mix_order_reductions() as added:
+        sched.define_kernel("src", ["plain"], None)  # an ordinary kernel: Inductor traces it itself
+        sched._codegen_mix_order_reduction("n1", "n2")
+        sched._codegen_mix_order_reduction("n3", "n4")
+    assert traced == [(("n1", "n2"), "triton_per_fused_ln_bwd_7"), (("n3", "n4"), "triton_per_fused_ln_bwd_7")]
+    assert added == ["triton_per_fused_ln_bwd_7:101", "triton_per_fused_ln_bwd_7:102"]
+    assert SIMDScheduling._codegen_mix_order_reduction is fake_mix  # restored
+    sched._codegen_mix_order_reduction("n5", "n6")
+    assert len(traced) == 2
