@@ -117,8 +117,9 @@ def test_mix_order_reductions_get_a_kernel_map_entry(monkeypatch):
         traced.append((tuple(node_schedule), name))
         return 100 + len(traced)
 
-    def fake_mix(self, node1, node2):  # as Inductor: define the kernel, then a comment with no name
-        self.define_kernel("src", [node1, node2], None)
+    def fake_mix(self, node1, node2):  # as Inductor: define the kernel, a comment with no name, then
+        self.define_kernel("src", [node1, node2], None)  # node2's epilogue through the ordinary path
+        self.define_kernel("epilogue", ["epi"], None)
 
     monkeypatch.setattr(inductor_debug, "set_kernel_post_grad_provenance_tracing", fake_trace)
     monkeypatch.setattr(SIMDScheduling, "_codegen_mix_order_reduction", fake_mix)
@@ -167,3 +168,6 @@ def test_gpu_mix_order_reduction_is_in_the_kernel_map():
     assert any(n.startswith("triton_per_") and "layer_norm_backward" in n for n in mapped), sorted(mapped)
     triton = [k for k in out.profile.kernels if k.kind.startswith("triton")]
     assert triton and all(k.sites for k in triton), [k.name for k in triton if not k.sites]
+    # one map entry per launch: no site recorded twice (Inductor's own entry and ours)
+    assert all(len(k.sites) == round(k.calls_per_step) for k in triton if not k.split), \
+        [(k.name, len(k.sites), k.calls_per_step) for k in triton]

@@ -203,13 +203,15 @@ class CapturePass(CustomGraphPass):
 def track_mix_order_reductions() -> Iterator[list[str]]:
     """Within this block, each mix-order reduction kernel Inductor defines gets a provenance entry.
 
-    Inductor's ``SIMDScheduling._codegen_mix_order_reduction`` (torch 2.11 to 2.13) defines the kernel
+    Inductor's ``SIMDScheduling._codegen_mix_order_reduction`` (torch 2.13's source; the H200 run on 2.11
+    shows the same) defines the kernel
     and then calls ``codegen_comment(node_schedule, None)``: with no kernel name, nothing is added to
     ``_inductor_triton_kernel_to_post_grad_node_info``, so these kernels (layer-norm / RMS-norm
     backward, often the largest Triton kernels of a training step) are in no kernel map. While that
-    method runs, we call ``set_kernel_post_grad_provenance_tracing(node_schedule, name)`` after each
-    ``TritonScheduling.define_kernel``, as Inductor does for every other kernel (one ``name:handle``
-    per call site). Yields the ``name:handle`` entries added. Does nothing on a torch without them.
+    method runs, we call ``set_kernel_post_grad_provenance_tracing(node_schedule, name)`` after its
+    ``TritonScheduling.define_kernel`` (the first one: node2's pointwise epilogue is defined after it
+    through the ordinary path, which traces itself), as Inductor does for every other kernel (one
+    ``name:handle`` per call site). Yields the entries added. Does nothing on a torch without them.
     """
     added: list[str] = []
     try:
@@ -225,18 +227,19 @@ def track_mix_order_reductions() -> Iterator[list[str]]:
     if mix is None or define is None or trace is None:
         yield added
         return
-    depth = [0]
+    pending: list[bool] = []  # per running mix-order codegen: its kernel is not defined yet
 
     def codegen_mix(self, *args, **kwargs):
-        depth[0] += 1
+        pending.append(True)
         try:
             return mix(self, *args, **kwargs)
         finally:
-            depth[0] -= 1
+            pending.pop()
 
     def define_kernel(self, src_code, node_schedule, kernel):
         name = define(self, src_code, node_schedule, kernel)
-        if depth[0] and name:
+        if pending and pending[-1] and name:  # the mix-order kernel itself, not the epilogue
+            pending[-1] = False                # kernels defined after it (Inductor traces those)
             handle = trace(node_schedule, name)
             if handle is not None:
                 added.append(f"{name}:{handle}")
