@@ -101,3 +101,73 @@ def test_module_path_normalizes_dynamo_paths():
     class N:
         meta = {"nn_module_stack": {"a": ("L['self'].bert.encoder.layer[0].attention", object)}}
     assert module_path(N()) == "bert.encoder.layer.0.attention"
+
+
+def test_mix_order_reductions_get_a_kernel_map_entry(monkeypatch):
+    """Inductor's mix-order reduction codegen names no kernel for provenance; we add the entry."""
+    import torch._inductor.debug as inductor_debug
+    from torch._inductor.codegen.simd import SIMDScheduling
+    from torch._inductor.codegen.triton import TritonScheduling
+
+    from miner.scan.capture import track_mix_order_reductions
+
+    traced = []
+
+    def fake_trace(node_schedule, name, is_extern=False):
+        traced.append((tuple(node_schedule), name))
+        return 100 + len(traced)
+
+    def fake_mix(self, node1, node2):  # as Inductor: define the kernel, a comment with no name, then
+        self.define_kernel("src", [node1, node2], None)  # node2's epilogue through the ordinary path
+        self.define_kernel("epilogue", ["epi"], None)
+
+    monkeypatch.setattr(inductor_debug, "set_kernel_post_grad_provenance_tracing", fake_trace)
+    monkeypatch.setattr(SIMDScheduling, "_codegen_mix_order_reduction", fake_mix)
+    monkeypatch.setattr(TritonScheduling, "define_kernel", lambda self, src, sched, kernel: "triton_per_fused_ln_bwd_7")
+    sched = object.__new__(TritonScheduling)
+    with track_mix_order_reductions() as added:
+        sched.define_kernel("src", ["plain"], None)  # an ordinary kernel: Inductor traces it itself
+        sched._codegen_mix_order_reduction("n1", "n2")
+        sched._codegen_mix_order_reduction("n3", "n4")
+    assert traced == [(("n1", "n2"), "triton_per_fused_ln_bwd_7"), (("n3", "n4"), "triton_per_fused_ln_bwd_7")]
+    assert added == ["triton_per_fused_ln_bwd_7:101", "triton_per_fused_ln_bwd_7:102"]
+    assert SIMDScheduling._codegen_mix_order_reduction is fake_mix  # restored
+    sched._codegen_mix_order_reduction("n5", "n6")
+    assert len(traced) == 2
+
+
+class NormBlock(torch.nn.Module):
+    """Linear + residual + LayerNorm: its backward is a mix-order reduction at >= 4096 rows."""
+
+    def __init__(self, d=768):
+        super().__init__()
+        self.proj = torch.nn.Linear(d, d)
+        self.norm = torch.nn.LayerNorm(d)
+
+    def forward(self, x, labels):
+        return {"loss": torch.nn.functional.mse_loss(self.norm(x + self.proj(x)), labels)}
+
+
+@pytest.mark.gpu
+def test_gpu_mix_order_reduction_is_in_the_kernel_map():
+    """On CUDA: the layer-norm backward mix-order kernel is captured with its FX nodes and joined."""
+    from torch._inductor import metrics
+
+    torch.manual_seed(0)
+    m = NormBlock().cuda()
+    inputs = {"x": torch.randn(8192, 768, device="cuda"), "labels": torch.randn(8192, 768, device="cuda")}
+    metrics.reset()
+    out = capture_step(m, inputs, lambda o: o["loss"], name="norm", preset="tiny", mode="train", device="cuda",
+                       autocast_dtype=torch.bfloat16, profile=True)
+    made = getattr(metrics, "codegen_mix_order_reduction", None)
+    if made is None:
+        pytest.skip("this torch has no mix-order reductions")
+    assert made > 0, "Inductor made no mix-order reduction here"
+    bwd = next(g for g in out.graphs if g.key.phase == "backward")
+    mapped = {k.name for r in bwd.nodes for k in r.kernels}
+    assert any(n.startswith("triton_per_") and "layer_norm_backward" in n for n in mapped), sorted(mapped)
+    triton = [k for k in out.profile.kernels if k.kind.startswith("triton")]
+    assert triton and all(k.sites for k in triton), [k.name for k in triton if not k.sites]
+    # one map entry per launch: no site recorded twice (Inductor's own entry and ours)
+    assert all(len(k.sites) == round(k.calls_per_step) for k in triton if not k.split), \
+        [(k.name, len(k.sites), k.calls_per_step) for k in triton]

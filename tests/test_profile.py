@@ -88,6 +88,24 @@ def test_bytes_fall_back_to_live_kernels_by_name(h200_graphs):
     assert {k.bytes_from for k in p.kernels if k.kind == "gemm"} == {None}
 
 
+def test_kernel_in_no_kernel_map_takes_its_bytes_from_the_modules(h200_graphs):
+    """A Triton kernel the capture's map lacks (Inductor's mix-order reductions, before
+    track_mix_order_reductions) still gets Inductor's byte count from the compiled module."""
+    graphs = h200_graphs["bert"]
+    raw = synthetic_raw(graphs)
+    name = "triton_per_fused__to_copy_add_native_dropout_backward_native_layer_norm_backward_view_9"
+    raw.kernels.append(KernelTime(name, classify(name), 515.0, 11.0))
+    raw.module_gb[1][name] = 0.05
+    p = build(raw, graphs, model="bert", preset="base", mode="train", device="cuda")
+    (row,) = [k for k in p.kernels if k.name == name]
+    assert not row.sites and row.gb_per_call == 0.05 and row.bytes_from == "module"
+    assert row.floor_us_per_step == pytest.approx(0.05e9 / BW * 1e6 * 11)
+    raw.module_gb[0][name] = 0.07  # two modules disagree: no guess
+    p = build(raw, graphs, model="bert", preset="base", mode="train", device="cuda")
+    (row,) = [k for k in p.kernels if k.name == name]
+    assert row.gb_per_call is None and row.floor_us_per_step is None
+
+
 def test_regions_carry_the_measured_times(h200_graphs):
     graphs = h200_graphs["bert"] + h200_graphs["gpt2"]
     profiles = [build(synthetic_raw(h200_graphs[m]), h200_graphs[m], model=m, preset="base", mode="train",

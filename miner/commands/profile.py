@@ -179,6 +179,9 @@ def run(args) -> int:
     missing = unmapped(profiles)
     if missing:
         print(f"\n{len(missing)} Triton kernel(s) of >= 200 us/step in no kernel map: " + "; ".join(missing[:10]))
+        print("(a Triton kernel in no kernel map is most likely a mix-order reduction, e.g. layer-norm or RMS-norm "
+              "backward: Inductor records no provenance for those; captures made with "
+              "miner.scan.capture.track_mix_order_reductions record them, older ones need a new `miner profile`)")
     if failed:
         print(f"miner profile: {len(failed)} failed: " + "; ".join(failed), file=sys.stderr)
         return 1

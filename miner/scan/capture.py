@@ -9,7 +9,11 @@ How (verified on torch 2.11 and 2.13; see docs/torch-internals.md):
   skips custom passes entirely;
 * with provenance tracking on, Inductor fills
   ``torch._inductor.debug._inductor_triton_kernel_to_post_grad_node_info`` while it generates
-  code; we wrap ``GraphLowering.compile_to_module`` to snapshot the entries each graph added.
+  code; we wrap ``GraphLowering.compile_to_module`` to snapshot the entries each graph added;
+* except for mix-order reductions (a row and a column reduction in one kernel: layer-norm and
+  RMS-norm backward), whose codegen (``SIMDScheduling._codegen_mix_order_reduction``) calls
+  ``codegen_comment(node_schedule, None)``, so Inductor records no entry for them: we record them
+  ourselves (``track_mix_order_reductions``).
 
 ``PRIVATE_SURFACE`` lists every private Inductor name this module relies on;
 ``tests/test_capture.py::test_private_surface`` fails loudly when a torch upgrade moves one.
@@ -43,6 +47,9 @@ PRIVATE_SURFACE = (
     "torch._inductor.graph.GraphLowering.compile_to_module",
     "torch._inductor.debug._inductor_triton_kernel_to_post_grad_node_info",
     "torch._dynamo.utils.counters",
+    "torch._inductor.codegen.simd.SIMDScheduling._codegen_mix_order_reduction",
+    "torch._inductor.codegen.triton.TritonScheduling.define_kernel",
+    "torch._inductor.debug.set_kernel_post_grad_provenance_tracing",
 )
 
 
@@ -196,6 +203,61 @@ class CapturePass(CustomGraphPass):
 
 
 @contextlib.contextmanager
+def track_mix_order_reductions() -> Iterator[list[str]]:
+    """Within this block, each mix-order reduction kernel Inductor defines gets a provenance entry.
+
+    Inductor's ``SIMDScheduling._codegen_mix_order_reduction`` (torch 2.13's source; the H200 run on 2.11
+    shows the same) defines the kernel
+    and then calls ``codegen_comment(node_schedule, None)``: with no kernel name, nothing is added to
+    ``_inductor_triton_kernel_to_post_grad_node_info``, so these kernels (layer-norm / RMS-norm
+    backward, often the largest Triton kernels of a training step) are in no kernel map. While that
+    method runs, we call ``set_kernel_post_grad_provenance_tracing(node_schedule, name)`` after its
+    ``TritonScheduling.define_kernel`` (the first one: node2's pointwise epilogue is defined after it
+    through the ordinary path, which traces itself), as Inductor does for every other kernel (one
+    ``name:handle`` per call site). Yields the entries added. Does nothing on a torch without them.
+    """
+    added: list[str] = []
+    try:
+        import torch._inductor.debug as inductor_debug
+        from torch._inductor.codegen.simd import SIMDScheduling
+        from torch._inductor.codegen.triton import TritonScheduling
+    except ImportError:
+        yield added
+        return
+    mix = getattr(SIMDScheduling, "_codegen_mix_order_reduction", None)
+    define = getattr(TritonScheduling, "define_kernel", None)
+    trace = getattr(inductor_debug, "set_kernel_post_grad_provenance_tracing", None)
+    if mix is None or define is None or trace is None:
+        yield added
+        return
+    pending: list[bool] = []  # per running mix-order codegen: its kernel is not defined yet
+
+    def codegen_mix(self, *args, **kwargs):
+        pending.append(True)
+        try:
+            return mix(self, *args, **kwargs)
+        finally:
+            pending.pop()
+
+    def define_kernel(self, src_code, node_schedule, kernel):
+        name = define(self, src_code, node_schedule, kernel)
+        if pending and pending[-1] and name:  # the mix-order kernel itself, not the epilogue
+            pending[-1] = False                # kernels defined after it (Inductor traces those)
+            handle = trace(node_schedule, name)
+            if handle is not None:
+                added.append(f"{name}:{handle}")
+        return name
+
+    SIMDScheduling._codegen_mix_order_reduction = codegen_mix
+    TritonScheduling.define_kernel = define_kernel
+    try:
+        yield added
+    finally:
+        SIMDScheduling._codegen_mix_order_reduction = mix
+        TritonScheduling.define_kernel = define
+
+
+@contextlib.contextmanager
 def capturing(mode: str, *, kernel_bytes: bool = False) -> Iterator[CapturePass]:
     """Within this block, every Inductor compile is captured (caches off, provenance on).
 
@@ -225,7 +287,7 @@ def capturing(mode: str, *, kernel_bytes: bool = False) -> Iterator[CapturePass]
                  "trace.provenance_tracking_level": 1}
         if kernel_bytes:
             patch["benchmark_kernel"] = True
-        with inductor_config.patch(patch):
+        with inductor_config.patch(patch), track_mix_order_reductions():
             yield cap
     finally:
         GraphLowering.compile_to_module = original

@@ -443,6 +443,10 @@ def build(raw: RawProfile, graphs: list, *, model: str, preset: str, mode: str, 
         got = _lookup(raw.module_gb[gi], name) if gi is not None and gi < len(raw.module_gb) else None
         if got is not None:
             return got, "module"
+        if gi is None:  # a kernel in no kernel map: the compiled modules by name, where they agree
+            found = {v for g in raw.module_gb if (v := _lookup(g, name)) is not None}
+            if len(found) == 1:
+                return found.pop(), "module"
         live = _lookup(raw.live_gb, name)
         return live, None if live is None else "live"
 
