@@ -197,10 +197,15 @@ def test_candidate_set_counts_each_match_context_for_ungated_candidates():
     assert cands.names() == [cid] and cands.gated is False
     module = cands.load(cid)
     assert module.extra_check._miner_observed and cands.load(cid).extra_check is module.extra_check  # wrapped once
+    # a real match: the candidate's own chain traced into an FX graph (the safety rules read the graph)
+    from torch.fx.experimental.proxy_tensor import make_fx
+
     with FakeTensorMode():
-        val = torch.empty(4, 8)
-    match = SimpleNamespace(kwargs={"x0": SimpleNamespace(meta={"val": val}, op="placeholder", users={})},
-                            nodes=[], outputs=[])
+        gm = make_fx(lambda x: module.pattern(x)[0])(torch.empty(4, 8))
+    x0 = next(n for n in gm.graph.nodes if n.op == "placeholder")
+    out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    match = SimpleNamespace(kwargs={"x0": x0}, graph=gm.graph,
+                            nodes=[n for n in gm.graph.nodes if n.op == "call_function"], output_nodes=lambda: [out])
     before = gate.OBSERVED.copy()
     assert module.extra_check(match)
     (ctx,) = gate.observed_since(before)[cid]
