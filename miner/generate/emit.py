@@ -307,6 +307,24 @@ def jit_imports(code: str) -> str:
     return f"from miner.runtime.jit import {', '.join(used)}\n" if used else ""
 
 
+def fill_template(template: str, /, **values) -> str:
+    """A generated file's text: ``templates/<template>`` with its ``${key}`` fields filled in.
+
+    Parameters
+    ----------
+    template : str
+        The template's file name under ``miner/generate/templates/`` (``"kernel.py.tmpl"``).
+    **values
+        One value per field (``str()`` of it is inserted); a missing field raises ``KeyError``.
+
+    Returns
+    -------
+    str
+        The filled-in text (``string.Template.substitute``).
+    """
+    return Template((TEMPLATES / template).read_text()).substitute(**values)
+
+
 def render_kernel_py(prog: Program, head: str) -> str:
     """A generated ``kernel.py``: header, docstring, ``reference``, both kernels and ``launch``.
 
@@ -325,12 +343,12 @@ def render_kernel_py(prog: Program, head: str) -> str:
     spec = prog.spec
     params = signature_params(spec)
     kernels = kernel_source(prog)
-    return Template((TEMPLATES / "kernel.py.tmpl").read_text()).substitute(
-        head=head, id=spec.id, params=", ".join(params), levels=prog.levels,
+    return fill_template(
+        "kernel.py.tmpl", head=head, id=spec.id, params=", ".join(params), levels=prog.levels,
         output_kinds=repr(prog.output_kinds), jit_imports=jit_imports(kernels),
         reference=reference_source(spec, name="reference"), kernels=kernels,
         tensors="(" + ", ".join(f"x{k}" for k in range(spec.n_inputs)) + ",)",
         scalars="(" + "".join(f"float(c{c}), " for c in range(spec.n_consts)) + ")")
 
 
-__all__ = ["kernel_source", "reference_source", "render_kernel_py", "jit_imports", "signature_params"]
+__all__ = ["kernel_source", "reference_source", "render_kernel_py", "fill_template", "jit_imports", "signature_params"]

@@ -7,12 +7,8 @@ its table (``templates/fusion_test.py.tmpl``): the fusion, its input kinds, the 
 
 from __future__ import annotations
 
-from pathlib import Path
-from string import Template
-
 from miner.check.cases import fusion_cases
-
-TEMPLATE = Path(__file__).with_name("templates") / "fusion_test.py.tmpl"
+from miner.generate.emit import fill_template
 
 
 def render(name: str, meta: dict, head: str, train_matches: int, zoo: tuple[str, str] | None) -> str:
@@ -37,9 +33,9 @@ def render(name: str, meta: dict, head: str, train_matches: int, zoo: tuple[str,
         The module's text.
     """
     cases = "".join(f"    ({shapes!r}, {scalars!r}, {label!r}),\n" for shapes, scalars, label in fusion_cases(meta))
-    return Template(TEMPLATE.read_text()).substitute(
-        head=head, name=name, ops=meta["ops"], input_kinds=repr(list(meta["signature"]["input_kinds"])),
-        cases=cases, train_matches=int(train_matches), zoo=repr(tuple(zoo) if zoo else None))
+    return fill_template(
+        "fusion_test.py.tmpl", head=head, name=name, ops=meta["ops"],
+        input_kinds=repr(list(meta["signature"]["input_kinds"])), cases=cases, train_matches=int(train_matches), zoo=repr(tuple(zoo) if zoo else None))
 
 
 __all__ = ["render"]

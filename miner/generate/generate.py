@@ -273,60 +273,12 @@ def render_pattern_py(prog: Program, head: str, op_name: str, kernel_import: str
         gate_import = "from pathlib import Path\n\n"
         wins = f'\nWINS = rewrite.load_wins(Path(__file__).with_name("{WINS_FILE}"))  # None: unmeasured'
         check = f"({check}\n            and rewrite.wins_gate(match, WINS, N_INPUTS))"
-    return f'''{head}"""{doc}
-
-``pattern`` is the subgraph as it appears in Inductor's post-grad graphs (aten/prims ops, the
-eager reference); ``replacement`` calls the custom op ``{op_name}``, whose implementation is
-the generated Triton kernel (``kernel.launch``) and whose fake implementation gives the same
-shapes/dtypes as ``pattern`` (fresh contiguous outputs, no aliasing). ``register(pass_dict)``
-adds pattern -> replacement to an Inductor ``PatternMatcherPass``.
-{gate_doc}"""
-
-{gate_import}import torch
-
-from miner.runtime import rewrite
-
-PATTERN_ID = "{spec.id}"
-OP_NAME = "{op_name}"
-N_INPUTS, N_SCALARS, N_OUTPUTS = {spec.n_inputs}, {spec.n_consts}, {n_out}
-INPUT_KINDS = {kinds!r}
-RANK = {spec.rank if any(v.reduce for v in prog.values.values()) else None!r}  # broadcast rank the reductions' dims assume
-EXAMPLE_INPUTS = {examples!r}  # (shape, dtype) per input for the initial trace
-SCALAR_TRACE_VALUES = rewrite.scalar_trace_values(N_SCALARS){wins}
-
-
-{emit.reference_source(spec, name="pattern")}
-
-{kernel_import}
-
-
-def _fake({p}):
-    return pattern({p})
-
-
-OP = rewrite.define_op(OP_NAME, N_INPUTS, N_SCALARS, N_OUTPUTS,
-                       impl=lambda *args: _kernel().launch(*args), fake=_fake)
-
-
-def search({p}):
-    return {ret_search.format(p)}
-
-
-def replacement({p}):
-    return torch.ops.miner.{op_attr}({p})
-
-
-def extra_check(match):
-    return {check}
-
-
-def register(pass_dict):
-    from torch._inductor.pattern_matcher import fwd_only, register_replacement
-
-    examples = [torch.empty(s, dtype=getattr(torch, d)) for s, d in EXAMPLE_INPUTS]
-    register_replacement(search, replacement, examples, fwd_only, pass_dict,
-                         extra_check=extra_check, scalar_workaround=dict(SCALAR_TRACE_VALUES))
-'''
+    return emit.fill_template(
+        "pattern.py.tmpl", head=head, doc=doc, op_name=op_name, gate_doc=gate_doc, gate_import=gate_import,
+        id=spec.id, n_inputs=spec.n_inputs, n_consts=spec.n_consts, n_outputs=n_out, input_kinds=repr(kinds),
+        rank=repr(spec.rank if any(v.reduce for v in prog.values.values()) else None), examples=repr(examples),
+        wins=wins, reference=emit.reference_source(spec, name="pattern"), kernel_import=kernel_import,
+        params=p, search_return=ret_search.format(p), op_attr=op_attr, check=check)
 
 
 KERNEL_IMPORT = '''_KERNEL = None
