@@ -8,46 +8,48 @@ import torch
 
 from miner.core.errors import UsageError
 from miner.mine.mine import _non_overlapping, mine
-from miner.runtime.rewrite import decide
+from miner.check import ab
+from miner.check.verify import StepStats
+from miner.runtime import gate
 from test_mine_helpers import fx_graph, rekey
 
 
-# --------------------------------------------------------------------------- the gate at exactly 1.0x
+# --------------------------------------------------------------------------- the gate's boundaries
+# The gate fires from in-model evidence only (miner.runtime.gate, miner.check.ab): a step change is a
+# win / loss only beyond the control's noise band, exactly at the band it is noise; one loss declines.
 
-def rows(*measured):
-    """A wins.json payload: (shape, dtype, speedup over Inductor) per row, filed as the bench files them."""
-    out = {"wins": [], "loses": []}
-    for shape, dtype, speedup in measured:
-        out["wins" if speedup >= 1.0 else "loses"].append(
-            {"inputs": [{"shape": list(shape), "dtype": dtype, "stride": None}], "speedup_vs_inductor": speedup})
-    return out
-
-
-def test_gate_fires_at_exactly_as_fast_as_inductor():
-    # promoted fusions fire where measured "at least as fast" as Inductor: 1.0x is a win, 0.99x is not
-    assert decide((((64, 512), "float32"),), rows(((64, 512), "float32", 1.0)))[0] is True
-    assert decide((((64, 512), "float32"),), rows(((64, 512), "float32", 0.99)))[0] is False
-    # the same boundary when the nearest measured row decides
-    assert decide((((32, 512), "float32"),), rows(((64, 512), "float32", 1.0)))[0] is True
-    assert decide((((32, 512), "float32"),), rows(((64, 512), "float32", 0.999)))[0] is False
+def test_a_step_change_exactly_at_the_noise_band_is_noise():
+    assert ab.verdict(1.02, 0.02) == "noise" and ab.verdict(0.98, 0.02) == "noise"
+    assert ab.verdict(1.0201, 0.02) == "win" and ab.verdict(0.9799, 0.02) == "loss"
+    assert ab.verdict(1.0, 0.0) == "noise" and ab.verdict(None, 0.01) is None and ab.verdict(1.1, None) is None
 
 
-def test_gate_takes_the_median_of_repeated_exact_rows():
-    sig = (((64, 512), "bfloat16"),)
-    assert decide(sig, rows(((64, 512), "bfloat16", 0.9), ((64, 512), "bfloat16", 1.0),
-                            ((64, 512), "bfloat16", 1.2)))[0] is True
-    assert decide(sig, rows(((64, 512), "bfloat16", 0.9), ((64, 512), "bfloat16", 0.95),
-                            ((64, 512), "bfloat16", 1.5)))[0] is False
+def _stats(median, p20, p80, steps):
+    return StepStats(median_ms=median, p20_ms=p20, p80_ms=p80, steps=steps, peak_mem_bytes=0, first_step_s=0.0)
 
 
-def test_gate_fires_unmeasured_and_declines_other_dtypes():
-    assert decide((((8, 8), "float32"),), None)[0] is True
-    assert decide((((8, 8), "float32"),), {"wins": [], "loses": []})[0] is True
-    fire, reason = decide((((8, 8), "float16"),), rows(((8, 8), "float32", 2.0)))
-    assert fire is False and "dtypes" in reason
+def test_the_noise_band_is_the_larger_of_the_control_offset_and_twice_the_standard_error():
+    tight = _stats(10.0, 10.0, 10.0, 15)
+    assert ab.noise_band(tight, _stats(10.0 / 1.03, 9.7, 9.7, 15)) == \
+        pytest.approx(0.03, rel=1e-6)  # the control's offset decides
+    spread = _stats(10.0, 9.0, 11.0, 4)
+    expected = 2 * (2 ** 0.5) * ab.rel_se_median(spread)
+    assert ab.noise_band(spread, spread) == pytest.approx(expected) and expected > 0  # the spread decides
 
 
-# --------------------------------------------------------------------------- occurrence counting
+def _record(verdict, speedup, site):
+    return {"model": "m", "mode": "train", "compile": "default", "preset": "base", "speedup": speedup,
+            "band": 0.01, "verdict": verdict, "contexts": {site: 1}}
+
+
+def test_one_loss_declines_even_beside_a_win_and_a_win_alone_fires():
+    ctx = gate.Context(((((64, 512)), "float32"),), False, False)
+    win, loss = _record("win", 1.05, ctx.site), dict(_record("loss", 0.95, ctx.site), model="n")
+    assert gate.decide_context(ctx, [win])[0] is True
+    assert gate.decide_context(ctx, [win, loss])[0] is False
+    assert gate.decide_context(ctx, [dict(win, verdict="noise")])[0] is False
+    assert gate.decide_context(ctx, [])[0] is False  # unmeasured declines
+
 
 def test_non_overlapping_keeps_a_greedy_node_disjoint_set_per_graph():
     embs = [(0, (1, 2), ()), (0, (2, 3), ()), (0, (3, 4), ()), (1, (2, 3), ()), (0, (5, 6), ())]
@@ -111,36 +113,6 @@ def test_an_ambiguous_candidate_prefix_is_reported_as_ambiguous(tmp_path):
     with pytest.raises(UsageError, match="ambiguous candidate 'p12': p12aaaa, p12bbbb"):
         candidates.load(ws, "p12")
     assert candidates.load(ws, "p12b").id == "p12bbbb"
-
-
-def nearest_fires(query, *measured):
-    return decide(((query, "float32"),), rows(*((s, "float32", x) for s, x in measured)))[0]
-
-
-def test_nearest_row_sizes_below_one_count_as_one():
-    """Row lengths and element counts of 0 or 1 count as 1 in the log distance, on either side."""
-    # row length 1: (8, 1) is nearer to (16, 1) than (16, 2) is; with 1 counted as 2 they would tie
-    assert nearest_fires((16, 1), ((8, 1), 1.1), ((16, 2), 0.9)) is True
-    assert nearest_fires((16, 1), ((8, 1), 0.9), ((16, 2), 1.1)) is False
-    # element count 1 (a measured row): (1, 1) is farther from (4, 1) than (2, 1) is
-    assert nearest_fires((4, 1), ((1, 1), 0.9), ((2, 1), 1.1)) is True
-    # element count 1 (the query) next to an empty measured row (0 elements count as 1: distance 0)
-    assert nearest_fires((1, 1), ((0, 1), 1.1), ((2, 1), 0.9)) is True
-
-
-def test_the_size_the_gate_compares_is_the_largest_inputs_last_dim_and_element_count():
-    from miner.runtime.rewrite import _size
-
-    mask_and_row = (((2, 4), "bool"), ((1, 3, 1000), "float32"))  # largest by elements, not by shape order
-    assert _size(mask_and_row) == (1000, 3000)
-    assert _size((((2, 3, 5), "float32"),)) == (5, 30)  # the last dim, not the second
-    assert _size((((), "float32"),)) == (1, 1)  # a 0-d tensor: one element, a row of one
-    assert _size(()) == (1, 1)  # no tensor inputs at all
-
-
-def test_a_0d_input_follows_the_row_of_one_element():
-    assert nearest_fires((), ((1,), 1.1), ((2,), 0.9)) is True
-    assert nearest_fires((), ((1,), 0.9), ((2,), 1.1)) is False
 
 
 # --------------------------------------------------------------------------- the isomorphism oracle (canon)
