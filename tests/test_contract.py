@@ -106,3 +106,17 @@ def test_no_tuning_inside_a_cuda_graph_capture(monkeypatch):
     key = ("contract-test", "one_pass", 4, 8)
     cfg = launch.pick(key, [(1, 8, 4), (2, 8, 4)], lambda c: calls.append(c), "cuda")
     assert cfg == (1, 8, 4) and calls == [] and key not in launch.TUNED  # tuned later, outside the capture
+
+
+def test_one_op_name_never_serves_two_signatures():
+    """Two pattern modules of one pattern id with other outputs must not share a custom op silently."""
+    from miner.core.errors import MinerError
+    from miner.runtime import rewrite
+
+    def fake(x):
+        return (x,)
+
+    rewrite.define_op("miner::test_two_signatures", 1, 0, 1, impl=fake, fake=fake)
+    assert rewrite.define_op("miner::test_two_signatures", 1, 0, 1, impl=fake, fake=fake) is not None
+    with pytest.raises(MinerError, match="already defined with 1 output"):
+        rewrite.define_op("miner::test_two_signatures", 1, 0, 2, impl=fake, fake=fake)

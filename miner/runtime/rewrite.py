@@ -44,6 +44,7 @@ import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from miner.core import dtypes
+from miner.core.errors import MinerError
 
 FLOAT_DTYPES = tuple(dtypes.torch_dtype(d) for d in dtypes.KERNEL_FLOATS)  # what the kernels take
 WINS_FILE = "wins.json"  # a fusion's measured verdicts, next to its pattern.py
@@ -81,11 +82,18 @@ def define_op(qualname: str, n_inputs: int, n_scalars: int, n_outputs: int,
 
     Returns the ``OpOverload`` (``torch.ops.miner.<name>.default``).
     """
-    if qualname in _OPS:
-        return _OPS[qualname]
+    schema = op_schema(n_inputs, n_scalars, n_outputs)
     ns, name = qualname.split("::")
-    if hasattr(getattr(torch.ops, ns), name):  # defined by another copy of this module loader
+    if qualname not in _OPS and hasattr(getattr(torch.ops, ns), name):  # defined by another copy of this module
         _OPS[qualname] = getattr(getattr(torch.ops, ns), name).default
+    if qualname in _OPS:
+        have = _OPS[qualname]._schema
+        if (len(have.arguments), len(have.returns)) != (n_inputs + n_scalars, n_outputs):
+            # two pattern modules of one pattern id with other outputs (a candidate is generated from one
+            # occurrence's outputs): running one's op for the other's match would be wrong, so refuse
+            raise MinerError(f"custom op {qualname} is already defined with {len(have.returns)} output(s) and "
+                             f"{len(have.arguments)} argument(s); this module needs {n_outputs} and "
+                             f"{n_inputs + n_scalars}: load one of the two per process")
         return _OPS[qualname]
 
     def fresh(outs):
@@ -98,8 +106,7 @@ def define_op(qualname: str, n_inputs: int, n_scalars: int, n_outputs: int,
         outs = fake(*args)
         return fresh(tuple(torch.empty_like(o, memory_format=torch.contiguous_format) for o in outs))
 
-    op = torch.library.custom_op(qualname, _impl, mutates_args=(),
-                                 schema=op_schema(n_inputs, n_scalars, n_outputs))
+    op = torch.library.custom_op(qualname, _impl, mutates_args=(), schema=schema)
     op.register_fake(_fake)
     _OPS[qualname] = getattr(getattr(torch.ops, ns), name).default
     return _OPS[qualname]
