@@ -34,7 +34,7 @@ VERBS: dict[str, tuple[str, str]] = {
 
 
 # Verbs that may start a workspace; every other verb reads one, and a missing one is an error (never created).
-MAKES_WORKSPACE = frozenset({"scan", "models"})
+MAKES_WORKSPACE = frozenset({"scan", "models", "profile"})  # profile captures, as scan does (not with --show)
 
 WORKSPACE_HELP = ("where captures/, mined/, candidates/, reports/ and fusions/ live, relative to the current "
                   "directory (default: .); before or after the verb")
@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     args.workspace = str(Path(args.workspace).expanduser().resolve())
-    if args.command not in MAKES_WORKSPACE and not Path(args.workspace).is_dir():
+    makes = args.command in MAKES_WORKSPACE and not getattr(args, "show", False)
+    if not makes and not Path(args.workspace).is_dir():
         print(f"miner {args.command}: error: no workspace {args.workspace} (`miner scan --workspace DIR` makes "
               "one)", file=sys.stderr)
         return 2

@@ -120,13 +120,21 @@ def test_scan_help_and_readme_mention_the_workspace(capsys):
     assert "--workspace" in (ROOT / "README.md").read_text()
 
 
-@pytest.mark.parametrize("verb", ["report", "candidates", "patterns", "mine", "generate", "promote x --name y"])
+@pytest.mark.parametrize("verb", ["report", "candidates", "patterns", "mine", "generate", "promote x --name y",
+                                  "profile --show"])
 def test_a_missing_workspace_is_an_error_and_is_not_created(tmp_path, monkeypatch, capsys, verb):
     monkeypatch.chdir(tmp_path)
     assert main(["--workspace", "nope", *verb.split()]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "no workspace" in err and str(tmp_path / "nope") in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_profile_makes_its_workspace_as_scan_does(tmp_path, monkeypatch, capsys):
+    # `miner profile` captures (the H200 run of 2026-12-03 was first refused "no workspace")
+    monkeypatch.chdir(tmp_path)
+    assert main(["--workspace", "new", "profile", "--models", "no_such_model_xyz", "--device", "cpu"]) != 0
+    assert "no workspace" not in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- README and CI
