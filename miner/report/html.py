@@ -239,8 +239,9 @@ def verify_html(ws: Workspace) -> str:
             "<code>fusions.inductor_options()</code>, bf16 autocast, median step time (p20–p80).</p>"
             + _table(("model", "mode", "size", "default ms", "fused ms", "speedup", "step peak GiB default / fused",
                       "parity", "fusions fired"), rows, {3, 4, 5})
-            + ("<p>The measured-wins gate while compiling: a promoted fusion fires on CUDA only where "
-               "<code>miner bench</code> measured it at least as fast as Inductor.</p><ul class=\"small\">"
+            + ("<p>The gate's decisions while compiling, as that run made them (since 2026-12-03 a promoted "
+               "fusion fires on CUDA only where <code>miner verify --ab</code> measured the model's step "
+               "faster).</p><ul class=\"small\">"
                + "".join(gate) + "</ul>" if gate else ""))
 
 
