@@ -64,7 +64,10 @@ def test_a_fusions_folder_and_its_workspace_load_alike(promoted):
         fusions.load(promoted.root, "nope")
 
 
-def test_install_refuses_to_replace_a_foreign_pass(promoted, monkeypatch):
-    monkeypatch.setattr(torch._inductor.config, "post_grad_custom_post_pass", object())
-    with pytest.raises(UsageError, match="already holds"):
-        fusions.install(promoted.root)
+def test_install_refuses_to_replace_a_foreign_pass(promoted):
+    # config.patch, not monkeypatch: some pytest versions undo a setattr on torch's config module with
+    # delattr, which hides the option for the rest of the process ("... does not exist")
+    with torch._inductor.config.patch(post_grad_custom_post_pass=object()):
+        with pytest.raises(UsageError, match="already holds"):
+            fusions.install(promoted.root)
+    assert torch._inductor.config.post_grad_custom_post_pass is None
