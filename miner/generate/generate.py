@@ -28,7 +28,6 @@ from miner.generate.emit import render_kernel_py
 from miner.generate.lower import PatternSpec, Program, Unsupported
 from miner.core import dtypes, source
 from miner.core.pattern import canonical_nodes
-from miner.core.errors import UsageError
 from miner.core.source import literal_value
 from miner.runtime.launch import LOOP_BLOCK, ONE_PASS_MAX
 from miner.core.workspace import Workspace, write_json, write_text
