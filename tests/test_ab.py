@@ -17,11 +17,23 @@ def stats(median, spread=0.2, steps=15):
 
 
 def test_noise_band_is_the_measured_control_offset_or_the_median_error():
-    assert ab.noise_band(stats(100.0), stats(101.0)) == pytest.approx(100 / 101 - 1, abs=1e-9) or \
-        ab.noise_band(stats(100.0), stats(101.0)) == pytest.approx(abs(100 / 101 - 1))
-    tight = ab.noise_band(stats(100.0, 0.01), stats(100.0, 0.01))
-    wide = ab.noise_band(stats(100.0, 10.0), stats(100.0, 10.0))
-    assert 0 < tight < wide and wide == pytest.approx(2 * 2 ** 0.5 * 1.2533 * (10 / 1.683) / 15 ** 0.5 / 100)
+    assert ab.noise_band([100 / 101] * 15) == pytest.approx(1 - 100 / 101)
+    tight = ab.noise_band([0.9999, 1.0001] * 8)
+    wide = ab.noise_band([0.9, 1.1] * 8)
+    assert 0 < tight < wide
+    _, lo, hi = ab.ratio_stats([0.9, 1.1] * 8)
+    assert wide == pytest.approx(2 * 1.2533 * (hi - lo) / 1.683 / 16 ** 0.5)
+    assert ab.noise_band([]) == 0.0
+
+
+def test_speedup_is_paired_per_round_so_drift_between_rounds_cancels():
+    # both variants drift together from 10 to 20 ms; the candidate is 5% faster in every round
+    base = [10.0 + r for r in range(11)]
+    fast = [b / 1.05 for b in base]
+    m, lo, hi = ab.ratio_stats(ab.paired_ratios(base, fast))
+    assert m == pytest.approx(1.05) and lo == pytest.approx(1.05) and hi == pytest.approx(1.05)
+    # the ratio of medians would be the same here, but not when the variant's slow rounds differ
+    assert ab.paired_ratios([10.0, 10.0], [5.0, 0.0]) == [2.0]
 
 
 def test_verdict_beyond_the_band():

@@ -7,7 +7,7 @@ import torch
 from torch._subclasses import FakeTensorMode
 
 from miner.runtime import gate
-from miner.runtime.rewrite import GATE_DECISIONS, decide, match_inputs_ok, wins_gate
+from miner.runtime.rewrite import GATE_DECISIONS, decide, device_reasons, match_reasons, match_vals, wins_gate
 
 F32, BF16 = "float32", "bfloat16"
 SIG = (((8192, 768), F32),)
@@ -146,12 +146,13 @@ def test_gate_passes_on_cpu_where_the_timings_do_not_apply():
 
 def test_gate_declines_a_match_without_tensor_metas():
     assert not wins_gate(SimpleNamespace(kwargs={"x0": SimpleNamespace(meta={})}), None, 1)
-    assert not match_inputs_ok(SimpleNamespace(kwargs={}), 1, ("float",), None)
+    assert match_reasons(SimpleNamespace(kwargs={}), 1, ("float",)) == ["meta: an input is not a tensor"]
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_kinds_check_still_sees_fake_inputs(device):
-    assert match_inputs_ok(match_of(fake((4, 8), torch.float32, device)), 1, ("float",), 2)
+    vals = match_vals(match_of(fake((4, 8), torch.float32, device)), 1)
+    assert [tuple(v.shape) for v in vals] == [(4, 8)] and device_reasons(vals) == []
 
 
 def test_compile_mode_follows_inductor_config():

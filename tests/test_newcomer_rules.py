@@ -9,7 +9,6 @@ import torch
 from miner.core.errors import UsageError
 from miner.mine.mine import _non_overlapping, mine
 from miner.check import ab
-from miner.check.verify import StepStats
 from miner.runtime import gate
 from test_mine_helpers import fx_graph, rekey
 
@@ -24,17 +23,12 @@ def test_a_step_change_exactly_at_the_noise_band_is_noise():
     assert ab.verdict(1.0, 0.0) == "noise" and ab.verdict(None, 0.01) is None and ab.verdict(1.1, None) is None
 
 
-def _stats(median, p20, p80, steps):
-    return StepStats(median_ms=median, p20_ms=p20, p80_ms=p80, steps=steps, peak_mem_bytes=0, first_step_s=0.0)
-
-
 def test_the_noise_band_is_the_larger_of_the_control_offset_and_twice_the_standard_error():
-    tight = _stats(10.0, 10.0, 10.0, 15)
-    assert ab.noise_band(tight, _stats(10.0 / 1.03, 9.7, 9.7, 15)) == \
-        pytest.approx(0.03, rel=1e-6)  # the control's offset decides
-    spread = _stats(10.0, 9.0, 11.0, 4)
-    expected = 2 * (2 ** 0.5) * ab.rel_se_median(spread)
-    assert ab.noise_band(spread, spread) == pytest.approx(expected) and expected > 0  # the spread decides
+    steady = [0.97] * 15  # per round default/control: the control always 3% slower, no spread
+    assert ab.noise_band(steady) == pytest.approx(0.03, rel=1e-6)  # the control's offset decides
+    spread = [0.9, 1.1, 0.95, 1.05]
+    expected = 2 * ab.rel_se_median(spread)
+    assert ab.noise_band(spread) == pytest.approx(expected) and expected > abs(1.0 - 1.0)  # the spread decides
 
 
 def _record(verdict, speedup, site):

@@ -76,21 +76,12 @@ def test_pass_uuid_hashes_the_sources(ws):
     assert rewrite.FusionPass([entry]).uuid() != before
 
 
-def test_extra_check_declines_cpu_without_the_interpreter(ws, monkeypatch):
-    class Node:
-        def __init__(self, t):
-            self.meta = {"val": t}
-
-    class Match:
-        kwargs = {"x0": Node(torch.empty(2, 8))}
-
-    assert rewrite.match_inputs_ok(Match(), 1, ("float",), 2)
-    assert not rewrite.match_inputs_ok(Match(), 1, ("float",), 3)  # rank the reductions' dims assume
-    Match.kwargs = {"x0": Node(torch.empty(2, 8, dtype=torch.float64))}
-    assert not rewrite.match_inputs_ok(Match(), 1, ("float",), 2)
-    Match.kwargs = {"x0": Node(torch.empty(2, 8))}
+def test_extra_check_declines_cpu_without_the_interpreter(monkeypatch):
+    t = torch.empty(2, 8)
+    assert rewrite.device_reasons([t]) == []
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    assert not rewrite.match_inputs_ok(Match(), 1, ("float",), 2)
+    assert rewrite.device_reasons([t]) == ["device: CPU tensors need the Triton interpreter (TRITON_INTERPRET=1)"]
+    assert rewrite.device_reasons([t, torch.empty(2, 8, device="meta")])[0].startswith("device: inputs on several")
 
 
 @pytest.mark.slow

@@ -45,7 +45,7 @@ class VariantResult:
     fusions: list[str]
     gate: str
     step: StepStats | None = None
-    speedup: float | None = None  # default median / this median (same timing phase)
+    speedup: float | None = None  # median over rounds of default / this (paired; same timing phase)
     verdict: str | None = None  # win / loss / noise (beyond / within the control's band)
     parity: Parity | None = None
     matches: dict[str, int] = field(default_factory=dict)
@@ -56,6 +56,8 @@ class VariantResult:
     fx_cache_hits: int | None = None
     note: str = ""
     error: str | None = None
+    speedup_p20: float | None = None  # 20/80% quantiles of the per-round ratios behind ``speedup``
+    speedup_p80: float | None = None
 
 
 @dataclass
@@ -94,20 +96,38 @@ def ab_from_json(d: dict) -> ABResult:
 
 
 # --------------------------------------------------------------------------- statistics
+# Timed steps alternate between the variants, so round r of every variant ran under the same
+# conditions (clocks, allocator, other processes): a variant's speedup is the median over rounds of
+# default[r] / variant[r] (paired), not the ratio of two medians, which keeps drift between rounds
+# out of the estimate. The control's paired ratios give the noise band.
 
-def rel_se_median(s: StepStats) -> float:
-    """Relative standard error of a median, from the measured p20-p80 spread (normal: 1.683 sigma)."""
-    if s.median_ms <= 0 or s.steps < 2:
+def paired_ratios(base: Sequence[float], times: Sequence[float]) -> list[float]:
+    """Per round, the default's step time over this variant's (> 1: this variant was faster)."""
+    return [b / t for b, t in zip(base, times) if t > 0]
+
+
+def ratio_stats(ratios: Sequence[float]) -> tuple[float, float, float]:
+    """(median, p20, p80) of paired ratios."""
+    from miner.bench import roofline as rl
+
+    m, lo, hi = rl.summarize(list(ratios))
+    return m, lo, hi
+
+
+def rel_se_median(ratios: Sequence[float]) -> float:
+    """Standard error of the median of ``ratios``, from their p20-p80 spread (normal: 1.683 sigma)."""
+    if len(ratios) < 2:
         return 0.0
-    sigma = (s.p80_ms - s.p20_ms) / 1.683
-    return 1.2533 * sigma / math.sqrt(s.steps) / s.median_ms
+    _, lo, hi = ratio_stats(ratios)
+    return 1.2533 * (hi - lo) / 1.683 / math.sqrt(len(ratios))
 
 
-def noise_band(default: StepStats, control: StepStats) -> float:
-    """The relative step change that two identical compiles show: the larger of the control's
-    measured offset ``|control/default - 1|`` and twice the combined standard error of the two medians."""
-    offset = abs(default.median_ms / control.median_ms - 1.0) if control.median_ms > 0 else 0.0
-    return max(offset, 2.0 * math.hypot(rel_se_median(default), rel_se_median(control)))
+def noise_band(control_ratios: Sequence[float]) -> float:
+    """The relative step change two identical compiles show: the larger of the control's paired
+    offset ``|median(default/control) - 1|`` and twice the standard error of that median."""
+    if not control_ratios:
+        return 0.0
+    return max(abs(ratio_stats(control_ratios)[0] - 1.0), 2.0 * rel_se_median(control_ratios))
 
 
 def verdict(speedup: float | None, band: float | None) -> str | None:
@@ -239,12 +259,28 @@ def interleave(lives: Sequence[_Live], rounds: int, device: str) -> None:
 
     n = len(lives)
     for r in range(rounds):
-        for live in list(lives[r % n:]) + list(lives[:r % n]):
-            _zero_grads(live.model)
-            with gpu_timing_lock():
-                ms, peak = time_step(live.step, device)
-            live.times.append(ms)
-            live.peak = max(live.peak, peak)
+        with _collected_then_paused():  # a collection inside a timed step stalls its launches
+            for live in list(lives[r % n:]) + list(lives[:r % n]):
+                _zero_grads(live.model)
+                with gpu_timing_lock():
+                    ms, peak = time_step(live.step, device)
+                live.times.append(ms)
+                live.peak = max(live.peak, peak)
+
+
+@contextlib.contextmanager
+def _collected_then_paused():
+    """Python's garbage collector run now, then off until the block ends (as ``timeit`` does)."""
+    import gc
+
+    was_on = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
 
 
 def _stats(live: _Live) -> StepStats:
@@ -254,15 +290,22 @@ def _stats(live: _Live) -> StepStats:
     return StepStats(m, lo, hi, len(live.times), live.peak, live.res.compile_s or 0.0)
 
 
-def _record_phase(lives: Sequence[_Live], band: float | None) -> None:
-    base = _stats(lives[0])
-    for live in lives:
-        s = _stats(live)
-        live.res.step = s
-        live.res.speedup = base.median_ms / s.median_ms if s.median_ms > 0 else None
+def _record_phase(lives: Sequence[_Live], band: float | None) -> list[float]:
+    """Step stats and paired speedups (against ``lives[0]``) of one timing phase; returns the
+    per-round ratios of ``lives[1]`` (the control), which give the noise band."""
+    base = list(lives[0].times)
+    control: list[float] = []
+    for i, live in enumerate(lives):
+        live.res.step = _stats(live)
+        ratios = paired_ratios(base, live.times)
+        if ratios:
+            live.res.speedup, live.res.speedup_p20, live.res.speedup_p80 = ratio_stats(ratios)
+        if i == 1:
+            control = ratios
         if live.res.name != "default":
             live.res.verdict = verdict(live.res.speedup, band)
         live.times = []
+    return control
 
 
 def in_model_record(r: ABResult, v: VariantResult, fusion: str) -> dict:
@@ -377,8 +420,7 @@ def run_ab(build: Callable[[], Any], *, model: str, mode: str, compile_mode: str
         phase_a.append(make(f"alone:{f}", fusions.graph_pass([f]), [f], GATE_OPEN))
     log(f"  {model} {mode}/{compile_mode}: {rounds} alternating rounds over {len(phase_a)} variants")
     interleave(phase_a, rounds, device)
-    _record_phase(phase_a, None)
-    r.noise_band = noise_band(default.res.step, control.res.step)
+    r.noise_band = noise_band(_record_phase(phase_a, None))
     for live in phase_a[1:]:
         live.res.verdict = verdict(live.res.speedup, r.noise_band)
     _parity(phase_a, mode, device)
@@ -411,12 +453,14 @@ def run_ab(build: Callable[[], Any], *, model: str, mode: str, compile_mode: str
         gated = make("gated", fusions.graph_pass(names), names, GATE_ON)
         phase_b = [default, control, gated]
         interleave(phase_b, rounds, device)
-        saved = [(live.res.step, live.res.speedup, live.res.verdict) for live in (default, control)]
+        saved = [(live.res.step, live.res.speedup, live.res.speedup_p20, live.res.speedup_p80, live.res.verdict)
+                 for live in (default, control)]
         _record_phase(phase_b, r.noise_band)
         gated.res.note = (f"timed in a second phase with default and control (there: default "
                           f"{default.res.step.median_ms:.2f} ms, control {control.res.speedup:.3f}x)")
-        for live, (step, speedup, verdict_) in zip((default, control), saved):  # phase A's numbers stand
-            live.res.step, live.res.speedup, live.res.verdict = step, speedup, verdict_
+        for live, kept in zip((default, control), saved):  # phase A's numbers stand
+            (live.res.step, live.res.speedup, live.res.speedup_p20, live.res.speedup_p80,
+             live.res.verdict) = kept
         _parity([default, gated], mode, device)
         _explain([default, gated], kernel_times, device, profile_steps)
         r.variants.append(gated.res)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from miner.check import explain
-from miner.check.ab import COMPILE_MODES, ABResult, ab_from_json, ab_to_json, alone_records, run_ab
+from miner.check.ab import COMPILE_MODES, ABResult, VariantResult, ab_from_json, ab_to_json, alone_records, run_ab
 from miner.check.promotion import _root
 from miner.check.verify import format_step, load_fusions, run_env
 from miner.core.dtypes import AUTOCAST_MODEL_TOL
@@ -224,7 +224,7 @@ def detail(r: ABResult) -> str:
                                             f"FAIL (loss {v.parity.loss_rel}, grads {v.parity.grads_rel})")
         cs = "-" if v.compile_s is None else f"{v.compile_s:.1f}"
         out.append(f"| {v.name} | {v.gate} | {format_step(v.step)} | "
-                   f"{'-' if v.speedup is None else f'{v.speedup:.3f}x'} | {v.verdict or '-'} | {_gib(v)} | {m} | "
+                   f"{_speedup(v)} | {v.verdict or '-'} | {_gib(v)} | {m} | "
                    f"{par} | {cs} | {explain.describe(v.kernels)} | {v.note} |")
     if r.gate:
         cpu = "" if r.env.get("device", "cuda") == "cuda" else " (CPU run: the gate passes here; this is what it would decide on CUDA)"
@@ -237,18 +237,35 @@ def detail(r: ABResult) -> str:
     return "\n".join(out) + "\n"
 
 
+def _speedup(v: VariantResult) -> str:
+    if v.speedup is None:
+        return "-"
+    rng = "" if v.speedup_p20 is None else f" ({v.speedup_p20:.3f}-{v.speedup_p80:.3f})"
+    return f"{v.speedup:.3f}x{rng}"
+
+
+def _env(results: Sequence[ABResult]) -> dict:
+    """The run's environment: the results', or this machine's for a peers-only run."""
+    env = next((r.env for r in results if r.env), None)
+    if env is None:
+        import torch
+        env = run_env("cuda" if torch.cuda.is_available() else "cpu")
+    return env
+
+
 def markdown(results: Sequence[ABResult], peers: Sequence[dict] = ()) -> str:
-    env = next((r.env for r in results if r.env), {})
+    env = _env(results)
     head = (f"GPU {env.get('gpu')}, torch {env.get('torch')}, triton {env.get('triton')}, CUDA {env.get('cuda')}, "
             f"date {env.get('date')}")
     md = [f"# miner verify --ab\n\n{head}\n",
           "Per model, step mode and compile mode: the default compile, a second default compile (control: "
-          "its difference is the noise band: the larger of |control/default - 1| and twice the combined "
-          "standard error of the two medians, from their p20-p80 spread), every fusion with the gate forced "
+          "its difference is the noise band: the larger of |median over rounds of default/control - 1| and "
+          "twice the standard error of that median, from the p20-p80 spread of the per-round ratios), every fusion with the gate forced "
           "open (`all`), each fusion that fires alone (`alone:<f>`), and every fusion with the gate on "
           "(`gated`, deciding from in-model evidence incl. this run's `alone` verdicts). Timed steps alternate "
-          "between the variants (round robin); median and p20-p80 per variant; speedup = default median / "
-          "variant median; verdict win / loss beyond the band, else noise. bf16 autocast; train = forward + "
+          "between the variants (round robin, Python's garbage collector paused within a round, ~1 ms of GPU "
+          "work queued ahead of each step as in a loop that never synchronizes); median and p20-p80 per "
+          "variant; speedup = median over rounds of default/variant (paired), with its p20-p80; verdict win / loss beyond the band, else noise. bf16 autocast; train = forward + "
           f"loss + backward. Parity of one seeded step against the default (tolerances {AUTOCAST_MODEL_TOL}). "
           "Kernels: torch.profiler kernel time per step against the default's, Inductor's kernel numbers "
           "stripped.\n", summary_table(results)]
@@ -268,7 +285,7 @@ def markdown(results: Sequence[ABResult], peers: Sequence[dict] = ()) -> str:
 def save(results: Sequence[ABResult], out_dir: Path, peers: Sequence[dict] = ()) -> list[Path]:
     from miner.core.workspace import write_json, write_text
 
-    env = next((r.env for r in results if r.env), {})
+    env = _env(results)
     data = {"schema": SCHEMA, "kind": KIND, "env": env, "parity_tolerance": AUTOCAST_MODEL_TOL,
             "results": [ab_to_json(r) for r in results], "peers": list(peers)}
     out_dir = Path(out_dir)

@@ -46,7 +46,6 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 from miner.core import dtypes
 from miner.core.errors import MinerError
 
-FLOAT_DTYPES = tuple(dtypes.torch_dtype(d) for d in dtypes.KERNEL_FLOATS)  # what the kernels take
 WINS_FILE = "wins.json"  # a fusion's measured verdicts, next to its pattern.py
 WINS_KIND, WINS_SCHEMA = "FusionWins", 1
 
@@ -197,24 +196,6 @@ def match_ok(match, op_name: str, n_inputs: int, input_kinds: Sequence[str]) -> 
         for r in reasons:
             record_decline(op_name.split("::")[-1], r, label)
     return not reasons
-
-
-def match_inputs_ok(match, n_inputs: int, input_kinds: tuple[str, ...], rank: int | None) -> bool:
-    """Devices, input dtypes, static shapes and rank only (kept for callers of the old check;
-    generated pattern modules call :func:`match_ok`, the full rule set)."""
-    vals = match_vals(match, n_inputs)
-    if vals is None or device_reasons(vals):
-        return False
-    for val, kind in zip(vals, input_kinds):
-        if kind == "float" and val.dtype not in FLOAT_DTYPES or kind == "bool" and val.dtype != torch.bool:
-            return False
-        if not all(isinstance(s, int) for s in val.shape):
-            return False
-    try:
-        shape = torch.broadcast_shapes(*(v.shape for v in vals))
-    except RuntimeError:
-        return False
-    return rank is None or len(shape) == rank
 
 
 # --------------------------------------------------------------------------- the gate
@@ -372,6 +353,6 @@ def entry_for(pattern_path: str | Path, name: str, module: ModuleType | None = N
 
 
 __all__ = ["Entry", "FusionPass", "Signature", "WINS_FILE", "decide", "define_op", "entry_for",
-           "inductor_options", "interpreter_enabled", "load_module", "load_wins", "match_inputs_ok", "match_ok",
+           "inductor_options", "interpreter_enabled", "load_module", "load_wins", "match_ok",
            "match_reasons", "match_vals", "record_decline", "canonicalize_dims",
            "measurements", "module_name", "op_schema", "scalar_trace_values", "signature_of", "wins_gate"]
