@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache, partial
-from typing import Any
+from typing import Any, Callable
 
 from .base import (TINY, Built, ModelSpec, config_for, finish, fix_special_tokens, instantiate,
                          no_cache_inputs)
@@ -150,6 +150,30 @@ def _kv_heads(kv: int, heads: int) -> int:
     return 1 if kv == 1 else HEADS // 2
 
 
+KV_HEADS = object()  # in CAPS: key/value heads follow the (already capped) attention heads (``_kv_heads``)
+
+# (which keys, the largest value the tiny preset keeps): the first row whose keys match and whose cap
+# the value exceeds decides
+CAPS: tuple[tuple[Callable[[str], bool], Any], ...] = (
+    (lambda k: k in LAYER_KEYS, LAYERS),
+    (lambda k: k in HIDDEN_KEYS, HIDDEN),
+    (lambda k: k in HEAD_KEYS, HEADS),
+    (lambda k: k in KV_KEYS, KV_HEADS),
+    (lambda k: k.endswith("head_dim") or k in {"d_kv", "d_head", "attention_head_size", "kv_channels"}, HEAD_DIM),
+    (lambda k: k == "rotary_dim", HEAD_DIM // 2),
+    (lambda k: k.endswith("lora_rank"), 64),
+    (lambda k: k in INTER_KEYS, INTER),
+    (lambda k: k in VOCAB_KEYS, VOCAB),
+    (lambda k: k in POSITION_KEYS, MAX_POSITIONS),
+    (lambda k: k in EXPERT_KEYS, EXPERTS),
+    (lambda k: k in TOPK_KEYS, TOPK),
+    (lambda k: k in GROUP_KEYS, 1),
+    (lambda k: k == "image_size", IMAGE_SIZE),
+    (lambda k: k == "embedding_size", HIDDEN),
+    (lambda k: k == "num_kv_shared_layers", 0),
+)
+
+
 def shrink_dict(d: dict[str, Any]) -> dict[str, Any]:
     """The tiny-preset keywords of one config dict (only the keys that change; sub-configs in full)."""
     out: dict[str, Any] = {}
@@ -170,39 +194,14 @@ def shrink_dict(d: dict[str, Any]) -> dict[str, Any]:
         elif isinstance(v, list):
             if layers and len(v) == layers > LAYERS and key not in ("hidden_sizes", "depths"):
                 out[key] = per_layer(v)  # layer_types, attention_window, ...
-        elif key in LAYER_KEYS and v > LAYERS:
-            out[key] = LAYERS
-        elif key in HIDDEN_KEYS and v > HIDDEN:
-            out[key] = HIDDEN
-        elif key in HEAD_KEYS and v > HEADS:
-            out[key] = HEADS
-        elif key in KV_KEYS and heads:
-            out[key] = _kv_heads(v, heads)
-        elif (key.endswith("head_dim") or key in {"d_kv", "d_head", "attention_head_size", "kv_channels"}) \
-                and v > HEAD_DIM:
-            out[key] = HEAD_DIM
-        elif key == "rotary_dim" and v > HEAD_DIM // 2:
-            out[key] = HEAD_DIM // 2
-        elif key.endswith("lora_rank") and v > 64:
-            out[key] = 64
-        elif key in INTER_KEYS and v > INTER:
-            out[key] = INTER
-        elif key in VOCAB_KEYS and v > VOCAB:
-            out[key] = VOCAB
-        elif key in POSITION_KEYS and v > MAX_POSITIONS:
-            out[key] = MAX_POSITIONS
-        elif key in EXPERT_KEYS and v > EXPERTS:
-            out[key] = EXPERTS
-        elif key in TOPK_KEYS and v > TOPK:
-            out[key] = TOPK
-        elif key in GROUP_KEYS and v > 1:
-            out[key] = 1
-        elif key == "image_size" and v > IMAGE_SIZE:
-            out[key] = IMAGE_SIZE
-        elif key == "embedding_size" and v > HIDDEN:
-            out[key] = HIDDEN
-        elif key == "num_kv_shared_layers" and v > 0:
-            out[key] = 0
+        else:
+            for match, cap in CAPS:  # the first row that applies decides, as an elif chain would
+                if cap is KV_HEADS and match(key) and heads:
+                    out[key] = _kv_heads(v, heads)
+                    break
+                if cap is not KV_HEADS and match(key) and v > cap:
+                    out[key] = cap
+                    break
     if "qk_head_dim" in d and "qk_nope_head_dim" in d and "qk_rope_head_dim" in d:  # MLA: qk = nope + rope
         out["qk_head_dim"] = (out.get("qk_nope_head_dim", d["qk_nope_head_dim"])
                               + out.get("qk_rope_head_dim", d["qk_rope_head_dim"]))
