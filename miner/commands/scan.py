@@ -60,7 +60,7 @@ def default_jobs(n_models: int) -> int:
 
 def require_device(args) -> None:
     """``--device cuda`` needs a GPU here, unless the work goes to a Ray cluster elsewhere (``--address``)."""
-    if args.device.startswith("cuda") and not (args.executor == "ray" and args.address):
+    if args.device.startswith("cuda") and not executor.elsewhere(args):
         import torch
         if not torch.cuda.is_available():
             raise UsageError("--device cuda, but torch sees no CUDA device")

@@ -33,6 +33,7 @@ from miner.core.errors import UsageError
 
 EXECUTORS = ("local", "ray")
 RAY_INSTALL = "pip install 'miner[ray]'  (or: pip install ray)"
+TASK_TIMEOUT_S = 1800  # a task's process is killed after this long (scan: --timeout)
 MAX_RETRIES = 2  # a Ray task whose worker process died (node lost, Ray's OOM killer) runs again, twice at most
 
 
@@ -265,7 +266,45 @@ def add_arguments(p) -> None:
                         "belongs to) or ray://host:10001; without it a local cluster starts")
 
 
+def elsewhere(args) -> bool:
+    """Whether the work goes to a Ray cluster at ``--address`` (whose GPUs this machine may lack)."""
+    return getattr(args, "executor", "local") == "ray" and bool(getattr(args, "address", None))
+
+
+# --------------------------------------------------------------------------- what travels with a task
+
+def pack(root: Path, folders: Sequence[str]) -> dict[str, bytes]:
+    """The files under ``root/<folder>`` for each folder (``__pycache__`` left out), by relative path."""
+    root = Path(root)
+    files = {}
+    for folder in folders:
+        for path in sorted((root / folder).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                files[path.relative_to(root).as_posix()] = path.read_bytes()
+    return files
+
+
+def unpack(files: dict[str, bytes], root: Path) -> Path:
+    """Write ``pack``'s files under ``root`` (a task's temporary workspace); returns ``root``."""
+    for rel, data in files.items():
+        path = Path(root, rel)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return Path(root)
+
+
 # --------------------------------------------------------------------------- isolation for in-process work
+
+def isolated(key: str, fn: Callable[..., Any], args: tuple, *, timeout: float, gpus: float = 0,
+             cpus: float = 1) -> Task:
+    """A ``Task`` that runs ``fn(*args)`` through ``in_subprocess`` (in the driver's directory when
+    the machine has it), so a crash or hang is that task's error and its Ray worker lives on."""
+    return Task(key, _isolated_call, (fn, args, timeout, os.getcwd()), gpus=gpus, cpus=cpus)
+
+
+def _isolated_call(fn: Callable[..., Any], args: tuple, timeout: float, cwd: str) -> Any:
+    return in_subprocess(fn, args, timeout=timeout, cwd=cwd if os.path.isdir(cwd) else None)
+
 
 _CHILD = ("import pickle, sys; sys.path.insert(0, {root!r}); from miner.core.executor import child_main; "
           "sys.path.remove({root!r}); sys.exit(child_main(sys.argv[1], sys.argv[2]))")

@@ -328,13 +328,14 @@ def scan(model_names: list[str], *, preset: str = "tiny", modes: tuple[str, ...]
     log_dir = workspace.captures / "logs"
     threads = compile_threads(min(jobs, len(todo)))
     executor = executor or LocalExecutor(jobs)
-    if executor.remote:  # the task returns its files as data; this process saves them (see scan_remote)
+    if not todo:
+        tasks = []
+    elif executor.remote:  # the task returns its files as data; this process saves them (see scan_remote)
         cpus = max(1, min(threads, int(executor.largest_node("CPU")) or 1))
         gpus = 1 if device.startswith("cuda") else 0
         tasks = [Task(r.model, scan_remote, (r, timeout, cpus, os.getcwd()), gpus=gpus, cpus=cpus) for r in todo]
-        if todo:
-            echo(f"submitting {len(todo)} model(s) to {executor.describe()}: {cpus} CPU(s)"
-                 + (f" and {gpus} GPU" if gpus else "") + " each")
+        echo(f"submitting {len(todo)} model(s) to {executor.describe()}: {cpus} CPU(s)"
+             + (f" and {gpus} GPU" if gpus else "") + " each")
     else:
         tasks = [Task(r.model, _run_local, (r, workspace, timeout, echo, log_dir, threads)) for r in todo]
 

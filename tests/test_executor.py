@@ -1,0 +1,182 @@
+"""The executors (miner/core/executor.py): the local pool and Ray, on scan (and the isolation helper).
+
+The Ray tests share one local cluster (``ray.init(num_cpus=2)``, module-scoped) and skip when Ray
+is not installed (``pip install -e .[ray]``; CI installs it). Each scan is of tiny fixture models in
+inference mode: one forward graph each, seconds of compile.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+
+import pytest
+import torch
+
+from miner.cli import main
+from miner.core import executor as E
+from miner.core.records import to_json
+from miner.core.workspace import Workspace
+
+GOOD = "tests.zoo_fixtures:good"
+NORM = "tests.test_executor:norm_gelu"  # a second tiny model, other ops than GOOD's
+
+
+class NormGelu(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(8)
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x, labels=None):
+        y = torch.nn.functional.gelu(self.proj(self.norm(x)))
+        return {"loss": None if labels is None else (y - labels).pow(2).mean(), "y": y}
+
+
+def norm_gelu(preset, mode, device):
+    from miner_models import Built
+    inputs = {"x": torch.randn(4, 8), "labels": torch.rand(4, 8)} if mode == "train" else {"x": torch.randn(4, 8)}
+    return Built(NormGelu().to(device), inputs, lambda out: out["loss"])
+
+
+def graph_digests(ws: Workspace) -> dict[str, str]:
+    """Graph file name -> sha256 of its content without provenance (dates, versions, seconds):
+    every node (op, target, args, users, shapes, dtypes, strides, module, kernels) and the kernel list."""
+    out = {}
+    for path in ws.graph_files():
+        g = ws.load_graph(path)
+        body = {"key": to_json(g.key), "nodes": to_json(g.nodes), "kernels": to_json(g.kernels)}
+        out[str(path.relative_to(ws.captures))] = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    return out
+
+
+# --------------------------------------------------------------------------- without Ray
+
+def _boom():
+    raise ValueError("bad input on purpose")
+
+
+def _exit_hard():
+    os._exit(7)
+
+
+def test_in_subprocess_returns_values_and_names_crashes_and_hangs():
+    assert E.in_subprocess(sum, ([1, 2, 3],), timeout=60) == 6
+    with pytest.raises(RuntimeError, match="ValueError: bad input on purpose"):
+        E.in_subprocess(_boom, timeout=60)
+    with pytest.raises(RuntimeError, match="exited with code 7"):
+        E.in_subprocess(_exit_hard, timeout=60)
+    t0 = time.perf_counter()
+    with pytest.raises(RuntimeError, match="timed out after 2s"):
+        E.in_subprocess(time.sleep, (60,), timeout=2)
+    assert time.perf_counter() - t0 < 30
+
+
+def test_local_executor_keeps_order_records_errors_and_counts(capsys):
+    said = []
+    tasks = [E.Task("a", sum, ([1, 2],)), E.Task("b", _boom), E.Task("c", max, (3, 4))]
+    outs = E.LocalExecutor(2).run(tasks, echo=said.append)
+    assert [o.value for o in outs] == [3, None, 4]
+    assert outs[1].error == "ValueError: bad input on purpose"
+    assert len(said) == 3 and said[-1].endswith("(3/3 done, 0 running, 1 failed)")
+
+
+def test_executor_flags_fail_in_one_line(tmp_path, monkeypatch, capsys):
+    import sys
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    assert main(["--workspace", str(tmp_path), "scan", "--models", GOOD, "--executor", "ray"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs Ray" in err[0] and "pip install" in err[0]
+    assert main(["--workspace", str(tmp_path), "scan", "--models", GOOD, "--address", "auto"]) != 0
+    assert "--address needs --executor ray" in capsys.readouterr().err
+
+
+def test_pack_and_unpack_carry_a_folder(tmp_path):
+    (tmp_path / "fusions" / "a" / "__pycache__").mkdir(parents=True)
+    (tmp_path / "fusions" / "a" / "pattern.py").write_text("X = 1\n")
+    (tmp_path / "fusions" / "a" / "__pycache__" / "pattern.pyc").write_bytes(b"junk")
+    files = E.pack(tmp_path, ["fusions"])
+    assert files == {"fusions/a/pattern.py": b"X = 1\n"}
+    assert (E.unpack(files, tmp_path / "copy") / "fusions/a/pattern.py").read_text() == "X = 1\n"
+
+
+# --------------------------------------------------------------------------- on a local Ray cluster
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray = pytest.importorskip("ray")
+    E.expose_checkout()  # the workers import this checkout's miner and tests.*
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield E.RayExecutor()  # joins the cluster above: closing it leaves the cluster up
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def both(cluster, tmp_path_factory):
+    """The same two tiny models scanned by the local pool and by Ray, into two workspaces."""
+    from miner.scan.scan import scan
+
+    local, remote = (Workspace(tmp_path_factory.mktemp(n)) for n in ("local", "ray"))
+    said = []
+    kw = dict(modes=("infer",), jobs=2, timeout=300)
+    r_local = scan([GOOD, NORM], workspace=local, **kw)
+    r_ray = scan([GOOD, NORM], workspace=remote, executor=cluster, echo=said.append, **kw)
+    return local, remote, r_local, r_ray, said
+
+
+def test_ray_writes_the_same_graphs_as_the_local_pool(both):
+    local, remote, r_local, r_ray, said = both
+    assert all(r.ok for r in r_local + r_ray), [r.error for r in r_local + r_ray]
+    a, b = graph_digests(local), graph_digests(remote)
+    assert len(a) == 2 and a == b  # one inference graph per model, node for node
+    assert [(r.model, r.graphs, r.nodes_by_category, r.kernels) for r in r_local] == \
+           [(r.model, r.graphs, r.nodes_by_category, r.kernels) for r in r_ray]
+    # the driver saved the Ray workers' results, and their logs, into its own workspace
+    assert remote.load_scan(NORM, "tiny", "infer").ok
+    assert (remote.captures / "logs" / "tests.test_executor_norm_gelu.tiny.log").read_text().startswith("# ran on")
+    assert any("submitting 2 model(s) to ray" in s for s in said)
+    assert any(s.endswith("(2/2 done, 0 running, 0 failed)") for s in said), said
+
+
+def test_ray_resumes_from_what_is_saved_and_runs_nothing(both):
+    from miner.scan.scan import scan
+
+    _, remote, _, _, _ = both
+
+    class Refuses(E.RayExecutor):
+        def run(self, tasks, on_done=None, echo=print):
+            raise AssertionError(f"ran {[t.key for t in tasks]}")
+
+    ex = Refuses()  # joins the module's cluster
+    results = scan([GOOD, NORM], modes=("infer",), workspace=remote, executor=ex, echo=lambda s: None)
+    assert [r.reused for r in results] == [True, True]
+
+
+def test_a_crashed_and_a_hung_task_are_recorded_and_the_other_completes(cluster, tmp_path):
+    from miner.scan.scan import scan
+
+    ws = Workspace(tmp_path)
+    crash, hang = "tests.zoo_fixtures:crashes", "tests.zoo_fixtures:hangs"
+    said = []
+    results = scan([crash, hang, GOOD], modes=("infer",), workspace=ws, timeout=20, executor=cluster,
+                   echo=said.append)
+    by = {r.model: r for r in results}
+    assert by[GOOD].ok and len(by[GOOD].graphs) == 1
+    assert not by[crash].ok and "exited with code 3" in by[crash].error
+    assert not by[hang].ok and "timed out after 20s" in by[hang].error
+    assert str(tmp_path.resolve()) in by[crash].error  # the log it names is the driver's copy
+    assert ws.load_scan(hang, "tiny", "infer").error == by[hang].error  # saved, so a rerun retries it
+    assert any(s.endswith("(3/3 done, 0 running, 2 failed)") for s in said), said
+
+
+def _kill_my_worker():
+    os._exit(9)  # the Ray worker process itself dies, as when a node or the OOM killer takes it
+
+
+def test_a_lost_ray_worker_is_retried_then_recorded(cluster):
+    ex = E.RayExecutor(max_retries=1)
+    outs = ex.run([E.Task("lost", _kill_my_worker), E.Task("fine", sum, ([2, 3],))], echo=lambda s: None)
+    assert outs[1].value == 5 and outs[1].error is None
+    assert outs[0].value is None and outs[0].error and "Worker" in outs[0].error
