@@ -77,12 +77,13 @@ OnDone = Callable[[Outcome], "str | None"]
 class Progress:
     """The count printed as each task finishes: ``[key] ok (d/n done, r running, f failed)``.
 
-    ``running`` counts the tasks started and not finished (on Ray: submitted, which includes those
-    still waiting for a free CPU or GPU).
+    ``running`` counts the tasks started and not finished; on Ray, where the driver sees only what it
+    submitted, ``waiting="running or queued"`` says that it includes those waiting for a CPU or GPU.
     """
 
     total: int
     echo: Callable[[str], None] = print
+    waiting: str = "running"
     done: int = 0
     failed: int = 0
     running: int = 0
@@ -99,7 +100,7 @@ class Progress:
             self.done += 1
             self.failed += problem is not None
             self.echo(f"[{out.task.key}] {'ok' if problem is None else 'FAILED: ' + problem} in {out.seconds:.0f}s "
-                      f"({self.done}/{self.total} done, {self.running} running, {self.failed} failed)")
+                      f"({self.done}/{self.total} done, {self.running} {self.waiting}, {self.failed} failed)")
 
 
 class LocalExecutor:
@@ -198,7 +199,7 @@ class RayExecutor:
                                        retry_exceptions=False, name=f"miner:{t.key}").remote(t.fn, t.args)
             refs[ref] = i
             started[ref] = time.perf_counter()
-        progress = Progress(len(tasks), echo)
+        progress = Progress(len(tasks), echo, waiting="running or queued")
         progress.start(len(tasks))
         outcomes: list[Outcome | None] = [None] * len(tasks)
         pending = list(refs)
