@@ -110,21 +110,25 @@ def cluster():
     ray.shutdown()
 
 
+CRASH = "tests.zoo_fixtures:crashes"  # os._exit(3) while building: the task dies mid-way, writing nothing
+
+
 @pytest.fixture(scope="module")
 def both(cluster, tmp_path_factory):
-    """The same two tiny models scanned by the local pool and by Ray, into two workspaces."""
+    """Two tiny models scanned by the local pool and by Ray (beside one that crashes), into two workspaces."""
     from miner.scan.scan import scan
 
     local, remote = (Workspace(tmp_path_factory.mktemp(n)) for n in ("local", "ray"))
     said = []
     kw = dict(modes=("infer",), jobs=2, timeout=300)
     r_local = scan([GOOD, NORM], workspace=local, **kw)
-    r_ray = scan([GOOD, NORM], workspace=remote, executor=cluster, echo=said.append, **kw)
+    r_ray = scan([GOOD, CRASH, NORM], workspace=remote, executor=cluster, echo=said.append, **kw)
     return local, remote, r_local, r_ray, said
 
 
 def test_ray_writes_the_same_graphs_as_the_local_pool(both):
     local, remote, r_local, r_ray, said = both
+    r_ray = [r for r in r_ray if r.model != CRASH]
     assert all(r.ok for r in r_local + r_ray), [r.error for r in r_local + r_ray]
     a, b = graph_digests(local), graph_digests(remote)
     assert len(a) == 2 and a == b  # one inference graph per model, node for node
@@ -133,8 +137,17 @@ def test_ray_writes_the_same_graphs_as_the_local_pool(both):
     # the driver saved the Ray workers' results, and their logs, into its own workspace
     assert remote.load_scan(NORM, "tiny", "infer").ok
     assert (remote.captures / "logs" / "tests.test_executor_norm_gelu.tiny.log").read_text().startswith("# ran on")
-    assert any("submitting 2 model(s) to ray" in s for s in said)
-    assert any(s.endswith("(2/2 done, 0 running or queued, 0 failed)") for s in said), said
+    assert any("submitting 3 model(s) to ray" in s for s in said)
+    assert any(s.endswith("(3/3 done, 0 running or queued, 1 failed)") for s in said), said
+
+
+def test_a_task_that_dies_midway_is_recorded_and_the_others_complete(both):
+    _, remote, _, r_ray, said = both
+    crashed = next(r for r in r_ray if r.model == CRASH)
+    assert not crashed.ok and "exited with code 3" in crashed.error
+    assert str(remote.root.resolve()) in crashed.error  # the log it names is the driver's copy
+    assert remote.load_scan(CRASH, "tiny", "infer").error == crashed.error  # saved: a rerun retries it
+    assert any(s.startswith(f"[{CRASH}] FAILED: worker exited with code 3") for s in said), said
 
 
 def test_ray_resumes_from_what_is_saved_and_runs_nothing(both):
@@ -146,31 +159,21 @@ def test_ray_resumes_from_what_is_saved_and_runs_nothing(both):
         def run(self, tasks, on_done=None, echo=print):
             raise AssertionError(f"ran {[t.key for t in tasks]}")
 
-    ex = Refuses()  # joins the module's cluster
-    results = scan([GOOD, NORM], modes=("infer",), workspace=remote, executor=ex, echo=lambda s: None)
+    results = scan([GOOD, NORM], modes=("infer",), workspace=remote, executor=Refuses(), echo=lambda s: None)
     assert [r.reused for r in results] == [True, True]
 
 
-def test_a_crashed_and_a_hung_task_are_recorded_and_the_other_completes(cluster, tmp_path):
-    from miner.scan.scan import scan
-
-    ws = Workspace(tmp_path)
-    crash, hang = "tests.zoo_fixtures:crashes", "tests.zoo_fixtures:hangs"
-    said = []
-    results = scan([crash, hang, GOOD], modes=("infer",), workspace=ws, timeout=20, executor=cluster,
-                   echo=said.append)
-    by = {r.model: r for r in results}
-    assert by[GOOD].ok and len(by[GOOD].graphs) == 1
-    assert not by[crash].ok and "exited with code 3" in by[crash].error
-    assert not by[hang].ok and "timed out after 20s" in by[hang].error
-    assert str(tmp_path.resolve()) in by[crash].error  # the log it names is the driver's copy
-    assert ws.load_scan(hang, "tiny", "infer").error == by[hang].error  # saved, so a rerun retries it
-    assert any(s.endswith("(3/3 done, 0 running or queued, 2 failed)") for s in said), said
-
-
-def test_a_lost_ray_worker_is_retried_then_recorded(cluster):
+def test_a_hung_task_times_out_and_a_lost_ray_worker_is_retried_then_recorded(cluster):
     ex = E.RayExecutor(max_retries=1)
-    # os._exit in the task: the Ray worker process itself dies, as when a node or the OOM killer takes it
-    outs = ex.run([E.Task("lost", os._exit, (9,)), E.Task("fine", sum, ([2, 3],))], echo=lambda s: None)
-    assert outs[1].value == 5 and outs[1].error is None
-    assert outs[0].value is None and outs[0].error and "Worker" in outs[0].error
+    tasks = [E.isolated("hangs", time.sleep, (120,), timeout=3),
+             # os._exit in the task itself: the Ray worker process dies, as when a node or the OOM killer takes it
+             E.Task("lost", os._exit, (9,)),
+             E.isolated("fine", sum, ([2, 3],), timeout=60)]
+    said = []
+    t0 = time.perf_counter()
+    hung, lost, fine = ex.run(tasks, echo=said.append)
+    assert time.perf_counter() - t0 < 60
+    assert fine.value == 5 and fine.error is None
+    assert hung.value is None and hung.error == "RuntimeError: timed out after 3s"
+    assert lost.value is None and lost.error and "Worker" in lost.error
+    assert said[-1].endswith("(3/3 done, 0 running or queued, 2 failed)")
