@@ -158,7 +158,7 @@ class RayExecutor:
         if not ray.is_initialized():
             if address is None:
                 expose_checkout()  # the local cluster's workers import this very miner
-                ray.init(num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False,
+                ray.init(num_cpus=num_cpus or os.cpu_count() or 1, num_gpus=local_gpus(), include_dashboard=False,
                          log_to_driver=False, configure_logging=False)
             else:
                 ray.init(address=address, log_to_driver=False, configure_logging=False)
@@ -224,6 +224,15 @@ class RayExecutor:
     def close(self) -> None:
         if self.started:
             self.ray.shutdown()
+
+
+def local_gpus() -> int | None:
+    """The GPUs torch sees, when the driver has imported torch already (else Ray's own detection)."""
+    torch = sys.modules.get("torch")
+    try:
+        return torch.cuda.device_count() if torch is not None and torch.cuda.is_available() else None
+    except Exception:
+        return None
 
 
 def import_ray():

@@ -238,6 +238,11 @@ class ScanBundle:
     log: str = ""
     host: str = ""
     root: str = ""  # the temporary workspace it ran in (errors name files there)
+    gpus: str = ""  # CUDA_VISIBLE_DEVICES as Ray set it for the task
+
+    @property
+    def where(self) -> str:
+        return self.host + (f", GPU {self.gpus}" if self.gpus else "")
 
 
 def scan_remote(req: ScanRequest, timeout: float, threads: int, cwd: str) -> ScanBundle:
@@ -267,7 +272,7 @@ def scan_remote(req: ScanRequest, timeout: float, threads: int, cwd: str) -> Sca
         log = log_dir / log_name(req)
         return ScanBundle(tuple(results), tuple(graphs), tuple(profiles),
                           log.read_text(errors="replace") if log.exists() else "", socket.gethostname(),
-                          str(ws.root.resolve()))
+                          str(ws.root.resolve()), os.environ.get("CUDA_VISIBLE_DEVICES", ""))
 
 
 def store(ws: Workspace, bundle: ScanBundle) -> list[ScanResult]:
@@ -286,7 +291,7 @@ def store(ws: Workspace, bundle: ScanBundle) -> list[ScanResult]:
         ws.save_scan(r)
     if results:
         write_text(ws.captures / "logs" / log_name(ScanRequest(results[0].model, results[0].preset)),
-                   f"# ran on {bundle.host} (miner scan --executor ray)\n" + bundle.log)
+                   f"# ran on {bundle.where} (miner scan --executor ray)\n" + bundle.log)
     return results
 
 
@@ -346,8 +351,11 @@ def scan(model_names: list[str], *, preset: str = "tiny", modes: tuple[str, ...]
                              seconds=round(out.seconds, 2)) for m in req.modes]
             for r in rs:
                 workspace.save_scan(r)
+        elif executor.remote:
+            rs = store(workspace, out.value)
+            echo(f"[{req.model}] ran on {out.value.where}")
         else:
-            rs = store(workspace, out.value) if executor.remote else out.value
+            rs = out.value
         for r in rs:
             results[r.model, r.mode] = r
         bad = [r.error or "" for r in rs if not r.ok]
