@@ -177,3 +177,23 @@ def test_a_hung_task_times_out_and_a_lost_ray_worker_is_retried_then_recorded(cl
     assert hung.value is None and hung.error == "RuntimeError: timed out after 3s"
     assert lost.value is None and lost.error and "Worker" in lost.error
     assert said[-1].endswith("(3/3 done, 0 running or queued, 2 failed)")
+
+
+def test_bench_on_ray_gives_the_rows_of_the_local_run(cluster, tmp_path):
+    """One task per (candidate, case), the candidate's folder carried as bytes: the same cases and numerics."""
+    from miner import bench
+    from miner.bench.remote import run_bench_on
+    from miner.core import candidate as candidates
+    from tests.test_bench import write_candidate
+
+    write_candidate(tmp_path / "candidates", shapes=((2, 4, 8, 8), (6, 100)))
+    cands = candidates.load_all(Workspace(tmp_path))
+    kw = dict(device="cpu", variants=["eager", "candidate"], shapes="captured", models=None, replays=2,
+              casts=("captured",), time_budget_s=None)
+    _, local = bench.run_bench(cands, log=lambda s: None, on_row=None, **kw)
+    seen = []
+    env, rows, failures = run_bench_on(cluster, cands, on_row=seen.append, log=lambda s: None, **kw)
+    assert failures == [] and len(rows) == 2 and len(seen) == 2 and env.interpret
+    assert [r.case.label for r in rows] == [r.case.label for r in local]  # the plan's order
+    for a, b in zip(local, rows):
+        assert b.variant("candidate").numerics_ok and b.variant("candidate").rel_err == a.variant("candidate").rel_err

@@ -176,6 +176,8 @@ def _spread(args, models, *, ab: bool, ws, device: str, kwargs: dict, on_result)
         return run(models, time_budget_s=args.time_budget, workspace=ws, on_result=on_result, log=_log, **kwargs)
     from miner.check.remote import run_on
     try:
+        if not kwargs.get("candidates"):
+            verify.load_fusions(ws.root)  # none to verify: the one-line error here, not one per task
         return run_on(ex, models, ab=ab, workspace=ws, device=device, kwargs=kwargs, time_budget_s=args.time_budget,
                       on_result=on_result, log=_log)
     finally:

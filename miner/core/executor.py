@@ -161,7 +161,10 @@ class RayExecutor:
                 ray.init(num_cpus=num_cpus or os.cpu_count() or 1, num_gpus=local_gpus(), include_dashboard=False,
                          log_to_driver=False, configure_logging=False)
             else:
-                ray.init(address=address, log_to_driver=False, configure_logging=False)
+                try:
+                    ray.init(address=address, log_to_driver=False, configure_logging=False)
+                except Exception as e:  # no cluster there, or ray:// without Ray Client installed
+                    raise UsageError(f"--address {address}: cannot join that Ray cluster: {one_line(e)}") from None
             self.started = True
         self.address = address or "local cluster"
         self._remote = ray.remote(_ray_call)
