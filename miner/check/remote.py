@@ -27,9 +27,11 @@ def verify_task(files: dict[str, bytes], model: str, kwargs: dict, deadline: flo
 
     from miner.check import verify
     from miner.core.executor import unpack
+    from miner.core.workspace import Workspace
 
-    with tempfile.TemporaryDirectory(prefix="miner-verify-") as tmp:
-        return verify.run_verify([model], workspace=unpack(files, tmp), time_budget_s=_remaining(deadline), **kwargs)
+    with tempfile.TemporaryDirectory(prefix="miner-verify-") as tmp:  # a Workspace: a Path's .root is "/"
+        return verify.run_verify([model], workspace=Workspace(unpack(files, tmp)), time_budget_s=_remaining(deadline),
+                                 **kwargs)
 
 
 def ab_task(files: dict[str, bytes], model: str, kwargs: dict, deadline: float | None) -> list:
