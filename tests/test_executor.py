@@ -197,3 +197,32 @@ def test_bench_on_ray_gives_the_rows_of_the_local_run(cluster, tmp_path):
     assert [r.case.label for r in rows] == [r.case.label for r in local]  # the plan's order
     for a, b in zip(local, rows):
         assert b.variant("candidate").numerics_ok and b.variant("candidate").rel_err == a.variant("candidate").rel_err
+
+
+def test_on_cuda_each_model_asks_ray_for_one_gpu_and_its_compile_cpus(tmp_path, monkeypatch):
+    """What `miner scan/profile --device cuda --executor ray` submits: one task per model, 1 GPU, CPUs/jobs CPUs."""
+    from miner.scan import scan as S
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    asked = []
+
+    class Cluster:  # records the tasks instead of running them
+        remote = True
+
+        def largest_node(self, resource):
+            return 64.0
+
+        def describe(self):
+            return "a cluster"
+
+        def run(self, tasks, on_done=None, echo=print):
+            asked.extend(tasks)
+            for t in tasks:
+                on_done(E.Outcome(t, error="not run"))
+
+    results = S.scan(["bert", "gpt2", "llama", "t5"], preset="base", device="cuda", workspace=Workspace(tmp_path),
+                     jobs=4, executor=Cluster(), profile=True, echo=lambda s: None)
+    assert [t.key for t in asked] == ["bert", "gpt2", "llama", "t5"]
+    assert all(t.gpus == 1 and t.cpus == 16 and t.fn is S.scan_remote and t.args[0].profile for t in asked)
+    assert all(not r.ok and r.error == "not run" for r in results)  # a lost task is a failed, saved result
+    assert Workspace(tmp_path).load_scan("t5", "base", "train").error == "not run"

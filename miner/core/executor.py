@@ -273,7 +273,8 @@ def add_arguments(p) -> None:
     """``--executor`` and ``--address``, the same on every verb that fans out over models."""
     p.add_argument("--executor", choices=EXECUTORS, default="local",
                    help="local: processes on this machine (default); ray: one Ray task per model (or per "
-                        "candidate and shape), on a local Ray cluster or the one at --address")
+                        "candidate and case), on a local Ray cluster or the one at --address, asking for one GPU "
+                        "each on CUDA (on scan/profile also CPUs/--jobs CPUs for the compile workers)")
     p.add_argument("--address", default=None, metavar="ADDR",
                    help="with --executor ray: ray.init(address=ADDR), e.g. auto (the cluster this machine "
                         "belongs to) or ray://host:10001; without it a local cluster starts")
