@@ -215,6 +215,21 @@ def bench_case(cand: Candidate, case: BenchCase, env: Env, *, variants: Sequence
                     roofline_ms=rl.roofline_ms(nbytes, env.copy_gbps), rotation=k, variants=tuple(results), env=env)
 
 
+def plan_all(cands: Sequence[Candidate], shapes: str, models: Sequence[str] | None, casts: Sequence[str],
+             log: Callable[[str], None] = print) -> list[tuple[Candidate, BenchCase]]:
+    """Every (candidate, case) to time, in timing order: base-size cases first, then by ``casts``."""
+    plan = []
+    for cand in cands:
+        cases = plan_cases(cand.meta, shapes, models, casts)
+        if not cases:
+            log(f"{cand.id} ({cand.label}): no observed shapes to time")
+        plan += [(cand, c) for c in cases]
+    order = {d: i for i, d in enumerate(casts)}
+    # stable: base-size cases first, then in the order of ``casts``; candidates keep their order
+    plan.sort(key=lambda cc: (0 if cc[1].preset == "base" else 1, order.get(cc[1].cast or "captured", 0)))
+    return plan
+
+
 def run_bench(cands: Sequence[Candidate], *, device: str, variants: Sequence[str] = VARIANTS,
               shapes: str = "all", models: Sequence[str] | None = None, replays: int = 25,
               casts: Sequence[str] = ("captured",),
@@ -229,18 +244,9 @@ def run_bench(cands: Sequence[Candidate], *, device: str, variants: Sequence[str
     """
     env = environment(device, copy_gbps)
     log(env_header(env))
-    plan = []
-    for cand in cands:
-        cases = plan_cases(cand.meta, shapes, models, casts)
-        if not cases:
-            log(f"{cand.id} ({cand.label}): no observed shapes to time")
-        plan += [(cand, c) for c in cases]
-    order = {d: i for i, d in enumerate(casts)}
-    # stable: base-size cases first, then in the order of ``casts``; candidates keep their order
-    plan.sort(key=lambda cc: (0 if cc[1].preset == "base" else 1, order.get(cc[1].cast or "captured", 0)))
     t0 = time.perf_counter()
     rows, skipped = [], []
-    for cand, case in plan:
+    for cand, case in plan_all(cands, shapes, models, casts, log):
         if time_budget_s is not None and time.perf_counter() - t0 > time_budget_s:
             skipped.append((cand, case))
             continue

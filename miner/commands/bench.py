@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from miner.core import candidate as candidates
+from miner.core import executor
 from miner.core.dtypes import CAST_FLOATS
 from miner.core.errors import UsageError
 
@@ -41,6 +42,7 @@ def add_arguments(p) -> None:
                         "candidates/<id>/bench.json and re-render that run's bench.md, wins.json and plot")
     p.add_argument("--allow-cpu", action="store_true",
                    help="smoke-run the harness on the CPU (Triton interpreter); its times mean nothing")
+    executor.add_arguments(p)
 
 
 def _prepare_cpu_smoke() -> None:
@@ -71,7 +73,9 @@ def run(args) -> int:
         import torch
         if not torch.cuda.is_available():
             _prepare_cpu_smoke()
-    device = bench.require_cuda("miner bench", allow_cpu=args.allow_cpu)
+    # a cluster at --address has the GPUs, not necessarily this machine
+    device = "cuda" if executor.elsewhere(args) and not args.allow_cpu else \
+        bench.require_cuda("miner bench", allow_cpu=args.allow_cpu)
     ws = Workspace(args.workspace)
     ids = [c.strip() for c in args.candidates.split(",")] if args.candidates else None
     cands = candidates.load_all(ws, ids)
@@ -97,17 +101,30 @@ def run(args) -> int:
         done.append(row)
         save(done, row.env)
 
-    env, rows = bench.run_bench(cands, device=device, variants=variants, shapes=args.shapes, models=models,
-                                casts=dtypes,
-                                replays=args.replays, time_budget_s=args.time_budget, on_row=on_row)
+    failures = []
+    ex = executor.make(args.executor, address=args.address)
+    if not ex.remote:
+        env, rows = bench.run_bench(cands, device=device, variants=variants, shapes=args.shapes, models=models,
+                                    casts=dtypes,
+                                    replays=args.replays, time_budget_s=args.time_budget, on_row=on_row)
+    else:  # one task per candidate and case (miner.bench.remote)
+        from miner.bench.remote import run_bench_on
+        try:
+            env, rows, failures = run_bench_on(ex, cands, device=device, variants=variants, shapes=args.shapes,
+                                               models=models, replays=args.replays, casts=dtypes,
+                                               time_budget_s=args.time_budget, on_row=on_row)
+        finally:
+            ex.close()
     print()
     print(bench.env_header(env))
     print(bench.markdown_table(rows))
     print("\n".join(bench.targets(rows)))
     for p in save(rows, env):
         print(f"wrote {p}")
+    for f in failures:
+        print(f"not timed: {f}", file=sys.stderr)
     failed = [r for r in rows for v in r.variants if v.name == "candidate" and v.numerics_ok is False]
-    return 1 if failed else 0
+    return 1 if failed or failures else 0
 
 
 def _import_run(args, bench, ws) -> int:

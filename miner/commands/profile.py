@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 import time
 
+from miner.core import executor
 from miner.core.errors import UsageError
 
 HELP = "profile the compiled step on the GPU: step composition, each kernel's time vs its memory floor, regions"
@@ -32,6 +33,7 @@ def add_arguments(p) -> None:
     p.add_argument("--show", action="store_true", help="only print the saved profiles of the workspace")
     p.add_argument("--also-infer", default=None, metavar="A,B",
                    help="after --mode's runs, also profile these models' inference step (e.g. bert,gpt2)")
+    executor.add_arguments(p)
 
 
 def composition_table(profiles) -> str:
@@ -109,7 +111,7 @@ def _table(head, rows) -> str:
 
 
 def run(args) -> int:
-    from miner.commands.scan import expand_models
+    from miner.commands.scan import default_jobs, expand_models, require_device
     from miner.core.workspace import Workspace
     from miner.mine import regions
     from miner.scan import profile as prof
@@ -125,14 +127,15 @@ def run(args) -> int:
     if not args.show:
         if names is None:
             raise UsageError("--models is required (or --show to print the saved profiles)")
-        if args.device.startswith("cuda"):
-            import torch
-            if not torch.cuda.is_available():
-                raise UsageError("--device cuda, but torch sees no CUDA device")
+        require_device(args)
         from miner.scan.scan import DEFAULT_TIMEOUT_S, scan
         t0 = time.perf_counter()
-        print(f"miner profile: {len(names)} model(s) one at a time, preset {preset}, mode {','.join(modes)}, "
-              f"device {args.device}, workspace {args.workspace}", flush=True)
+        # the local pool profiles one model at a time (one GPU); Ray gives each model's task a GPU of its own
+        jobs = 1 if args.executor == "local" else default_jobs(len(names))
+        ex = executor.make(args.executor, address=args.address, jobs=jobs)
+        print(f"miner profile: {len(names)} model(s) " + ("one at a time" if jobs == 1 else f"on {ex.describe()}")
+              + f", preset {preset}, mode {','.join(modes)}, device {args.device}, workspace {args.workspace}",
+              flush=True)
         runs = [(names, modes)]
         if args.also_infer:
             extra = expand_models(args.also_infer)
@@ -140,11 +143,14 @@ def run(args) -> int:
             names = list(dict.fromkeys(names + extra))
             modes = tuple(dict.fromkeys(modes + ("infer",)))
         results = []
-        for run_names, run_modes in runs:
-            results += scan(run_names, preset=preset, modes=run_modes, device=args.device, dtype=args.dtype,
-                            batch=args.batch, seq=args.seq, workspace=ws, force=args.force, jobs=1,
-                            timeout=args.timeout or DEFAULT_TIMEOUT_S, echo=lambda s: print(s, flush=True),
-                            profile=True)
+        try:
+            for run_names, run_modes in runs:
+                results += scan(run_names, preset=preset, modes=run_modes, device=args.device, dtype=args.dtype,
+                                batch=args.batch, seq=args.seq, workspace=ws, force=args.force, jobs=jobs,
+                                timeout=args.timeout or DEFAULT_TIMEOUT_S, echo=lambda s: print(s, flush=True),
+                                profile=True, executor=ex)
+        finally:
+            ex.close()
         failed = [f"{r.model}/{r.mode}: {r.error}" for r in results if not r.ok]
         print(f"profiled {len(results) - len(failed)}/{len(results)} in {time.perf_counter() - t0:.1f}s", flush=True)
     profiles = [p for p in prof.load_all(ws, names) if p.preset == preset and p.mode in modes]

@@ -6,6 +6,7 @@ import os
 import sys
 import time
 
+from miner.core import executor
 from miner.core.errors import UsageError
 from miner.core.workspace import Workspace
 
@@ -30,6 +31,7 @@ def add_arguments(p) -> None:
     p.add_argument("--timeout", type=float, default=None, help="seconds per model before it is killed (default 1800)")
     p.add_argument("--profile", action="store_true",
                    help="also profile the compiled step in the same process (as `miner profile`, one model at a time)")
+    executor.add_arguments(p)
 
 
 def expand_models(spec: str) -> list[str]:
@@ -56,6 +58,14 @@ def default_jobs(n_models: int) -> int:
     return max(1, min(4, os.cpu_count() or 1, n_models))
 
 
+def require_device(args) -> None:
+    """``--device cuda`` needs a GPU here, unless the work goes to a Ray cluster elsewhere (``--address``)."""
+    if args.device.startswith("cuda") and not executor.elsewhere(args):
+        import torch
+        if not torch.cuda.is_available():
+            raise UsageError("--device cuda, but torch sees no CUDA device")
+
+
 def run(args) -> int:
     from miner.scan.scan import DEFAULT_TIMEOUT_S, format_table, scan
 
@@ -64,18 +74,21 @@ def run(args) -> int:
     bad = [m for m in modes if m not in ("train", "infer")]
     if bad or not modes:
         raise UsageError(f"unknown mode {','.join(bad) or '(none)'}; modes: train, infer")
-    if args.device.startswith("cuda"):
-        import torch
-        if not torch.cuda.is_available():
-            raise UsageError("--device cuda, but torch sees no CUDA device")
+    require_device(args)
     preset = args.preset or ("base" if args.device.startswith("cuda") else "tiny")
     t0 = time.perf_counter()
     print(f"miner scan: {len(names)} model(s), preset {preset}, mode {','.join(modes)}, device {args.device}, "
           f"workspace {args.workspace}", flush=True)
-    results = scan(names, preset=preset, modes=modes, device=args.device, dtype=args.dtype,
-                   batch=args.batch, seq=args.seq,
-                   workspace=Workspace(args.workspace), force=args.force, jobs=1 if args.profile else args.jobs or default_jobs(len(names)),
-                   timeout=args.timeout or DEFAULT_TIMEOUT_S, echo=lambda s: print(s, flush=True), profile=args.profile)
+    # one profile at a time on the local pool (a profile times the GPU); on Ray each task has its own GPU
+    jobs = 1 if args.profile and args.executor == "local" else args.jobs or default_jobs(len(names))
+    ex = executor.make(args.executor, address=args.address, jobs=jobs)
+    try:
+        results = scan(names, preset=preset, modes=modes, device=args.device, dtype=args.dtype,
+                       batch=args.batch, seq=args.seq, workspace=Workspace(args.workspace), force=args.force,
+                       jobs=jobs, timeout=args.timeout or DEFAULT_TIMEOUT_S, echo=lambda s: print(s, flush=True),
+                       profile=args.profile, executor=ex)
+    finally:
+        ex.close()
     print()
     print(format_table(results))
     failed = [r for r in results if not r.ok]

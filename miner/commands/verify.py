@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from miner.core import executor
 from miner.core.errors import UsageError
 
 HELP = ("time and compare a model's training / inference step compiled with and without the promoted "
@@ -54,6 +55,7 @@ def add_arguments(p) -> None:
     p.add_argument("--no-save", action="store_true")
     p.add_argument("--allow-cpu", action="store_true",
                    help="smoke-run on the CPU (tiny preset, Triton interpreter); its times mean nothing")
+    executor.add_arguments(p)
 
 
 def run(args) -> int:
@@ -74,7 +76,9 @@ def run(args) -> int:
     ws = Workspace(args.workspace)
     if args.record_from:
         return _record_from(ws, Path(args.record_from))
-    device = bench.require_cuda("miner verify", allow_cpu=args.allow_cpu)
+    # a cluster at --address has the GPUs, not necessarily this machine
+    device = "cuda" if executor.elsewhere(args) and not args.allow_cpu else \
+        bench.require_cuda("miner verify", allow_cpu=args.allow_cpu)
     preset = args.preset or ("base" if device == "cuda" else "tiny")
     modes = _modes(args.mode)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -91,9 +95,9 @@ def run(args) -> int:
             target = out_dir or bench.today_dir(_env_like(r.env), ws.reports)
             verify.save(done, target)
 
-    results = verify.run_verify(models, modes=modes, preset=preset, device=device, batch=args.batch, seq=args.seq,
-                                warmup=args.warmup, steps=args.steps, time_budget_s=args.time_budget,
-                                on_result=on_result, workspace=ws)
+    kwargs = dict(modes=modes, preset=preset, device=device, batch=args.batch, seq=args.seq, warmup=args.warmup,
+                  steps=args.steps)
+    results = _spread(args, models, ab=False, ws=ws, device=device, kwargs=kwargs, on_result=on_result)
     print()
     print(verify.markdown_table(results))
     if not args.no_save and results:
@@ -135,12 +139,11 @@ def _run_ab(args, ws, device: str, preset: str, modes, models, out_dir: Path | N
             abrun.save(done, target(), rows)
 
     if not args.peer_only:
-        abrun.run_all(models, modes=modes, compile_modes=compile_modes, preset=preset, device=device,
-                      batch=args.batch, seq=args.seq, warmup=args.warmup, rounds=args.rounds,
-                      profile_steps=args.profile_steps, time_budget_s=args.time_budget,
-                      model_budget_s=args.model_budget, workspace=ws,
-                      on_result=on_result, log=_log,
+        kwargs = dict(modes=modes, compile_modes=compile_modes, preset=preset, device=device, batch=args.batch,
+                      seq=args.seq, warmup=args.warmup, rounds=args.rounds, profile_steps=args.profile_steps,
+                      model_budget_s=args.model_budget,
                       candidates=[c.strip() for c in (args.candidates or "").split(",") if c.strip()])
+        _spread(args, models, ab=True, ws=ws, device=device, kwargs=kwargs, on_result=on_result)
     if args.peer:
         rows.extend(peers.run_peers(peer_variants, preset=preset, steps=args.rounds, warmup=args.warmup,
                                     device=device, log=_log))
@@ -161,6 +164,24 @@ def _run_ab(args, ws, device: str, preset: str, modes, models, out_dir: Path | N
     bad = [r for r in done if r.error and not r.error.startswith("skipped")]
     bad += [r for r in done for v in r.variants if v.parity is not None and not v.parity.ok]
     return 1 if bad else 0
+
+
+def _spread(args, models, *, ab: bool, ws, device: str, kwargs: dict, on_result) -> list:
+    """``run_verify`` / ``abrun.run_all`` here (``--executor local``) or one task per model (``ray``)."""
+    from miner.check import abrun, verify
+
+    ex = executor.make(args.executor, address=args.address)
+    if not ex.remote:
+        run = abrun.run_all if ab else verify.run_verify
+        return run(models, time_budget_s=args.time_budget, workspace=ws, on_result=on_result, log=_log, **kwargs)
+    from miner.check.remote import run_on
+    try:
+        if not kwargs.get("candidates"):
+            verify.load_fusions(ws.root)  # none to verify: the one-line error here, not one per task
+        return run_on(ex, models, ab=ab, workspace=ws, device=device, kwargs=kwargs, time_budget_s=args.time_budget,
+                      on_result=on_result, log=_log)
+    finally:
+        ex.close()
 
 
 def _log(line: str) -> None:

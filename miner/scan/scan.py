@@ -20,14 +20,14 @@ import threading
 import time
 import traceback
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from miner.core.errors import WorkspaceError
-from miner.core.records import ScanResult
-from miner.core.workspace import Workspace
+from miner.core.executor import LocalExecutor, Outcome, RayExecutor, Task, one_line
+from miner.core.records import CapturedGraph, ScanResult
+from miner.core.workspace import Workspace, write_text
 
 DEFAULT_TIMEOUT_S = 1800
 
@@ -100,11 +100,7 @@ def scan_in_process(req: ScanRequest, ws: Workspace, progress: Callable[[str], N
             if outcome.profile is not None:
                 from miner.scan.profile import save as save_profile
                 save_profile(ws, outcome.profile)
-            for old in ws.graph_files([req.model]):
-                if old.parent.name == req.preset and old.name.startswith(f"{mode}-"):
-                    old.unlink()
-            for g in outcome.graphs:
-                ws.save_graph(g)
+            replace_graphs(ws, req.model, req.preset, mode, outcome.graphs)
             categories, kernels = summarize_graphs(outcome.graphs)
             result = ScanResult(req.model, req.preset, mode, req.device, True,
                                 graphs=tuple(g.key for g in outcome.graphs), graph_breaks=outcome.graph_breaks,
@@ -122,9 +118,13 @@ def scan_in_process(req: ScanRequest, ws: Workspace, progress: Callable[[str], N
     return results
 
 
-def one_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
+def replace_graphs(ws: Workspace, model: str, preset: str, mode: str, graphs) -> None:
+    """Save ``graphs`` as the (model, preset, mode)'s graphs, removing those an earlier scan left."""
+    for old in ws.graph_files([model]):
+        if old.parent.name == preset and old.name.startswith(f"{mode}-"):
+            old.unlink()
+    for g in graphs:
+        ws.save_graph(g)
 
 
 def worker_main(argv: list[str] | None = None) -> int:
@@ -170,7 +170,7 @@ def compile_threads(jobs: int) -> int:
 
 
 def _run_worker(req: ScanRequest, ws: Workspace, timeout: float, echo: Callable[[str], None],
-                log_dir: Path, threads: int | None = None) -> list[ScanResult]:
+                log_dir: Path, threads: int | None = None, cwd: str | None = None) -> list[ScanResult]:
     cmd = [*worker_command(), "--model", req.model, "--preset", req.preset,
            "--modes", ",".join(req.modes), "--device", req.device, "--dtype", req.dtype,
            "--workspace", str(ws.root.resolve())]
@@ -178,14 +178,14 @@ def _run_worker(req: ScanRequest, ws: Workspace, timeout: float, echo: Callable[
     cmd += [f"--seq={req.seq}"] if req.seq else []
     cmd += ["--profile"] if req.profile else []
     log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"{req.model.replace('/', '_').replace(':', '_')}.{req.preset}.log"
+    log_path = log_dir / log_name(req)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if threads is not None and "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ:  # the user's setting wins
         env["TORCHINDUCTOR_COMPILE_THREADS"] = str(threads)
     started = time.time()
     with open(log_path, "w") as log:
         # the user's directory: a relative checkpoint dir or a factory module there resolves as they typed it
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env, cwd=os.getcwd())
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env, cwd=cwd or os.getcwd())
 
         def pump():
             for line in proc.stdout:
@@ -218,14 +218,93 @@ def _run_worker(req: ScanRequest, ws: Workspace, timeout: float, echo: Callable[
     return results
 
 
+def _run_local(req: ScanRequest, ws: Workspace, timeout: float, echo: Callable[[str], None], log_dir: Path,
+               threads: int) -> list[ScanResult]:
+    echo(f"[{req.model}] starting ({', '.join(req.modes)}, preset {req.preset}, {req.device})")
+    return _run_worker(req, ws, timeout, echo, log_dir, threads)
+
+
+def log_name(req: ScanRequest) -> str:
+    return f"{req.model.replace('/', '_').replace(':', '_')}.{req.preset}.log"
+
+
+@dataclass(frozen=True)
+class ScanBundle:
+    """What a remote scan task returns: its results, graphs, profiles and worker log, as data."""
+
+    results: tuple[ScanResult, ...]
+    graphs: tuple[CapturedGraph, ...] = ()
+    profiles: tuple = ()  # miner.scan.profile.StepProfile
+    log: str = ""
+    host: str = ""
+    root: str = ""  # the temporary workspace it ran in (errors name files there)
+    gpus: str = ""  # CUDA_VISIBLE_DEVICES as Ray set it for the task
+
+    @property
+    def where(self) -> str:
+        return self.host + (f", GPU {self.gpus}" if self.gpus else "")
+
+
+def scan_remote(req: ScanRequest, timeout: float, threads: int, cwd: str) -> ScanBundle:
+    """A Ray task: scan ``req`` into a temporary workspace (the same worker process, timeout and
+    crash handling as the local pool) and return everything it wrote; nothing stays on this machine.
+
+    ``cwd``: the driver's directory, where the worker runs when this machine has it (a local
+    cluster), so a user's ``module:factory`` there resolves.
+    """
+    import socket
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="miner-scan-") as tmp:
+        ws = Workspace(tmp)
+        log_dir = ws.captures / "logs"
+        results = _run_worker(req, ws, timeout, lambda s: None, log_dir, threads,
+                              cwd=cwd if os.path.isdir(cwd) else tmp)
+        graphs, profiles = [], []
+        for r in results:
+            if r.ok:
+                graphs += [ws.load_graph(k) for k in r.graphs]
+                if req.profile:
+                    from miner.scan import profile as prof
+                    path = prof.profile_path(ws, r.model, r.preset, r.mode)
+                    if path.exists():
+                        profiles.append(prof.load(path))
+        log = log_dir / log_name(req)
+        return ScanBundle(tuple(results), tuple(graphs), tuple(profiles),
+                          log.read_text(errors="replace") if log.exists() else "", socket.gethostname(),
+                          str(ws.root.resolve()), os.environ.get("CUDA_VISIBLE_DEVICES", ""))
+
+
+def store(ws: Workspace, bundle: ScanBundle) -> list[ScanResult]:
+    """Save a remote scan's files into ``ws`` with the workspace's own writers (atomic), each
+    ScanResult last, as the local worker does; returns the results."""
+    here = str(ws.root.resolve())
+    results = [dataclasses.replace(r, error=r.error.replace(bundle.root, here)) if r.error and bundle.root else r
+               for r in bundle.results]
+    for r in results:
+        if r.ok:
+            replace_graphs(ws, r.model, r.preset, r.mode, [g for g in bundle.graphs if g.key.mode == r.mode])
+            for p in bundle.profiles:
+                if p.mode == r.mode:
+                    from miner.scan import profile as prof
+                    prof.save(ws, p)
+        ws.save_scan(r)
+    if results:
+        write_text(ws.captures / "logs" / log_name(ScanRequest(results[0].model, results[0].preset)),
+                   f"# ran on {bundle.where} (miner scan --executor ray)\n" + bundle.log)
+    return results
+
+
 def scan(model_names: list[str], *, preset: str = "tiny", modes: tuple[str, ...] = ("train",), device: str = "cpu",
          dtype: str = "auto", batch: int | None = None, seq: int | None = None, workspace: Workspace, force: bool = False, jobs: int = 1,
          timeout: float = DEFAULT_TIMEOUT_S, echo: Callable[[str], None] = print,
-         profile: bool = False) -> list[ScanResult]:
+         profile: bool = False, executor: LocalExecutor | RayExecutor | None = None) -> list[ScanResult]:
     """Scan each model (in its own process), reusing earlier results unless ``force``.
 
     ``profile``: also profile the compiled step in the same process (``miner.scan.profile``); a
-    saved scan is then reused only when its profile is saved too."""
+    saved scan is then reused only when its profile is saved too. ``executor``: where the models
+    run (``miner.core.executor``; default: a local pool of ``jobs``); on Ray each model is a task
+    asking for the compile threads' CPUs (and one GPU on CUDA)."""
     import miner_models as models
     from miner.scan.profile import profile_path
 
@@ -252,23 +331,38 @@ def scan(model_names: list[str], *, preset: str = "tiny", modes: tuple[str, ...]
             echo(f"[{m}] reusing saved graphs ({', '.join(modes)}); --force to recompile")
 
     log_dir = workspace.captures / "logs"
-    done = len(model_names) - len(todo)
-
     threads = compile_threads(min(jobs, len(todo)))
+    executor = executor or LocalExecutor(jobs)
+    if not todo:
+        tasks = []
+    elif executor.remote:  # the task returns its files as data; this process saves them (see scan_remote)
+        cpus = max(1, min(threads, int(executor.largest_node("CPU")) or 1))
+        gpus = 1 if device.startswith("cuda") else 0
+        tasks = [Task(r.model, scan_remote, (r, timeout, cpus, os.getcwd()), gpus=gpus, cpus=cpus) for r in todo]
+        echo(f"submitting {len(todo)} model(s) to {executor.describe()}: {cpus} CPU(s)"
+             + (f" and {gpus} GPU" if gpus else "") + " each")
+    else:
+        tasks = [Task(r.model, _run_local, (r, workspace, timeout, echo, log_dir, threads)) for r in todo]
 
-    def run_one(req: ScanRequest) -> list[ScanResult]:
-        nonlocal done
-        echo(f"[{req.model}] starting ({', '.join(req.modes)}, preset {req.preset}, {req.device})")
-        out = _run_worker(req, workspace, timeout, echo, log_dir, threads)
-        done += 1
-        status = "ok" if all(r.ok for r in out) else "FAILED: " + "; ".join(r.error or "" for r in out if not r.ok)
-        echo(f"[{req.model}] {status} ({done}/{len(model_names)} models)")
-        return out
+    def on_done(out: Outcome) -> str | None:
+        req = out.task.args[0]
+        if out.error is not None:  # the task itself was lost (its worker died past its retries, or was cancelled)
+            rs = [ScanResult(req.model, req.preset, m, req.device, False, error=out.error,
+                             seconds=round(out.seconds, 2)) for m in req.modes]
+            for r in rs:
+                workspace.save_scan(r)
+        elif executor.remote:
+            rs = store(workspace, out.value)
+            echo(f"[{req.model}] ran on {out.value.where}")
+        else:
+            rs = out.value
+        for r in rs:
+            results[r.model, r.mode] = r
+        bad = [r.error or "" for r in rs if not r.ok]
+        return "; ".join(bad) if bad else None
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for out in pool.map(run_one, todo):
-            for r in out:
-                results[r.model, r.mode] = r
+    if tasks:
+        executor.run(tasks, on_done, echo=echo)
     return [results[m, mode] for m in model_names for mode in modes]
 
 
