@@ -46,8 +46,7 @@ def run(args: argparse.Namespace) -> int:
         r = review.find(args.id)
         d = next((x for x in dec.rows if x.id == r.id), None)
         return emit(args, L.show_listings(review, r, d), {**L.row_json(review, r, d), "ab_source": dec.ab_source},
-                    L.show_csv(r), f"`miner report` (the HTML page with figures); `miner verify --ab --candidates "
-                                   f"{r.id}` measures it in model steps (GPU)")
+                    L.show_csv(r), f"`miner verify --ab --candidates {r.id}` (in model steps, GPU); `miner report`")
     top = args.top or None
     kw = dict(top=top, members=args.members, patterns=args.patterns)
     ranking = L.ranking_listing(review, **kw)

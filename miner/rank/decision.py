@@ -101,7 +101,7 @@ class Decision:
         """Where it fires on CUDA, in words."""
         if self.fires_in:
             return ", ".join(self.fires_in)
-        return "nowhere (no in-model win)" if self.promoted else "-"
+        return "nowhere (no in-model win)" if self.promoted else "not promoted"
 
     def to_json(self) -> dict:
         d = asdict(self)

@@ -181,9 +181,9 @@ def accuracy_line(review: Review) -> str:
     """The cost model's measured error, in one sentence (beside every predicted number)."""
     acc = review.model.accuracy
     if acc is None:
-        return "Cost model: not trained (predictions are the analytical roofline's)."
+        return "Cost model's measured error: none (not trained; predictions are the analytical roofline's)."
     if not acc.ok:
-        return f"Cost model: {acc.reason or 'accuracy undefined on these points'}."
+        return f"Cost model's measured error: none ({acc.reason or 'accuracy undefined on these points'})."
     return (f"Cost model's measured error ({acc.scheme}, {acc.n_points} measured points, {acc.n_candidates} "
             f"candidates): MAE {acc.mae:.2f}x speedup, Spearman {acc.spearman:.2f} (analytical baseline: MAE "
             f"{num(acc.baseline_mae)}x, Spearman {num(acc.baseline_spearman)}).")

@@ -67,12 +67,20 @@ def _tty(stream: TextIO) -> bool:
 
 def console(stream: TextIO | None = None):
     """A ``rich`` console on ``stream``: fitted width, colour only on a terminal (and not under ``NO_COLOR``)."""
-    from rich.console import Console
-
     stream = stream or sys.stdout
     tty = _tty(stream) and not os.environ.get("NO_COLOR")
-    return Console(file=stream, width=width(stream), color_system="auto" if tty else None, force_terminal=tty,
+    return _console_class()(file=stream, width=width(stream), color_system="auto" if tty else None, force_terminal=tty,
                    highlight=False, markup=False, emoji=False, soft_wrap=False, no_color=not tty)
+
+
+def _console_class():
+    from rich.console import Console
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:  # rich would exit(1); the CLI ends a closed pipe quietly (code 141)
+            raise BrokenPipeError
+
+    return _Console
 
 
 def table(listing: Listing):
