@@ -129,7 +129,7 @@ def test_closed_pipe_ends_quietly(ws):
     r = subprocess.run(cmd, shell=True, capture_output=True, text=True, env=_env(), timeout=300)
     assert r.returncode == 0 and "Traceback" not in r.stderr and r.stdout.count("\n") == 1, r.stderr
     # the reader gone before the first write: every write fails, and still no traceback
-    p = subprocess.Popen([sys.executable, "-m", "miner.cli", "--workspace", str(ws.root), "patterns", "--top", "0"],
+    p = subprocess.Popen([sys.executable, "-m", "miner.cli", "--workspace", str(ws.root), "candidates"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
     p.stdout.close()
     err = p.stderr.read().decode()

@@ -38,7 +38,8 @@ from miner.core.workspace import Workspace, read_json
 from miner.rank.records import BenchRun, CandidateInfo, Review
 
 ADOPT, ONLY, NOT_WORTH, UNSAFE, UNMEASURED = "adopt", "fires only in", "not worth it", "unsafe", "not measured"
-VERDICTS = (ADOPT, ONLY, NOT_WORTH, UNSAFE, UNMEASURED)  # also the table's order
+VERDICTS = (ADOPT, ONLY, NOT_WORTH, UNSAFE, UNMEASURED)
+ORDER = (ADOPT, ONLY, UNMEASURED, NOT_WORTH, UNSAFE)  # the table's: what to adopt, then what is worth measuring
 
 
 @dataclass(frozen=True)
@@ -321,8 +322,8 @@ def decide(review: Review, ws: Workspace) -> Decisions:
     Returns
     -------
     Decisions
-        Best verdict first (adopt, fires only in, not worth it, unsafe, not measured), then by the
-        best measured step speedup.
+        In ``ORDER`` (adopt, fires only in, not measured, not worth it, unsafe), then by the best
+        measured step speedup, then by the best isolated kernel speedup.
     """
     found = latest_ab(ws)
     ab_source = ab_date = None
@@ -349,8 +350,9 @@ def decide(review: Review, ws: Workspace) -> Decisions:
         name = d.parent.name
         if name not in seen_fusions:
             rows.append(_decision(name, name, "", True, d.parent / "wins.json", ws, measured.get(name, []), None, None))
-    order = {v: i for i, v in enumerate(VERDICTS)}
-    rows.sort(key=lambda d: (order[d.verdict], -max((s.speedup for s in d.steps), default=0.0), d.id))
+    order = {v: i for i, v in enumerate(ORDER)}
+    rows.sort(key=lambda d: (order[d.verdict], -max((s.speedup for s in d.steps), default=0.0),
+                             -(d.kernel.hi if d.kernel else 0.0), d.id))
     together, tsource = _together(ws)
     return Decisions(tuple(rows), ab_source, ab_date, together, tsource)
 

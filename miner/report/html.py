@@ -256,6 +256,12 @@ VERDICT_CLASS = {"adopt": "adopt", "fires only in": "only", "not worth it": "not
                  "not measured": "unmeasured"}
 
 
+def _code(text: str) -> str:
+    """``text`` escaped, its `backticked` spans as <code>."""
+    import re
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", _e(text))
+
+
 def _verdict(d: Decision) -> str:
     return f'<span class="verdict {VERDICT_CLASS.get(d.verdict, "")}">{_e(d.label)}</span>'
 
@@ -270,7 +276,7 @@ def decision_html(dec: Decisions) -> str:
         link = f'<a href="#c-{_e(d.id)}">{name}</a>'
         rows.append([_verdict(d), link, _e(c["where"]), _e(c["kernel"]),
                      "<br>".join(_e(step_text(x)) for x in d.steps) or '<span class="small">not measured</span>',
-                     "<br>".join(_e(mem_text(x)) for x in d.steps) or "-", f'<span class="small">why: {_e(d.reason)}</span>'])
+                     "<br>".join(_e(mem_text(x)) for x in d.steps) or "-", f'<span class="small">why: {_code(d.reason)}</span>'])
     adopt = [d.name or d.id for d in dec.adopt]
     head = (f'<p class="headline good">Adopt: <b>{_e(", ".join(adopt))}</b>.</p>' if adopt else
             '<p class="headline">Adopt: <b>none</b>: no fusion or candidate has a measured in-model win without a '
@@ -278,7 +284,7 @@ def decision_html(dec: Decisions) -> str:
     src = (f"In-model A/B: <code>{_e(dec.ab_source)}</code> ({_e(dec.ab_date)})." if dec.ab_source else
            "In-model A/B: none under <code>reports/</code> yet (<code>miner verify --ab</code> on a GPU; "
            "docs/benchmarking.md).")
-    notes = [f"Rule: {_e(RULE)}.", src,
+    notes = [f"Rule: {_code(RULE)}.", src,
              "kernel x: the kernel alone vs Inductor's, min-max over the shapes of each candidate's latest bench run"
              + (f" (<code>{_e(runs[0])}</code>)" if len(runs) == 1 else "") + "; it decides nothing in a model on its own."]
     if dec.together:
@@ -286,7 +292,7 @@ def decision_html(dec: Decisions) -> str:
                      + _e("; ".join(dec.together)) + ".")
     header = ("verdict", "fusion / candidate", "fires on CUDA", "kernel x (shapes)",
               "step change per model: x [p20-p80] verdict (noise band)", "memory")
-    body = "".join(f'<tr class="decision" data-id="{_e(d.id)}" data-verdict="{_e(d.verdict)}">'
+    body = "".join(f'<tr class="decision" data-decision="{_e(d.id)}" data-verdict="{_e(d.verdict)}">'
                    + "".join(f'<td class="num">{c}</td>' if j == 5 else f"<td>{c}</td>" for j, c in enumerate(row[:-1]))
                    + f'</tr><tr class="why"><td></td><td colspan="{len(header) - 1}">{row[-1]}</td></tr>'
                    for d, row in zip(dec.rows, rows))
@@ -329,7 +335,7 @@ def candidate_html(r: Ranked, skipped: dict[str, str] | None = None, decision: D
              ("Inductor", f"typical {r.inductor_kernels if r.inductor_kernels is not None else '?'} kernel(s) / occurrence; "
                           f"missed fusion in {pct(r.missed_share)}"),
              ("speedup vs Inductor", _est(r.speedup, ".2f", "×")),
-             ("saved per step", _est(r.saved_ms, ".1f", " µs", 1e3))]
+             ("est. saved per step (kernel time × calls)", _est(r.saved_ms, ".1f", " µs", 1e3))]
     if decision is not None:
         cells = decision_cells(decision)
         facts[2:2] = [("verdict (measured)", f"{_verdict(decision)} <span class=\"small\">{_e(decision.reason)}</span>"),
@@ -395,15 +401,22 @@ def candidate_html(r: Ranked, skipped: dict[str, str] | None = None, decision: D
         if chart:
             parts.append("<h4>Benchmark (measured): the kernel alone vs Inductor</h4>"
                          f'<div class="chart"><img alt="benchmark {_e(r.id)}" src="{chart}"></div>')
-            rows = [[_e(run_name(b.run, runs)), f'<span class="mono">{_e(cut(b.label, 70))}</span>',
-                     _e(", ".join(b.models)), _e(b.source)]
-                    + [num(b.times[v][0] * 1e3, ".1f") if v in b.times else
-                       f'<span class="bad" title="{_e(b.errors.get(v, ""))}">n/a</span>' for v in VARIANTS]
-                    + [num(b.roofline_ms * 1e3, ".1f"), num(b.speedup, ".2f") + "×" if b.speedup else "-",
-                       num(b.roofline_pct(), ".0f") + "%"] for b in c.bench]
-            parts.append(_table(("run", "inputs", "models", "shape source", "eager µs", "Inductor µs",
-                                 "max-autotune µs", "candidate µs", "roofline µs", "vs Inductor", "% roofline"), rows,
-                                {4, 5, 6, 7, 8, 9, 10}))
+            def bench_row(b) -> list[str]:
+                return ([f'<span class="nowrap">{_e(run_name(b.run, runs))}</span>',
+                         f'<span class="mono">{_e(cut(b.label, 70))}</span>', _e(", ".join(b.models)), _e(b.source),
+                         num(b.speedup, ".2f") + "×" if b.speedup else "-", num(b.roofline_pct(), ".0f") + "%"]
+                        + [num(b.times[v][0] * 1e3, ".1f") if v in b.times else
+                           f'<span class="bad" title="{_e(b.errors.get(v, ""))}">n/a</span>' for v in VARIANTS]
+                        + [num(b.roofline_ms * 1e3, ".1f")])
+            header = ("run", "inputs", "models", "shape source", "vs Inductor", "% roofline", "eager µs", "Inductor µs",
+                      "max-autotune µs", "candidate µs", "roofline µs")
+            newest = latest[0].run
+            parts.append(_table(header, [bench_row(b) for b in c.bench if b.run == newest], set(range(4, 11))))
+            older = [b for b in c.bench if b.run != newest]
+            if older:
+                parts.append(f"<details><summary>{len(older)} rows of older runs (other kernels of this candidate; "
+                             "not used above)</summary>"
+                             + _table(header, [bench_row(b) for b in older], set(range(4, 11))) + "</details>")
         else:
             parts.append('<h4>Benchmark</h4><p class="small">Not benchmarked on a GPU: the speedups above are '
                          f'predicted ({PREDICTED_MARK}).</p>')
