@@ -20,6 +20,7 @@ from miner.check.verify import Parity, StepStats
 from miner.cli import main
 from miner.core.workspace import write_json
 from miner.rank import decision, rank
+from miner.report.html import render_html
 from miner.rank.decision import ADOPT, NOT_WORTH, ONLY, UNMEASURED, UNSAFE, StepChange, verdict_of
 from test_rank import build_workspace, patterns_zoo
 
@@ -175,7 +176,7 @@ def _decisions(ws, results, where="gpu/ab") -> decision.Decisions:
     return decision.decide(rank.review(ws), ws)
 
 
-def test_a_measured_win_adopts_and_a_loss_elsewhere_does_not(tmp_path):
+def test_a_measured_win_adopts_and_a_loss_elsewhere_does_not(tmp_path, capsys, monkeypatch):
     ws = build_workspace(tmp_path)
     sm = patterns_zoo()["softmax"].id
     dec = _decisions(ws, [_ab_result("gpt2", 1.04)])
@@ -183,9 +184,15 @@ def test_a_measured_win_adopts_and_a_loss_elsewhere_does_not(tmp_path):
     assert d.verdict == ADOPT and dec.rows[0] is d and dec.ab_source == "reports/gpu/ab/verify.json"
     s = d.steps[0]
     assert s.lo == pytest.approx(10.0 / (10.05 / 1.04)) and s.mem_mib == pytest.approx(10.0)
-    assert d.where == "nowhere (no in-model win)"  # not recorded into wins.json: the gate fires nowhere yet
+    assert d.where == "nowhere (no in-model win recorded)"  # not recorded into wins.json: the gate fires nowhere yet
     # every other candidate is predicted or kernel-measured only: never adopted
     assert [x.id for x in dec.rows if x.verdict == ADOPT] == [sm]
+    monkeypatch.setenv("COLUMNS", "100")
+    out = run(capsys, ws, "candidates")  # measured rows (steps, p20-p80, memory) still fit
+    assert max(len(line) for line in out.splitlines()) <= 100 and "Adopt: softmax_like." in out
+    assert "gpt2 train/default 1.040x" in out and "+10 MiB" in out
+    html = render_html(rank.review(ws), ws)
+    assert "Adopt: <b>softmax_like</b>" in html and "reports/gpu/ab/verify.json" in html
     # a newer run with a loss in another model: the newest file decides, and it is named
     dec = _decisions(ws, [_ab_result("gpt2", 1.04, date="2026-12-05T00:00:00Z"),
                           _ab_result("t5", 0.95, date="2026-12-05T00:00:00Z")], "gpu/ab2")

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Sequence
 
 from miner.core.errors import MinerError
 from miner.core.workspace import Workspace, read_json
@@ -102,7 +102,7 @@ class Decision:
         """Where it fires on CUDA, in words."""
         if self.fires_in:
             return ", ".join(self.fires_in)
-        return "nowhere (no in-model win)" if self.promoted else "not promoted"
+        return "nowhere (no in-model win recorded)" if self.promoted else "not promoted"
 
     def to_json(self) -> dict:
         d = asdict(self)

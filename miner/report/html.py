@@ -20,7 +20,7 @@ from miner.rank.rank import combine_sources
 from miner.rank.records import PREDICTED_MARK, BenchRun, Estimate, Ranked, Review
 from miner.core.workspace import Workspace
 from miner.rank.decision import Decision, Decisions, decide, run_name
-from miner.report.listings import accuracy_line, decision_cells, kernel_runs, mem_text, step_text
+from miner.report.listings import accuracy_line, decision_cells, kernel_runs, step_text
 from miner.report.figures import accuracy_chart, bench_chart, draw_pattern, latest_points, overview_chart, roofline_chart
 from miner.rank.decision import RULE
 from miner.report.text import LEGEND, VARIANTS, count, cut, num, pct, validation_rows
@@ -276,7 +276,7 @@ def decision_html(dec: Decisions) -> str:
         link = f'<a href="#c-{_e(d.id)}">{name}</a>'
         rows.append([_verdict(d), link, _e(c["where"]), _e(c["kernel"]),
                      "<br>".join(_e(step_text(x)) for x in d.steps) or '<span class="small">not measured</span>',
-                     "<br>".join(_e(mem_text(x)) for x in d.steps) or "-", f'<span class="small">why: {_code(d.reason)}</span>'])
+                     f'<span class="small">why: {_code(d.reason)}</span>'])
     adopt = [d.name or d.id for d in dec.adopt]
     head = (f'<p class="headline good">Adopt: <b>{_e(", ".join(adopt))}</b>.</p>' if adopt else
             '<p class="headline">Adopt: <b>none</b>: no fusion or candidate has a measured in-model win without a '
@@ -291,12 +291,12 @@ def decision_html(dec: Decisions) -> str:
         notes.append(f"All promoted fusions at once (<code>{_e(dec.together_source)}</code>, no noise band): "
                      + _e("; ".join(dec.together)) + ".")
     header = ("verdict", "fusion / candidate", "fires on CUDA", "kernel x (shapes)",
-              "step change per model: x [p20-p80] verdict (noise band)", "memory")
+              "step change per model: x [p20-p80], verdict (noise band), peak memory")
     body = "".join(f'<tr class="decision" data-decision="{_e(d.id)}" data-verdict="{_e(d.verdict)}">'
-                   + "".join(f'<td class="num">{c}</td>' if j == 5 else f"<td>{c}</td>" for j, c in enumerate(row[:-1]))
+                   + "".join(f"<td>{c}</td>" for c in row[:-1])
                    + f'</tr><tr class="why"><td></td><td colspan="{len(header) - 1}">{row[-1]}</td></tr>'
                    for d, row in zip(dec.rows, rows))
-    table = (f'<div class="tablewrap"><table class="decision" id="decision-table"><thead><tr>'
+    table = ('<div class="tablewrap"><table class="decision" id="decision-table"><thead><tr>'
              + "".join(f"<th>{_e(h)}</th>" for h in header) + f"</tr></thead><tbody>{body}</tbody></table></div>")
     return head + table + "".join(f'<p class="small">{n}</p>' for n in notes)
 
@@ -453,7 +453,6 @@ def render_html(review: Review, ws: Workspace, *, title: str = "miner review", d
     by_dec = {d.id: d for d in dec.rows}
     detailed_rows = _detailed(review, detail_top)
     detailed = {r.id for r in detailed_rows}
-    n_cand = sum(r.candidate is not None for r in review.rows)
     mining = review.mining.get("params", {})
     counts = Counter(d.verdict for d in dec.rows)
     body = [f"<header><h1>{_e(title)}</h1><div class=\"sub\">miner {__version__} · generated {now} · "

@@ -20,9 +20,10 @@ VERDICT_STYLE = {ADOPT: "bold green", ONLY: "yellow", NOT_WORTH: "dim", UNSAFE: 
 # --------------------------------------------------------------------------- the decision
 
 def step_text(s: StepChange) -> str:
-    """``gpt2 train/default 0.945x [0.93-0.96] loss`` (p20-p80 in brackets when known)."""
+    """``gpt2 train/default 0.945x [0.930-0.960] loss (noise ±1.0%), memory +12 MiB`` (p20-p80 and memory when known)."""
     rng = f" [{s.lo:.3f}-{s.hi:.3f}]" if s.lo is not None and s.hi is not None else ""
-    return f"{s.where} {s.speedup:.3f}x{rng} {s.verdict} (±{100 * s.band:.1f}%)"
+    mem = f", memory {s.mem_mib:+.0f} MiB" if s.mem_mib is not None else ""
+    return f"{s.where} {s.speedup:.3f}x{rng} {s.verdict} (noise ±{100 * s.band:.1f}%){mem}"
 
 
 def mem_text(s: StepChange) -> str:
@@ -42,16 +43,14 @@ def decision_cells(d: Decision, *, run: bool = True) -> dict[str, str]:
     k = d.kernel
     return {"verdict": d.label, "name": d.name or "-", "id": d.id, "where": d.where,
             "kernel": "-" if k is None else f"{k.lo:.2f}-{k.hi:.2f}x ({k.shapes})" + (f" run {k.run}" if run else ""),
-            "step": "\n".join(step_text(s) for s in d.steps) or "not measured",
-            "mem": "\n".join(mem_text(s) for s in d.steps) or "-", "why": d.reason}
+            "step": "\n".join(step_text(s) for s in d.steps) or "not measured", "why": d.reason}
 
 
 def decision_listing(dec: Decisions) -> Listing:
     """The first table: the verdict on every fusion and candidate, from measurements only."""
-    cols = [Column("verdict", "verdict", wrap=True, max_width=22), Column("name", "fusion / candidate", wrap=False),
-            Column("where", "fires on CUDA", ratio=1), Column("kernel", "kernel x (shapes)", wrap=True, max_width=30),
-            Column("step", "step change per model: x [p20-p80]", ratio=2),
-            Column("mem", "memory", justify="right", wrap=False)]
+    cols = [Column("verdict", "verdict", max_width=16), Column("name", "fusion / candidate", wrap=False),
+            Column("where", "fires on CUDA", max_width=16), Column("kernel", "kernel x (shapes)", max_width=14),
+            Column("step", "step x [p20-p80] per model: verdict, memory", ratio=1)]
     rows, styles = [], []
     runs = kernel_runs(dec)
     for d in dec.rows:
