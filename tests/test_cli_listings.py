@@ -211,3 +211,28 @@ def test_where_it_fires_follows_the_gates_evidence(tmp_path):
         rec, {**rec, "model": "gpt2", "speedup": 0.9, "verdict": "loss"}]}})
     d = next(x for x in decision.decide(rank.review(ws), ws).rows if x.name == "softmax_like")
     assert d.verdict == ONLY and d.fires_in == ()  # the same site lost in gpt2: the gate declines it everywhere
+
+
+def test_colour_only_on_a_terminal(ws):
+    """On a terminal (a pty here) the listing is coloured; piped (above) it never is."""
+    import pty
+
+    master, slave = pty.openpty()
+    env = {**_env(), "COLUMNS": "100", "TERM": "xterm-256color"}
+    env.pop("NO_COLOR", None)
+    p = subprocess.Popen([sys.executable, "-m", "miner.cli", "--workspace", str(ws.root), "patterns"],
+                         stdout=slave, stderr=subprocess.PIPE, env=env)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the child closed the pty
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert p.wait(timeout=300) == 0, p.stderr.read()
+    text = out.decode(errors="replace")
+    assert "\x1b[" in text and "next: " in text

@@ -51,7 +51,10 @@ def run(args: argparse.Namespace) -> int:
     kw = dict(top=top, members=args.members, patterns=args.patterns)
     ranking = L.ranking_listing(review, **kw)
     listings = [ranking] if args.patterns else [L.decision_listing(dec), ranking]
-    first = dec.rows[0].id if dec.rows else None
+    if args.patterns:
+        first = review.pattern_families[0].id if review.pattern_families else None
+    else:
+        first = dec.rows[0].id if dec.rows else None
     hint = (f"`miner candidates show {first}` (one in full); " if first else "") + "`miner report` (the HTML page)"
     csv_rows = L.ranking_csv(review, dec, **kw) if args.patterns else L.decision_csv(dec, review)
     return emit(args, listings, L.candidates_json(review, None if args.patterns else dec, **kw), csv_rows, hint)
