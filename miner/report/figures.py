@@ -185,14 +185,16 @@ def bench_chart(r: Ranked, run_label: str = "") -> str | None:
     for d in dtypes:
         ax.plot([], [], "o", color=palette[dtypes.index(d) % len(palette)], label=d)
     ax.axhline(1.0, color="#5d6778", lw=1, ls="--")
-    ax.set_xticks(range(len(points)), [_tick(b) for b in points])
+    ax.set_xticks(range(len(points)), [_tick(b) for b in points], rotation=30 if len(points) > 4 else 0,
+                  ha="right" if len(points) > 4 else "center", rotation_mode="anchor")
     ax.set_ylabel("speedup over Inductor")
     lo = min(speedup_range(b)[1] for b in points)
     hi = max(speedup_range(b)[2] for b in points)
     ax.set_ylim(min(0.9, lo - 0.05), max(1.1, hi + 0.08))
     ax.set_xlim(-0.6, len(points) - 0.4)
-    ax.legend(frameon=False, loc="upper left", ncol=len(dtypes))
-    ax.set_title(f"latest run{(': ' + run_label) if run_label else ''} (dot: median; bar: p20-p80)", loc="left")
+    ax.legend(frameon=False, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=len(dtypes), borderaxespad=0.2)
+    if run_label:
+        ax.set_title(f"run {run_label}", loc="left", fontsize=FONT_PT)
     ax.grid(axis="y", alpha=0.3)
     ax.spines[["top", "right"]].set_visible(False)
     return _png(fig)

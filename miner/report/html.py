@@ -400,6 +400,8 @@ def candidate_html(r: Ranked, skipped: dict[str, str] | None = None, decision: D
         chart = bench_chart(r, run_name(latest[0].run, runs)) if latest else None
         if chart:
             parts.append("<h4>Benchmark (measured): the kernel alone vs Inductor</h4>"
+                         f'<p class="small">Latest run only (<code>{_e(run_name(latest[0].run, runs))}</code>): '
+                         "speedup over Inductor per input shape; dot: median, bar: p20-p80 of the kernel's time.</p>"
                          f'<div class="chart"><img alt="benchmark {_e(r.id)}" src="{chart}"></div>')
             def bench_row(b) -> list[str]:
                 return ([f'<span class="nowrap">{_e(run_name(b.run, runs))}</span>',
