@@ -346,7 +346,8 @@ def decide(review: Review, ws: Workspace) -> Decisions:
                               measured.get(fusion or "", []) + measured.get(c.id, []),
                               "validation failed: " + str((c.validation or {}).get("failure") or "see validation.json")
                               if c.status == "failed" else None, kernel_range(c, review.runs)))
-    for d in sorted(ws.fusions.glob("*/fusion.json")) if ws.fusions.is_dir() else ():
+    extra = sorted(ws.fusions.glob("*/fusion.json")) if ws.fusions.is_dir() and not review.only_model else ()
+    for d in extra:  # a promoted fusion whose candidate is not in this workspace (with --model: not in that model)
         name = d.parent.name
         if name not in seen_fusions:
             rows.append(_decision(name, name, "", True, d.parent / "wins.json", ws, measured.get(name, []), None, None))

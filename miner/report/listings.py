@@ -160,6 +160,9 @@ def ranking_listing(review: Review, *, top: int | None, members: bool, patterns:
     if n_other and not fell_back:
         after.append(f"({n_other} families of {'candidates' if as_patterns else 'mined patterns without a candidate'}"
                      f": `miner candidates{'' if as_patterns else ' --patterns'}`)")
+    if not rows:
+        return Listing(title, cols, rows, before, after, empty="Nothing to rank: no mined patterns or candidates in "
+                       "this workspace (run `miner scan`, `miner mine`, `miner generate`).")
     after += [LEGEND, "est. us/step: the kernel-alone time difference times the calls per step (measured per "
               "call where the kernel was timed at that shape, else predicted ~), summed: an extrapolation, not a "
               "step measurement (the decision table has those). mod: models it occurs in; occ: non-overlapping occurrences; safe: share the safety checks "
