@@ -85,7 +85,7 @@ class Decision:
     promoted: bool
     verdict: str  # one of VERDICTS
     reason: str
-    fires_in: tuple[str, ...] = ()  # "model mode/compile" where the gate fires (promoted) / would fire
+    fires_in: tuple[str, ...] = ()  # "model mode/compile" where the gate fires (promoted fusions only)
     won: tuple[str, ...] = ()  # "model mode/compile" where the A/B measured a win
     steps: tuple[StepChange, ...] = ()
     kernel: KernelRange | None = None
@@ -100,9 +100,9 @@ class Decision:
     @property
     def where(self) -> str:
         """Where it fires on CUDA, in words."""
-        if self.fires_in:
-            return ", ".join(self.fires_in)
-        return "nowhere (no in-model win recorded)" if self.promoted else "not promoted"
+        if self.promoted:
+            return ", ".join(self.fires_in) or "nowhere (no in-model win recorded)"
+        return "not promoted" + (f" (won in {', '.join(self.won)})" if self.won else "")
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -365,7 +365,7 @@ def _decision(ident: str, name: str, ops: str, promoted: bool, rec_path: Path, w
     rel = str(rec_path.relative_to(ws.root)) if rec_path.is_relative_to(ws.root) else str(rec_path)
     steps = ab + [s for s in record_steps(records, rel) if (s.model, s.mode, s.compile) not in covered]
     verdict, reason, won = verdict_of(steps, failed=failed, kernel=kernel)
-    fires = gate_fires(records) if promoted else won
+    fires = gate_fires(records) if promoted else ()
     return Decision(ident, name, ops, promoted, verdict, reason, fires, won, tuple(steps), kernel)
 
 
