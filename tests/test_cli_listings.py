@@ -183,13 +183,13 @@ def test_a_measured_win_adopts_and_a_loss_elsewhere_does_not(tmp_path, capsys, m
     assert d.verdict == ADOPT and dec.rows[0] is d and dec.ab_source == "reports/gpu/ab/verify.json"
     s = d.steps[0]
     assert s.lo == pytest.approx(10.0 / (10.05 / 1.04)) and s.mem_mib == pytest.approx(10.0)
-    assert d.where == "nowhere (no in-model win recorded)"  # not recorded into wins.json: the gate fires nowhere yet
+    assert d.where == "nowhere"  # not recorded into wins.json: the gate fires nowhere yet
     # every other candidate is predicted or kernel-measured only: never adopted
     assert [x.id for x in dec.rows if x.verdict == ADOPT] == [sm]
     monkeypatch.setenv("COLUMNS", "100")
     out = run(capsys, ws, "candidates")  # measured rows (steps, p20-p80, memory) still fit
     assert max(len(line) for line in out.splitlines()) <= 100 and "Adopt: softmax_like." in out
-    assert "gpt2 train/default 1.040x" in out and "+10 MiB" in out
+    assert "gpt2 train 1.040x" in out and "+10 MiB" in out
     html = render_html(rank.review(ws), ws)
     assert "Adopt: <b>softmax_like</b>" in html and "reports/gpu/ab/verify.json" in html
     # a newer run with a loss in another model: the newest file decides, and it is named
@@ -197,6 +197,12 @@ def test_a_measured_win_adopts_and_a_loss_elsewhere_does_not(tmp_path, capsys, m
                           _ab_result("t5", 0.95, date="2026-12-05T00:00:00Z")], "gpu/ab2")
     d = next(x for x in dec.rows if x.id == sm)
     assert dec.ab_source == "reports/gpu/ab2/verify.json" and d.verdict == ONLY and d.label == f"{ONLY} gpt2 train/default"
+    # a run saved per model in several folders: each (model, mode, compile) from its newest file, all files named
+    dec = _decisions(ws, [_ab_result("bert", 1.0, date="2026-12-06T00:00:00Z")], "gpu/ab3/bert")
+    d = next(x for x in dec.rows if x.id == sm)
+    assert dec.ab_source == "reports/gpu/ab2/verify.json, reports/gpu/ab3/bert/verify.json"
+    assert sorted(s.where for s in d.steps) == ["bert train/default", "gpt2 train/default", "t5 train/default"]
+    assert d.verdict == ONLY and dec.ab_date == "2026-12-06T00:00:00Z"
 
 
 def test_where_it_fires_follows_the_gates_evidence(tmp_path):

@@ -4,12 +4,13 @@
 the review formats (``miner candidates``' first table, its ``--json`` / ``--csv``, the HTML report's
 first section); no renderer decides anything itself.
 
-* **In-model A/B** (``miner verify --ab``): the latest ``verify.json`` of kind ``VerifyAB`` anywhere
-  under ``reports/`` (by its environment date; the path is named in ``Decisions.ab_source``). Per
-  fusion and (model, mode, compile mode): the step speedup of the fusion alone against the default
-  compile, its p20-p80 range (default median over the variant's p80 and p20), the measured noise band,
-  the verdict (win / loss beyond the band, else noise), the peak-memory change and parity. Where that
-  file does not cover a (model, mode, compile), the records of the gate's evidence stand in
+* **In-model A/B** (``miner verify --ab``): every ``verify.json`` of kind ``VerifyAB`` under
+  ``reports/``, the latest result of each (model, mode, compile mode, preset) by the files' environment
+  dates (the files used are named in ``Decisions.ab_source``). Per fusion and (model, mode, compile
+  mode): the step speedup of the fusion alone against the default compile, its p20-p80 range (the A/B's
+  paired per-round ratios; older files: the default's median over the variant's p80 and p20), the noise band,
+  the verdict (win / loss beyond the band, else noise), the peak-memory change and parity. Where those
+  files do not cover a (model, mode, compile), the records of the gate's evidence stand in
   (``fusions/<name>/wins.json`` ``in_model``, ``candidates/<id>/in_model.json``: no p20-p80, no memory).
 * **The gate's evidence** (``miner.runtime.gate.decide_context`` over the same records the gate reads
   while compiling): where the fusion fires on CUDA. No records: it fires nowhere.
@@ -101,7 +102,7 @@ class Decision:
     def where(self) -> str:
         """Where it fires on CUDA, in words."""
         if self.promoted:
-            return ", ".join(self.fires_in) or "nowhere (no in-model win recorded)"
+            return ", ".join(self.fires_in) or "nowhere"
         return "not promoted" + (f" (won in {', '.join(self.won)})" if self.won else "")
 
     def to_json(self) -> dict:
@@ -115,8 +116,8 @@ class Decisions:
     """Every decision, best first, and where the evidence came from."""
 
     rows: tuple[Decision, ...]
-    ab_source: str | None  # the latest VerifyAB verify.json used, relative to the workspace
-    ab_date: str | None
+    ab_source: str | None  # the VerifyAB verify.json files used, relative to the workspace, comma-separated
+    ab_date: str | None  # the newest of their dates
     together: tuple[str, ...] = ()  # the latest plain `miner verify` run (all fusions at once), one line per model
     together_source: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -176,8 +177,14 @@ def _list(steps: Iterable[StepChange]) -> str:
 
 # --------------------------------------------------------------------------- evidence
 
-def latest_ab(ws: Workspace) -> tuple[Path, list] | None:
-    """The newest ``verify.json`` of kind VerifyAB under ``reports/`` (by env date, then path) and its results."""
+def latest_ab(ws: Workspace) -> tuple[list[Path], list] | None:
+    """The latest in-model A/B of each (model, mode, compile mode, preset) over every ``verify.json`` of kind
+    VerifyAB under ``reports/`` (a run is often saved in several folders, one per model; a re-run replaces
+    the older result), and the files those results come from; None if there is none.
+
+    Files are taken oldest first by their environment date (then path), so a newer file's result for
+    the same (model, mode, compile, preset) wins, as ``miner verify --ab --record`` merges the gate's evidence.
+    """
     from miner.check import abrun
 
     found = []
@@ -190,32 +197,52 @@ def latest_ab(ws: Workspace) -> tuple[Path, list] | None:
             continue
         date = next((r.env.get("date") for r in results if r.env.get("date")), "") or ""
         found.append((str(date), str(path), path, results))
-    if not found:
+    latest: dict[tuple, tuple[Path, object]] = {}
+    for _, _, path, results in sorted(found, key=lambda f: f[:2]):
+        for r in results:
+            latest[(r.model, r.mode, r.compile, r.preset)] = (path, r)
+    if not latest:
         return None
-    _, _, path, results = max(found)
-    return path, results
+    paths = sorted({p for p, _ in latest.values()})
+    return paths, [(p, r) for p, r in latest.values()]
 
 
-def ab_steps(results: Sequence, source: str) -> dict[str, list[StepChange]]:
-    """fusion (or candidate id) -> its fusion-alone measurements in A/B ``results`` (``miner.check.ab``)."""
+def ab_steps(results: Sequence[tuple[str, object]]) -> dict[str, list[StepChange]]:
+    """fusion (or candidate id) -> its fusion-alone measurements in A/B ``results``: (source file, ``ABResult``).
+
+    The p20-p80 range is the A/B's own (quantiles of the per-round paired ratios) where the file has
+    it, else the default's median over the variant's p80 and p20 step times.
+    """
     from miner.check.ab import alone_records
 
     out: dict[str, list[StepChange]] = {}
-    for r in results:
+    for source, r in results:
         if r.error:
             continue
         d = r.variant("default")
         for f, rec in alone_records(r).items():
             v = r.variant(f"alone:{f}") or r.variant("all")
             s, base = v.step, d.step if d else None
-            lo = hi = mem = None
+            lo, hi, mem = getattr(v, "speedup_p20", None), getattr(v, "speedup_p80", None), None
             if s is not None and base is not None:
-                lo = base.median_ms / s.p80_ms if s.p80_ms > 0 else None
-                hi = base.median_ms / s.p20_ms if s.p20_ms > 0 else None
+                if lo is None or hi is None:
+                    lo = base.median_ms / s.p80_ms if s.p80_ms > 0 else None
+                    hi = base.median_ms / s.p20_ms if s.p20_ms > 0 else None
                 mem = (s.peak_mem_bytes - base.peak_mem_bytes) / 2**20
             out.setdefault(f, []).append(StepChange(
                 r.model, r.mode, r.compile, rec["speedup"], rec["band"], rec["verdict"], lo, hi, mem,
                 None if v.parity is None else bool(v.parity.ok), rec["matches"], source, str(r.env.get("date") or "")))
+    return out
+
+
+def silent_in(results: Sequence[tuple[str, object]]) -> dict[str, list[str]]:
+    """fusion -> "model mode/compile" of the A/B ``results`` where it matched nothing with the gate open."""
+    out: dict[str, list[str]] = {}
+    for _, r in results:
+        if not r.error:
+            for f, n in r.fires.items():
+                if not n:
+                    out.setdefault(f, []).append(f"{r.model} {r.mode}/{r.compile}")
     return out
 
 
@@ -328,11 +355,13 @@ def decide(review: Review, ws: Workspace) -> Decisions:
     found = latest_ab(ws)
     ab_source = ab_date = None
     measured: dict[str, list[StepChange]] = {}
+    silent: dict[str, list[str]] = {}
     if found:
-        path, results = found
-        ab_source = str(path.relative_to(ws.root))
-        ab_date = next((r.env.get("date") for r in results if r.env.get("date")), None)
-        measured = ab_steps(results, ab_source)
+        paths, results = found
+        ab_source = ", ".join(str(p.relative_to(ws.root)) for p in paths)
+        ab_date = max((str(r.env.get("date")) for _, r in results if r.env.get("date")), default=None)
+        measured = ab_steps([(str(p.relative_to(ws.root)), r) for p, r in results])
+        silent = silent_in([(str(p), r) for p, r in results])
     rows: list[Decision] = []
     seen_fusions = set()
     for r in review.rows:
@@ -345,12 +374,14 @@ def decide(review: Review, ws: Workspace) -> Decisions:
         rows.append(_decision(c.id, fusion or c.label, r.pattern.ops, bool(fusion), rec_path, ws,
                               measured.get(fusion or "", []) + measured.get(c.id, []),
                               "validation failed: " + str((c.validation or {}).get("failure") or "see validation.json")
-                              if c.status == "failed" else None, kernel_range(c, review.runs)))
+                              if c.status == "failed" else None, kernel_range(c, review.runs),
+                              silent.get(fusion or "", []) + silent.get(c.id, [])))
     extra = sorted(ws.fusions.glob("*/fusion.json")) if ws.fusions.is_dir() and not review.only_model else ()
     for d in extra:  # a promoted fusion whose candidate is not in this workspace (with --model: not in that model)
         name = d.parent.name
         if name not in seen_fusions:
-            rows.append(_decision(name, name, "", True, d.parent / "wins.json", ws, measured.get(name, []), None, None))
+            rows.append(_decision(name, name, "", True, d.parent / "wins.json", ws, measured.get(name, []), None, None,
+                                  silent.get(name, [])))
     order = {v: i for i, v in enumerate(ORDER)}
     rows.sort(key=lambda d: (order[d.verdict], -max((s.speedup for s in d.steps), default=0.0),
                              -(d.kernel.hi if d.kernel else 0.0), d.id))
@@ -359,16 +390,19 @@ def decide(review: Review, ws: Workspace) -> Decisions:
 
 
 def _decision(ident: str, name: str, ops: str, promoted: bool, rec_path: Path, ws: Workspace,
-              ab: list[StepChange], failed: str | None, kernel: KernelRange | None) -> Decision:
+              ab: list[StepChange], failed: str | None, kernel: KernelRange | None,
+              silent: Sequence[str] = ()) -> Decision:
     records = _records(rec_path)
     covered = {(s.model, s.mode, s.compile) for s in ab}
     rel = str(rec_path.relative_to(ws.root)) if rec_path.is_relative_to(ws.root) else str(rec_path)
     steps = ab + [s for s in record_steps(records, rel) if (s.model, s.mode, s.compile) not in covered]
     verdict, reason, won = verdict_of(steps, failed=failed, kernel=kernel)
+    if silent and not steps and verdict == UNMEASURED:
+        reason = f"matches nothing in the models the in-model A/B ran ({', '.join(silent)}): no step change to measure"
     fires = gate_fires(records) if promoted else ()
     return Decision(ident, name, ops, promoted, verdict, reason, fires, won, tuple(steps), kernel)
 
 
-__all__ = ["ADOPT", "NOT_WORTH", "ONLY", "UNMEASURED", "UNSAFE", "VERDICTS", "Decision", "Decisions", "KernelRange",
-           "StepChange", "ab_steps", "decide", "gate_fires", "kernel_range", "latest_ab", "record_steps", "run_name",
-           "verdict_of"]
+__all__ = ["ADOPT", "NOT_WORTH", "ONLY", "ORDER", "UNMEASURED", "UNSAFE", "VERDICTS", "Decision", "Decisions",
+           "KernelRange", "StepChange", "ab_steps", "decide", "gate_fires", "kernel_range", "latest_ab", "record_steps",
+           "run_name", "silent_in", "verdict_of"]

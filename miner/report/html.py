@@ -285,13 +285,15 @@ def decision_html(dec: Decisions) -> str:
            "In-model A/B: none under <code>reports/</code> yet (<code>miner verify --ab</code> on a GPU; "
            "docs/benchmarking.md).")
     notes = [f"Rule: {_code(RULE)}.", src,
+             "fires on CUDA: where the in-model gate fires (its evidence: <code>fusions/&lt;name&gt;/wins.json</code>); "
+             "step: the fusion alone in the model step vs the default compile, win / loss beyond the noise band.",
              "kernel x: the kernel alone vs Inductor's, min-max over the shapes of each candidate's latest bench run"
              + (f" (<code>{_e(runs[0])}</code>)" if len(runs) == 1 else "") + "; it decides nothing in a model on its own."]
     if dec.together:
         notes.append(f"All promoted fusions at once (<code>{_e(dec.together_source)}</code>, no noise band): "
                      + _e("; ".join(dec.together)) + ".")
     header = ("verdict", "fusion / candidate", "fires on CUDA", "kernel x (shapes)",
-              "step change per model: x [p20-p80], verdict (noise band), peak memory")
+              "step change per model: x [p20-p80], verdict, ±noise band, peak memory")
     body = "".join(f'<tr class="decision" data-decision="{_e(d.id)}" data-verdict="{_e(d.verdict)}">'
                    + "".join(f"<td>{c}</td>" for c in row[:-1])
                    + f'</tr><tr class="why"><td></td><td colspan="{len(header) - 1}">{row[-1]}</td></tr>'

@@ -20,10 +20,12 @@ VERDICT_STYLE = {ADOPT: "bold green", ONLY: "yellow", NOT_WORTH: "dim", UNSAFE: 
 # --------------------------------------------------------------------------- the decision
 
 def step_text(s: StepChange) -> str:
-    """``gpt2 train/default 0.945x [0.930-0.960] loss (noise ±1.0%), memory +12 MiB`` (p20-p80 and memory when known)."""
+    """``gpt2 train 0.945x [0.930-0.960] loss ±1.0% +12 MiB``: speedup, p20-p80, verdict, noise band, peak
+    memory change (the compile mode after a slash when not ``default``; range and memory when known)."""
     rng = f" [{s.lo:.3f}-{s.hi:.3f}]" if s.lo is not None and s.hi is not None else ""
-    mem = f", memory {s.mem_mib:+.0f} MiB" if s.mem_mib is not None else ""
-    return f"{s.where} {s.speedup:.3f}x{rng} {s.verdict} (noise ±{100 * s.band:.1f}%){mem}"
+    mem = f" {s.mem_mib:+.0f} MiB" if s.mem_mib is not None else ""
+    where = f"{s.model} {s.mode}" + ("" if s.compile == "default" else f"/{s.compile}")
+    return f"{where} {s.speedup:.3f}x{rng} {s.verdict} ±{100 * s.band:.1f}%{mem}"
 
 
 def mem_text(s: StepChange) -> str:
@@ -50,7 +52,7 @@ def decision_listing(dec: Decisions) -> Listing:
     """The first table: the verdict on every fusion and candidate, from measurements only."""
     cols = [Column("verdict", "verdict", max_width=16), Column("name", "fusion / candidate", wrap=False),
             Column("where", "fires on CUDA", max_width=16), Column("kernel", "kernel x (shapes)", max_width=14),
-            Column("step", "step x [p20-p80] per model: verdict, memory", ratio=1)]
+            Column("step", "step x [p20-p80] per model, verdict, ±noise, memory", ratio=1)]
     rows, styles = [], []
     runs = kernel_runs(dec)
     for d in dec.rows:
@@ -63,6 +65,9 @@ def decision_listing(dec: Decisions) -> Listing:
     before = [f"Adopt: {', '.join(adopt)}." if adopt else "Adopt: none (no fusion has a measured in-model win "
               "without a measured loss)."]
     after = [f"Rule: {_rule(dec)}.",
+             "fires on CUDA: where the in-model gate fires (its evidence: fusions/<name>/wins.json); step: the "
+             "fusion alone in the model step vs the default compile (`miner verify --ab`), win / loss beyond the "
+             "noise band.",
              "kernel x: the kernel alone vs Inductor's, min-max over the shapes of each candidate's latest bench run"
              + (f" ({runs[0]})" if len(runs) == 1 else "") + "; it decides nothing in a model on its own.",
              "In-model A/B: " + (f"{dec.ab_source} ({dec.ab_date})" if dec.ab_source else
