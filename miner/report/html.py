@@ -275,7 +275,8 @@ def decision_html(dec: Decisions) -> str:
         name = (f"<b>{_e(d.name)}</b><br>" if d.name and d.name != d.id else "") + f'<code>{_e(d.id)}</code>'
         link = f'<a href="#c-{_e(d.id)}">{name}</a>'
         rows.append([_verdict(d), link, _e(c["where"]), _e(c["kernel"]),
-                     "<br>".join(_e(step_text(x)) for x in d.steps) or '<span class="small">not measured</span>',
+                     "<br>".join(_e(step_text(x)).replace(" MiB", "&nbsp;MiB") for x in d.steps)
+                     or '<span class="small">not measured</span>',
                      f'<span class="small">why: {_code(d.reason)}</span>'])
     adopt = [d.name or d.id for d in dec.adopt]
     head = (f'<p class="headline good">Adopt: <b>{_e(", ".join(adopt))}</b>.</p>' if adopt else
