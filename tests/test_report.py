@@ -23,27 +23,44 @@ PROBE = """<script>
 window.addEventListener('load', () => {
   const imgs = [...document.images];
   const ids = sel => [...document.querySelectorAll(sel + ' > tbody > tr.family')].map(r => r.dataset.id);
+  const root = document.documentElement;
   const out = {images: imgs.length,
                broken: imgs.filter(i => !i.complete || i.naturalWidth === 0).map(i => i.alt),
                rows: ids('#ranked'), patternRows: ids('#patterns-table'),
+               decisionRows: [...document.querySelectorAll('#decision-table tr.decision')].map(r => r.dataset.decision),
+               firstTable: document.querySelector('table').id,
                detailSections: document.querySelectorAll('#details > section').length,
-               width: document.body.scrollWidth};
+               charts: [...document.querySelectorAll('.chart img')].map(i => [i.alt, i.clientWidth / i.naturalWidth]),
+               viewport: root.clientWidth, width: Math.max(root.scrollWidth, document.body.scrollWidth)};
   const pre = document.createElement('pre'); pre.id = 'probe'; pre.textContent = JSON.stringify(out);
   document.body.appendChild(pre);
 });
 </script>"""
 
 
-def chromium_probe(page: Path, tmp: Path) -> dict:
+def _chromium(tmp: Path, *args: str) -> subprocess.CompletedProcess:
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+           "--disable-component-update", "--no-first-run", "--hide-scrollbars", f"--user-data-dir={tmp / 'profile'}",
+           "--virtual-time-budget=10000", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+
+
+def chromium_probe(page: Path, tmp: Path, width: int = 1400) -> dict:
+    """What the page rendered at a window ``width`` px wide (images, rows, overflow, chart scales)."""
     probed = tmp / "probed.html"
     probed.write_text(page.read_text().replace("</body>", PROBE + "</body>"))
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-           "--disable-component-update", "--no-first-run", f"--user-data-dir={tmp / 'profile'}",
-           "--virtual-time-budget=10000", "--dump-dom", probed.as_uri()]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    out = _chromium(tmp, f"--window-size={width},1200", "--dump-dom", probed.as_uri())
     m = re.search(r'<pre id="probe">(.*?)</pre>', out.stdout, re.S)
     assert m, f"chromium printed no probe (rc {out.returncode}): {out.stderr[-2000:]}"
     return json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+
+
+def screenshot(page: Path, out: Path, width: int, height: int, tmp: Path) -> Path:
+    """A PNG of the page's first ``height`` px at a window ``width`` px wide."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    r = _chromium(tmp, f"--window-size={width},{height}", f"--screenshot={out}", page.as_uri())
+    assert out.exists(), r.stderr[-2000:]
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -65,17 +82,42 @@ def test_page_is_self_contained(page):
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (CI installs it: apt-get install -y chromium)")
-def test_page_renders_in_headless_chromium(page, ws, tmp_path):
+@pytest.mark.parametrize("width", [900, 1440])
+def test_page_renders_in_headless_chromium(page, ws, tmp_path, width):
+    from miner.rank.decision import decide
+    from miner.report.figures import FONT_PT
+
     rv = rank.review(ws)
-    probe = chromium_probe(page, tmp_path)
+    probe = chromium_probe(page, tmp_path, width)
     assert probe["broken"] == [], f"broken images: {probe['broken']}"
-    # a drawing per detailed pattern, a chart per benchmarked candidate
+    # a drawing per detailed pattern, a chart per benchmarked candidate, speedup-vs-shape and roofline figures
     n_bench = sum(1 for r in rv.rows if r.candidate and r.candidate.bench)
-    assert probe["images"] == probe["detailSections"] + n_bench
+    assert probe["images"] == probe["detailSections"] + n_bench + 2
+    assert {"speedup vs shape", "roofline share"} <= {alt for alt, _ in probe["charts"]}
+    assert probe["firstTable"] == "decision-table"  # the first screen is the decision
+    assert probe["decisionRows"] == [d.id for d in decide(rv, ws).rows]
     assert probe["rows"] == [f.id for f in rv.candidate_families]
     assert probe["patternRows"] == [f.id for f in rv.pattern_families]
     assert set(probe["rows"]) >= {patterns_zoo()["softmax"].id, patterns_zoo()["rmsnorm"].id}
-    assert probe["width"] <= 1400, "the page overflows horizontally"
+    assert probe["width"] <= probe["viewport"], f"the page overflows horizontally at {width} px: {probe}"
+    for alt, scale in probe["charts"]:  # tick labels are FONT_PT - 1 points at 110 dpi, shown at this scale
+        assert (FONT_PT - 1) * 110 / 72 * scale >= 10, f"{alt}: tick labels below 10 px at {width} px"
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")
+def test_screenshots_at_900_and_1440(page, tmp_path):
+    for w, h in ((900, 1400), (1440, 1000)):
+        png = screenshot(page, tmp_path / f"report-{w}.png", w, h, tmp_path)
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+
+
+def test_the_page_leads_with_the_measured_decision(ws, page):
+    text = page.read_text()
+    assert text.index('id="decision"') < text.index('id="ranking"') < text.index('id="patterns"')
+    assert "Adopt: <b>none</b>" in text  # no in-model A/B in this workspace: predicted numbers never adopt
+    assert "measured error" in text[text.index('id="ranking"'):text.index('id="patterns"')]
+    # the promoted fusion's gate fires nowhere (no in-model evidence): its badge is not the green one
+    assert "promoted · fires nowhere" in text and '<span class="badge promoted">' not in text
 
 
 def _cells(text: str, row_id: str) -> str:

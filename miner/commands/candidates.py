@@ -1,13 +1,14 @@
-"""``miner candidates``: the ranked review list in the terminal, and one candidate in full."""
+"""``miner candidates``: the measured-only decision table, then the predicted ranking; ``show <id>``: one in full."""
 
 from __future__ import annotations
 
 import argparse
 
 from miner.rank import rank
-from miner.report.report import render_show, render_table
+from miner.report.terminal import add_output_options
 
-HELP = "rank candidates by expected time saved across the zoo (or `show <id>`: everything known about one)"
+HELP = ("what to adopt (measured only), then candidates ranked by expected time saved (or `show <id>`: everything "
+        "known about one)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,11 +21,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="rank the mined patterns that have no candidate, with the reason generate gave")
     parser.add_argument("--scale", choices=rank.SCALES, default="published",
                         help="score at each model's published size (default) or at the captured shapes")
-    parser.add_argument("--json", action="store_true", help="print the ranking as JSON")
+    add_output_options(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from miner.core.errors import UsageError, unreadable
+    from miner.core.workspace import Workspace
+    from miner.rank.decision import decide
+    from miner.report import listings as L
+    from miner.report.terminal import emit
 
     if args.top is not None and args.top < 0:
         raise UsageError("--top must be 0 (all) or positive")
@@ -32,13 +37,24 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"unexpected argument {args.id!r}; did you mean `miner candidates show {args.id}`?")
     if args.action == "show" and not args.id:
         raise UsageError("`miner candidates show` needs a candidate id")
-    review = rank.review(args.workspace, only_model=args.model, scale=args.scale)
+    ws = Workspace(args.workspace)
+    review = rank.review(ws, only_model=args.model, scale=args.scale)
     if review.problems:  # a corrupt file is never ranked around
         raise unreadable(review.problems)
+    dec = decide(review, ws)
     if args.action == "show":
-        print(render_show(review, review.find(args.id)))
-    elif args.json:
-        print(rank.dumps(review))
+        r = review.find(args.id)
+        d = next((x for x in dec.rows if x.id == r.id), None)
+        return emit(args, L.show_listings(review, r, d), {**L.row_json(review, r, d), "ab_source": dec.ab_source},
+                    L.show_csv(r), f"`miner verify --ab --candidates {r.id}` (in model steps, GPU); `miner report`")
+    top = args.top or None
+    kw = dict(top=top, members=args.members, patterns=args.patterns)
+    ranking = L.ranking_listing(review, **kw)
+    listings = [ranking] if args.patterns else [L.decision_listing(dec), ranking]
+    if args.patterns:
+        first = review.pattern_families[0].id if review.pattern_families else None
     else:
-        print(render_table(review, top=args.top or None, members=args.members, patterns=args.patterns))
-    return 0
+        first = dec.rows[0].id if dec.rows else None
+    hint = (f"`miner candidates show {first}` (one in full); " if first else "") + "`miner report` (the HTML page)"
+    csv_rows = L.ranking_csv(review, dec, **kw) if args.patterns else L.decision_csv(dec, review)
+    return emit(args, listings, L.candidates_json(review, None if args.patterns else dec, **kw), csv_rows, hint)

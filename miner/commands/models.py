@@ -3,8 +3,6 @@ write the zoo table from a workspace's scan results."""
 
 from __future__ import annotations
 
-import sys
-
 HELP = "list the model zoo (hand-written, hf-suite, generic model_types) or write the zoo table"
 
 SOURCES = ("hand", "suite", "generic")
@@ -25,6 +23,8 @@ def add_arguments(p) -> None:
                    help="table: also show the results of a CUDA scan saved in workspace DIR")
     p.add_argument("--eager", action="store_true",
                    help="table: also build every model and run one eager step (minutes)")
+    from miner.report.terminal import add_output_options
+    add_output_options(p)
 
 
 def _listing(sources: tuple[str, ...]) -> list[tuple[str, str, str, str]]:
@@ -68,16 +68,19 @@ def run(args) -> int:
     transformers.logging.set_verbosity_error()
     if args.table:
         return _write_table(args)
+    from miner.report.terminal import Column, Listing, emit
+
     sources = tuple(args.source or SOURCES)
-    rows = _listing(sources)
-    width = max(len(r[0]) for r in rows)
-    for name, source, presets, note in rows:
-        print(f"{name:<{width}}  {source:<8}  {presets:<9}  {note}")
+    rows = [{"name": n, "source": src, "presets": pre, "note": note} for n, src, pre, note in _listing(sources)]
     if args.unsupported:
         from miner_models.generic import UNSUPPORTED
         from miner_models.suite import unsupported
-        for name, why in {**unsupported(), **UNSUPPORTED}.items():
-            print(f"{name:<{width}}  unsupported  {why}")
-    counts = ", ".join(f"{sum(r[1].startswith(s) for r in rows)} {s}" for s in sources)
-    print(f"\n{len(rows)} entries ({counts}); groups: hf-suite, all", file=sys.stderr)
-    return 0
+        rows += [{"name": n, "source": "unsupported", "presets": "", "note": why}
+                 for n, why in {**unsupported(), **UNSUPPORTED}.items()]
+    counts = ", ".join(f"{sum(r['source'].startswith(s) for r in rows)} {s}" for s in sources)
+    cols = [Column("name", "name", max_width=32), Column("source", "source", max_width=12),
+            Column("presets", "presets", wrap=False), Column("note", "note", ratio=1)]
+    total = sum(r["source"] != "unsupported" for r in rows)
+    lst = Listing("", cols, rows, after=[f"{total} entries ({counts}); groups: hf-suite, all"])
+    return emit(args, [lst], rows, rows, "`miner scan --models NAME[,NAME...]` (compile and capture; "
+                "`--models hf-suite` for the whole list)")

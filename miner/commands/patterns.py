@@ -14,6 +14,37 @@ def add_arguments(p) -> None:
     p.add_argument("--top", type=int, default=20, metavar="N", help="rows to print (default 20; 0 = all)")
     p.add_argument("--model", help="only patterns found in this model")
     p.add_argument("--missed", action="store_true", help="only patterns Inductor splits into several kernels")
+    from miner.report.terminal import add_output_options
+    add_output_options(p)
+
+
+def columns():
+    from miner.report.terminal import Column
+    return [Column("id", "id", wrap=False), Column("ops", "ops", ratio=1),
+            Column("models", "models", justify="right", wrap=False), Column("graphs", "graphs", justify="right", wrap=False),
+            Column("occ", "occ", justify="right", wrap=False), Column("safe", "safe", justify="right", wrap=False),
+            Column("kernels", "kernels", justify="right", wrap=False), Column("missed", "missed", wrap=False)]
+
+
+def row(p) -> dict:
+    """One pattern's row: the text cells and, under the same keys, the JSON / CSV values."""
+    k = p.inductor.typical_kernels
+    return {"id": p.id, "ops": p.ops, "models": p.support.n_models, "graphs": p.support.n_graphs,
+            "occ": p.counts.non_overlapping, "safe": p.counts.safe_share, "kernels": k,
+            "missed": bool(p.inductor.missed_fusion)}
+
+
+def cells(r: dict) -> dict:
+    return {**{k: str(v) for k, v in r.items()}, "safe": f"{100 * r['safe']:.0f}%",
+            "kernels": "-" if r["kernels"] is None else str(r["kernels"]), "missed": "yes" if r["missed"] else ""}
+
+
+def data(p) -> dict:
+    """Everything ``patterns`` shows of one pattern, and its support, counts and Inductor view, as JSON."""
+    ind, c = p.inductor, p.counts
+    return {**row(p), "support_models": list(p.support.models), "total": c.total, "safe_count": c.safe,
+            "by_phase": dict(c.by_phase), "kernels_hist": dict(ind.kernels_hist), "splits": dict(ind.splits),
+            "rejections": dict(p.rejections)}
 
 
 def table(patterns) -> str:
@@ -97,21 +128,33 @@ def show(p) -> str:
 
 def run(args) -> int:
     from miner.core.errors import UsageError
-    from miner.core.pattern import load_patterns
+    from miner.core.pattern import load_patterns, occurrence_to_json
     from miner.core.workspace import Workspace
+    from miner.report.terminal import Listing, emit
 
     patterns = load_patterns(Workspace(args.workspace))
     if args.what:
         if args.what[0] != "show" or len(args.what) != 2:
             raise UsageError("usage: miner patterns [--top N] | miner patterns show <pattern-id>")
-        print(show(find(patterns, args.what[1])))
-        return 0
+        p = find(patterns, args.what[1])
+        lst = Listing("", [], [], show(p).splitlines(), empty="")
+        full = {**data(p), "source": p.to_source(), "graphs_list": list(p.support.graphs),
+                "occurrences": [occurrence_to_json(o) for o in p.occurrences]}
+        occ = [{"id": p.id, "graph": str(o.graph), "phase": o.phase, "safe": o.verdict.ok, "nodes": list(o.nodes),
+                "n_kernels": o.n_kernels, "reasons": list(o.verdict.reasons)} for o in p.occurrences]
+        return emit(args, [lst], full, occ, f"`miner candidates show {p.id}` (its candidate, ranked and measured); "
+                                            "`miner generate` writes candidates")
     if args.model:
         patterns = [p for p in patterns if args.model in p.support.models]
     if args.missed:
         patterns = [p for p in patterns if p.inductor.missed_fusion]
+    if args.top < 0:
+        raise UsageError("--top must be 0 (all) or positive")
     shown = patterns if args.top == 0 else patterns[:args.top]
-    print(table(shown))
-    if len(shown) < len(patterns):
-        print(f"({len(patterns) - len(shown)} more; --top 0 for all)")
-    return 0
+    rows = [row(p) for p in shown]
+    after = [f"({len(patterns) - len(shown)} more; --top 0 for all)"] if len(shown) < len(patterns) else []
+    after.append("occ: non-overlapping occurrences; safe: share the safety checks accept; kernels: Inductor kernels "
+                 "per occurrence (typical); missed: Inductor splits it into several kernels somewhere.")
+    lst = Listing("", columns(), [cells(r) for r in rows], after=after, empty="No mined patterns (run `miner mine`).")
+    hint = (f"`miner patterns show {shown[0].id}` (one in full); " if shown else "") + "`miner candidates` (what to adopt)"
+    return emit(args, [lst], [data(p) for p in shown], rows, hint)

@@ -33,17 +33,18 @@ def composition_chart(profiles: Sequence[Any]) -> str | None:
     import matplotlib.pyplot as plt
 
     names = [f"{p.model} {p.mode}" for p in profiles]
-    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(profiles) + 1.2))
+    plt.rcParams.update({"font.size": 10})
+    fig, ax = plt.subplots(figsize=(7.0, 0.45 * len(profiles) + 1.4))
     left = [0.0] * len(profiles)
     for i, (label, _, colour) in enumerate(SEGMENTS):
         widths = [segments(p)[i][1] for p in profiles]
         ax.barh(names, widths, left=left, color=colour, label=label, edgecolor="white", linewidth=0.5)
         left = [a + b for a, b in zip(left, widths)]
     for y, p in enumerate(profiles):
-        ax.text(left[y] * 1.01, y, f"{p.step_ms:.1f} ms", va="center", fontsize=8)
+        ax.text(left[y] * 1.01, y, f"{p.step_ms:.1f} ms", va="center", fontsize=9)
     ax.invert_yaxis()
     ax.set_xlabel("ms per step (CUDA events; kernels from torch.profiler)")
-    ax.legend(fontsize=7, frameon=False, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.25))
+    ax.legend(fontsize=9, frameon=False, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.25))
     ax.spines[["top", "right"]].set_visible(False)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
@@ -67,7 +68,7 @@ def composition_html(ws: Any) -> str:
     bw = ", ".join(sorted({f"{p.copy_bw / 1e12:.2f}" for p in profiles}))
     return ('<section id="composition"><h2>Where the step time goes</h2>'
             f'<img alt="step composition" src="{uri}">'
-            f'<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+            f'<div class="tablewrap"><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>'
             f'<p class="small">Triton floor: each kernel\'s bytes (Inductor\'s own count) at the copy bandwidth '
             f'measured in the same run ({bw} TB/s). Triton above floor is the time a fusion could recover at best.'
             '</p></section>')

@@ -12,7 +12,6 @@ from collections import Counter
 from miner.rank.costmodel import Accuracy
 from miner.core.dtypes import short as short_dtype
 from miner.rank.records import Ranked
-from miner.report.text import VARIANTS
 
 COLORS = {"eager": "#9aa5b8", "inductor": "#2a62c9", "max-autotune": "#6b8fd6", "candidate": "#1f8a4c",
           "roofline": "#c0392b"}
@@ -28,10 +27,19 @@ def _png(fig) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
+FONT_PT = 10  # at 110 dpi and the page's ~800 px content width, tick labels stay >= 12 px at 900 px
+
+
+MAX_WIDTH_IN = 7.0  # figures no wider than the page's content at 900 px, so never scaled down there
+
+
 def _pyplot():
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    plt.rcParams.update({"font.size": FONT_PT, "axes.labelsize": FONT_PT, "xtick.labelsize": FONT_PT - 1,
+                         "ytick.labelsize": FONT_PT - 1, "legend.fontsize": FONT_PT - 1,
+                         "axes.titlesize": FONT_PT + 1})
     return plt
 
 
@@ -137,36 +145,117 @@ def draw_pattern(p) -> str:
     return _png(fig)
 
 
-def bench_chart(r: Ranked) -> str | None:
-    """Grouped bars per benchmarked input set: eager / Inductor / max-autotune / candidate / roofline (measured)."""
-    points = [b for b in (r.candidate.bench if r.candidate else ()) if b.times]
+def latest_points(r: Ranked) -> list:
+    """The candidate's bench points of its latest run (``candidate.bench`` is oldest run first), timed ones."""
+    bench = r.candidate.bench if r.candidate else ()
+    if not bench:
+        return []
+    latest = bench[-1].run
+    return [b for b in bench if b.run == latest and b.speedup is not None]
+
+
+def speedup_range(b) -> tuple[float, float, float]:
+    """(median, low, high) speedup over Inductor of one point: Inductor's median over the candidate's
+    median, p80 and p20 (the candidate's spread; Inductor's own is in the table)."""
+    ind = b.times["inductor"][0]
+    med, p20, p80 = b.times["candidate"]
+    return ind / med, ind / p80, ind / p20
+
+
+def _shape_order(points: list) -> list:
+    return sorted(points, key=lambda b: (b.bytes_moved, b.label))
+
+
+def bench_chart(r: Ranked, run_label: str = "") -> str | None:
+    """Speedup over Inductor vs input shape, latest run only: a dot per shape with its p20-p80 bar,
+    on a linear axis with 1.0 (Inductor) marked; colour per dtype."""
+    points = _shape_order(latest_points(r))
     if not points:
         return None
     plt = _pyplot()
-    import numpy as np
-    points = sorted(points, key=lambda b: (b.source != "derived", -b.bytes_moved))[:10]
-    series = [v for v in VARIANTS if any(v in b.times for b in points)] + ["roofline"]
-    x = np.arange(len(points))
-    w = 0.8 / len(series)
-    fig, ax = plt.subplots(figsize=(max(5.5, 1.3 * len(points) + 2.5), 3.4))
-    for i, s in enumerate(series):
-        if s == "roofline":
-            vals = [b.roofline_ms * 1e3 for b in points]
-            err = None
-        else:
-            vals = [b.times[s][0] * 1e3 if s in b.times else np.nan for b in points]
-            err = np.array([[b.times[s][0] - b.times[s][1], b.times[s][2] - b.times[s][0]] if s in b.times
-                            else [0, 0] for b in points]).T * 1e3
-        ax.bar(x + (i - (len(series) - 1) / 2) * w, vals, w, yerr=err, label=s, color=COLORS[s],
-               hatch="//" if s == "roofline" else None, edgecolor="white" if s != "roofline" else COLORS[s],
-               fill=s != "roofline", capsize=2, error_kw={"elinewidth": 0.8})
-    ax.set_xticks(x, [_tick(b) for b in points], fontsize=7.5)
-    ax.set_ylabel("µs per call (median, p20-p80)")
-    ax.set_yscale("log")
-    ax.legend(fontsize=8, ncol=len(series), loc="upper center", bbox_to_anchor=(0.5, 1.16), frameon=False)
+    fig, ax = plt.subplots(figsize=(min(MAX_WIDTH_IN, max(5.2, 0.9 * len(points) + 2.5)), 3.3))
+    dtypes = sorted({_dtype(b) for b in points})
+    palette = ["#2a62c9", "#c0392b", "#1f8a4c", "#a86400", "#7a4bb5"]
+    for i, b in enumerate(points):
+        med, lo, hi = speedup_range(b)
+        c = palette[dtypes.index(_dtype(b)) % len(palette)]
+        ax.errorbar([i], [med], yerr=[[med - lo], [hi - med]], fmt="o", color=c, capsize=4, ms=6, lw=1.4)
+        ax.annotate(f"{med:.2f}", (i, hi), textcoords="offset points", xytext=(0, 4), ha="center",
+                    fontsize=FONT_PT - 1)
+    for d in dtypes:
+        ax.plot([], [], "o", color=palette[dtypes.index(d) % len(palette)], label=d)
+    ax.axhline(1.0, color="#5d6778", lw=1, ls="--")
+    ax.set_xticks(range(len(points)), [_tick(b) for b in points], rotation=30 if len(points) > 4 else 0,
+                  ha="right" if len(points) > 4 else "center", rotation_mode="anchor")
+    ax.set_ylabel("speedup over Inductor")
+    lo = min(speedup_range(b)[1] for b in points)
+    hi = max(speedup_range(b)[2] for b in points)
+    ax.set_ylim(min(0.9, lo - 0.05), max(1.1, hi + 0.08))
+    ax.set_xlim(-0.6, len(points) - 0.4)
+    ax.legend(frameon=False, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=len(dtypes), borderaxespad=0.2)
+    if run_label:
+        ax.set_title(f"run {run_label}", loc="left", fontsize=FONT_PT)
     ax.grid(axis="y", alpha=0.3)
     ax.spines[["top", "right"]].set_visible(False)
     return _png(fig)
+
+
+def overview_chart(rows: list[tuple[str, list]]) -> str | None:
+    """Every benchmarked candidate in one figure: its latest run's speedup per shape (dot, p20-p80 bar),
+    one row per candidate, linear axis, 1.0 marked. ``rows``: (label, bench points)."""
+    rows = [(label, _shape_order(pts)) for label, pts in rows if pts]
+    if not rows:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(MAX_WIDTH_IN, 0.42 * len(rows) + 1.1))
+    for y, (label, pts) in enumerate(rows):
+        for b in pts:
+            med, lo, hi = speedup_range(b)
+            c = "#1f8a4c" if lo > 1 else "#c0392b" if hi < 1 else "#5d6778"
+            ax.errorbar([med], [y], xerr=[[med - lo], [hi - med]], fmt="o", color=c, ms=5, capsize=2, lw=1.2)
+    ax.axvline(1.0, color="#5d6778", lw=1, ls="--")
+    ax.set_yticks(range(len(rows)), [label for label, _ in rows])
+    ax.invert_yaxis()
+    ax.set_xlabel("kernel alone: speedup over Inductor per shape (latest run; bar p20-p80)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.spines[["top", "right"]].set_visible(False)
+    return _png(fig)
+
+
+def roofline_chart(rows: list[tuple[str, list]]) -> str | None:
+    """Roofline share (memory floor time / kernel time) of Inductor's and the candidate's kernels, per
+    candidate: the median over its latest run's shapes, with the min-max as a bar."""
+    import statistics
+
+    data = []
+    for label, pts in rows:
+        ind = [b.roofline_pct("inductor") for b in pts if b.roofline_pct("inductor") is not None]
+        cand = [b.roofline_pct("candidate") for b in pts if b.roofline_pct("candidate") is not None]
+        if ind and cand:
+            data.append((label, ind, cand))
+    if not data:
+        return None
+    plt = _pyplot()
+    import numpy as np
+    fig, ax = plt.subplots(figsize=(MAX_WIDTH_IN, 0.5 * len(data) + 1.1))
+    y = np.arange(len(data))
+    for off, idx, name, color in ((-0.18, 1, "Inductor", COLORS["inductor"]), (0.18, 2, "candidate", COLORS["candidate"])):
+        med = [statistics.median(d[idx]) for d in data]
+        err = [[m - min(d[idx]) for m, d in zip(med, data)], [max(d[idx]) - m for m, d in zip(med, data)]]
+        ax.barh(y + off, med, 0.34, xerr=err, color=color, label=name, capsize=2, error_kw={"elinewidth": 0.9})
+    ax.set_yticks(y, [d[0] for d in data])
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(100.0, max(max(d[1] + d[2]) for d in data) * 1.03))
+    ax.set_xlabel("% of the memory roofline (latest run; median over shapes, bar min-max)")
+    ax.legend(frameon=False, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2)
+    ax.grid(axis="x", alpha=0.3)
+    ax.spines[["top", "right"]].set_visible(False)
+    return _png(fig)
+
+
+def _dtype(b) -> str:
+    shape = max(b.key, key=lambda kd: math.prod(kd[0]) if kd[0] else 1)
+    return short_dtype(shape[1])
 
 
 def accuracy_chart(acc: Accuracy) -> str | None:
@@ -182,11 +271,11 @@ def accuracy_chart(acc: Accuracy) -> str | None:
     ax.scatter(y, forest, s=18, color="#7a4bb5", label="forest (held out)", alpha=0.8)
     ax.set_xlabel("measured speedup over Inductor")
     ax.set_ylabel("predicted")
-    ax.legend(fontsize=8, frameon=False)
+    ax.legend(frameon=False)
     ax.spines[["top", "right"]].set_visible(False)
     return _png(fig)
 
 
 def _tick(b) -> str:
     shape = max(b.key, key=lambda kd: math.prod(kd[0]) if kd[0] else 1)
-    return f"{'x'.join(map(str, shape[0]))}\n{short_dtype(shape[1])} {','.join(b.models)[:18]}\n({b.source})"
+    return f"{'x'.join(map(str, shape[0]))}\n{short_dtype(shape[1])} {','.join(b.models)[:14]}"

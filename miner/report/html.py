@@ -19,7 +19,10 @@ from miner.core.dtypes import short as short_dtype
 from miner.rank.rank import combine_sources
 from miner.rank.records import PREDICTED_MARK, BenchRun, Estimate, Ranked, Review
 from miner.core.workspace import Workspace
-from miner.report.figures import accuracy_chart, bench_chart, draw_pattern
+from miner.rank.decision import Decision, Decisions, decide, run_name
+from miner.report.listings import accuracy_line, decision_cells, kernel_runs, step_text
+from miner.report.figures import accuracy_chart, bench_chart, draw_pattern, latest_points, overview_chart, roofline_chart
+from miner.rank.decision import RULE
 from miner.report.text import LEGEND, VARIANTS, count, cut, num, pct, validation_rows
 
 def _e(x) -> str:
@@ -35,8 +38,11 @@ def _est(e: Estimate | None, spec: str = ".2f", suffix: str = "", scale: float =
     return f'<span class="pred" title="predicted ({_e(e.source)})">{PREDICTED_MARK}{_e(text)}</span>'
 
 
-def _badge(status: str) -> str:
+def _badge(status: str, decision: Decision | None = None) -> str:
+    """The status badge; a promoted fusion's follows the gate: green only where the gate fires somewhere."""
     cls = "failed" if status.startswith("fail") else status
+    if status == "promoted" and decision is not None and not decision.fires_in:
+        return '<span class="badge idle" title="the in-model gate fires nowhere: no measured in-model win">promoted · fires nowhere</span>'
     return f'<span class="badge {_e(cls)}">{_e(status)}</span>'
 
 
@@ -44,25 +50,25 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[str]], num: set[int] =
     head = "".join(f'<th class="num">{_e(h)}</th>' if i in num else f"<th>{_e(h)}</th>" for i, h in enumerate(header))
     body = "".join("<tr>" + "".join(f'<td class="num">{c}</td>' if i in num else f"<td>{c}</td>"
                                     for i, c in enumerate(row)) + "</tr>" for row in rows)
-    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    return f'<div class="tablewrap"><table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 RANK_HEADER = ("#", "candidate", "ops", "models", "graphs", "occ", "safe", "missed", "kernels",
-               "speedup", "saved µs/step", "status")
+               "kernel speedup", "est. µs/step", "status")
 RANK_NUM = {0, 3, 4, 5, 6, 7, 8, 9, 10}
 
 
-def _rank_cells(i: str, r: Ranked, detailed: set[str]) -> list[str]:
+def _rank_cells(i: str, r: Ranked, detailed: set[str], decisions: dict | None = None) -> list[str]:
     ident = f'<a href="#c-{_e(r.id)}">{_e(r.id)}</a>' if r.id in detailed else _e(r.id)
     label = f'<br><span class="small">{_e(r.label)}</span>' if r.label else ""
     return [i, f"<code>{ident}</code>{label}", f'<span class="ops">{_e(r.pattern.ops)}</span>', str(r.support[0]),
             str(r.support[1]), str(r.occurrences), pct(r.safe_share), pct(r.missed_share),
             "-" if r.inductor_kernels is None else str(r.inductor_kernels),
-            _est(r.speedup, ".2f", "×"), _est(r.saved_ms, ".1f", scale=1e3), _badge(r.status)]
+            _est(r.speedup, ".2f", "×"), _est(r.saved_ms, ".1f", scale=1e3), _badge(r.status, (decisions or {}).get(r.id))]
 
 
 def ranked_table(review: Review, fams: Sequence, detailed: set[str], *, table_id: str, top: int | None = None,
-                 last_column: str = "status") -> str:
+                 last_column: str = "status", decisions: dict | None = None) -> str:
     """One row per family (its leader) with the other members folded; the first ``top`` families.
 
     ``last_column``: "status" (candidates) or "why" (mined patterns: why no candidate was generated).
@@ -74,7 +80,7 @@ def ranked_table(review: Review, fams: Sequence, detailed: set[str], *, table_id
         header = (header[0], "pattern") + header[2:]
 
     def cells(i: str, r: Ranked) -> list[str]:
-        c = _rank_cells(i, r, detailed)
+        c = _rank_cells(i, r, detailed, decisions)
         if last_column != "status":
             c[-1] = f'<span class="small">{_e(review.skipped.get(r.id, "not generated yet"))}</span>'
         return c
@@ -94,7 +100,8 @@ def ranked_table(review: Review, fams: Sequence, detailed: set[str], *, table_id
     more = len(fams) - len(shown)
     tail = (f'<p class="small">{more} more families not shown; <code>miner candidates '
             f'{"--patterns " if last_column != "status" else ""}--top 0</code> lists them all.</p>') if more > 0 else ""
-    return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>{tail}'
+    return (f'<div class="tablewrap"><table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}'
+            f'</tbody></table></div>{tail}')
 
 
 def per_model(review: Review) -> dict[str, tuple[int, int, Estimate]]:
@@ -245,11 +252,84 @@ def verify_html(ws: Workspace) -> str:
                + "".join(gate) + "</ul>" if gate else ""))
 
 
-def candidate_html(r: Ranked, skipped: dict[str, str] | None = None) -> str:
-    """One candidate (or pattern without one) in full: graph, calls, validation, bench chart (HTML)."""
+VERDICT_CLASS = {"adopt": "adopt", "fires only in": "only", "not worth it": "notworth", "unsafe": "unsafe",
+                 "not measured": "unmeasured"}
+
+
+def _code(text: str) -> str:
+    """``text`` escaped, its `backticked` spans as <code>."""
+    import re
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", _e(text))
+
+
+def _verdict(d: Decision) -> str:
+    return f'<span class="verdict {VERDICT_CLASS.get(d.verdict, "")}">{_e(d.label)}</span>'
+
+
+def decision_html(dec: Decisions) -> str:
+    """The first screen: every fusion and candidate, its verdict from measurements only, and why (HTML)."""
+    runs = kernel_runs(dec)
+    rows = []
+    for d in dec.rows:
+        c = decision_cells(d, run=len(runs) > 1)
+        name = (f"<b>{_e(d.name)}</b><br>" if d.name and d.name != d.id else "") + f'<code>{_e(d.id)}</code>'
+        link = f'<a href="#c-{_e(d.id)}">{name}</a>'
+        rows.append([_verdict(d), link, _e(c["where"]), _e(c["kernel"]),
+                     "<br>".join(_e(step_text(x)).replace(" MiB", "&nbsp;MiB") for x in d.steps)
+                     or '<span class="small">not measured</span>',
+                     f'<span class="small">why: {_code(d.reason)}</span>'])
+    adopt = [d.name or d.id for d in dec.adopt]
+    head = (f'<p class="headline good">Adopt: <b>{_e(", ".join(adopt))}</b>.</p>' if adopt else
+            '<p class="headline">Adopt: <b>none</b>: no fusion or candidate has a measured in-model win without a '
+            "measured loss.</p>")
+    src = (f"In-model A/B: <code>{_e(dec.ab_source)}</code> ({_e(dec.ab_date)})." if dec.ab_source else
+           "In-model A/B: none under <code>reports/</code> yet (<code>miner verify --ab</code> on a GPU; "
+           "docs/benchmarking.md).")
+    notes = [f"Rule: {_code(RULE)}.", src,
+             "fires on CUDA: where the in-model gate fires (its evidence: <code>fusions/&lt;name&gt;/wins.json</code>); "
+             "step: the fusion alone in the model step vs the default compile, win / loss beyond the noise band.",
+             "kernel x: the kernel alone vs Inductor's, min-max over the shapes of each candidate's latest bench run"
+             + (f" (<code>{_e(runs[0])}</code>)" if len(runs) == 1 else "") + "; it decides nothing in a model on its own."]
+    if dec.together:
+        notes.append(f"All promoted fusions at once (<code>{_e(dec.together_source)}</code>, no noise band): "
+                     + _e("; ".join(dec.together)) + ".")
+    header = ("verdict", "fusion / candidate", "fires on CUDA", "kernel x (shapes)",
+              "step change per model: x [p20-p80], verdict, ±noise band, peak memory")
+    body = "".join(f'<tr class="decision" data-decision="{_e(d.id)}" data-verdict="{_e(d.verdict)}">'
+                   + "".join(f"<td>{c}</td>" for c in row[:-1])
+                   + f'</tr><tr class="why"><td></td><td colspan="{len(header) - 1}">{row[-1]}</td></tr>'
+                   for d, row in zip(dec.rows, rows))
+    table = ('<div class="tablewrap"><table class="decision" id="decision-table"><thead><tr>'
+             + "".join(f"<th>{_e(h)}</th>" for h in header) + f"</tr></thead><tbody>{body}</tbody></table></div>")
+    return head + table + "".join(f'<p class="small">{n}</p>' for n in notes)
+
+
+def kernels_html(review: Review) -> str:
+    """Speedup vs shape of every benchmarked candidate and their roofline share, latest run each (HTML)."""
+    rows = [(r, latest_points(r)) for r in review.rows if r.candidate is not None]
+    rows = [(r, pts) for r, pts in rows if pts]
+    names = Counter(r.label or r.id for r, _ in rows)
+    rows = [((r.label or r.id) + (f" {r.id[:7]}" if names[r.label or r.id] > 1 else ""), pts) for r, pts in rows]
+    if not rows:
+        return ""
+    names = sorted({run_name(pts[0].run, review.runs) for _, pts in rows})
+    over, roof = overview_chart(rows), roofline_chart(rows)
+    return ('<section id="kernels"><h2>The kernels alone (measured, isolated)</h2>'
+            f"<p>Each candidate's kernel against the kernel(s) Inductor generates for the same subgraph, per input "
+            f"shape, from each candidate's latest bench run ({_e(', '.join(names))}); a kernel faster alone can "
+            "still make the model step slower (it splits a kernel Inductor would have fused with its neighbours), "
+            "which is why only the in-model A/B above decides.</p>"
+            + (f'<div class="chart"><img alt="speedup vs shape" src="{over}"></div>' if over else "")
+            + (f'<div class="chart"><img alt="roofline share" src="{roof}"></div>' if roof else "")
+            + "</section>")
+
+
+def candidate_html(r: Ranked, skipped: dict[str, str] | None = None, decision: Decision | None = None,
+                   runs: Sequence[BenchRun] = ()) -> str:
+    """One candidate (or pattern without one) in full: graph, decision, calls, validation, bench chart (HTML)."""
     skipped = skipped or {}
     p, c = r.pattern, r.candidate
-    facts = [("ops", f"<code>{_e(p.ops)}</code>"), ("status", _badge(r.status) + (f" fusion <code>{_e(c.fusion)}</code>"
+    facts = [("ops", f"<code>{_e(p.ops)}</code>"), ("status", _badge(r.status, decision) + (f" fusion <code>{_e(c.fusion)}</code>"
                                                                                   if c and c.fusion else "")),
              ("family", f"{_e(r.family.name)} ({len(r.family.members)} member(s))"),
              ("support", f"{p.support.n_models} models ({_e(', '.join(p.support.models))}), {p.support.n_graphs} graphs"),
@@ -258,7 +338,11 @@ def candidate_html(r: Ranked, skipped: dict[str, str] | None = None) -> str:
              ("Inductor", f"typical {r.inductor_kernels if r.inductor_kernels is not None else '?'} kernel(s) / occurrence; "
                           f"missed fusion in {pct(r.missed_share)}"),
              ("speedup vs Inductor", _est(r.speedup, ".2f", "×")),
-             ("saved per step", _est(r.saved_ms, ".1f", " µs", 1e3))]
+             ("est. saved per step (kernel time × calls)", _est(r.saved_ms, ".1f", " µs", 1e3))]
+    if decision is not None:
+        cells = decision_cells(decision)
+        facts[2:2] = [("verdict (measured)", f"{_verdict(decision)} <span class=\"small\">{_e(decision.reason)}</span>"),
+                      ("fires on CUDA", _e(cells["where"])), ("kernel alone", _e(cells["kernel"]))]
     if c is not None:
         facts.append(("files", f"<code>{_e(c.candidate.path.name)}/</code>"))
     else:
@@ -266,7 +350,7 @@ def candidate_html(r: Ranked, skipped: dict[str, str] | None = None) -> str:
     kind = "candidate" if c is not None else "mined pattern"
     parts = [f'<section id="c-{_e(r.id)}"><h2><span class="small">{kind}</span> {_e(r.id)} '
              f'{("· " + _e(r.label)) if r.label else ""}</h2>',
-             '<div class="cand"><div>', f'<img alt="pattern {_e(r.id)}" src="{draw_pattern(p)}">',
+             '<div class="cand"><div class="figscroll">', f'<img class="natural" alt="pattern {_e(r.id)}" src="{draw_pattern(p)}">',
              '<p class="small">square boxes: inputs used by several ops (an input used once is named in its '
              'op\'s box); blue: pointwise; orange: reduction; grey: view; green border: outputs.</p></div><div>',
              '<table class="facts"><tbody>' + "".join(f"<tr><td>{_e(k)}</td><td>{v}</td></tr>" for k, v in facts)
@@ -315,18 +399,29 @@ def candidate_html(r: Ranked, skipped: dict[str, str] | None = None) -> str:
                 parts.append('<div class="scroll">' + _table(("check", "result", "detail"), [
                     [_e(w), '<span class="good">ok</span>' if k else '<span class="bad">fail</span>' if k is False else "?",
                      f'<span class="small">{_e(d)}</span>'] for w, k, d in vrows]) + "</div>")
-        chart = bench_chart(r)
+        latest = latest_points(r)
+        chart = bench_chart(r, run_name(latest[0].run, runs)) if latest else None
         if chart:
-            parts.append("<h4>Benchmark (measured)</h4>"
+            parts.append("<h4>Benchmark (measured): the kernel alone vs Inductor</h4>"
+                         f'<p class="small">Latest run only (<code>{_e(run_name(latest[0].run, runs))}</code>): '
+                         "speedup over Inductor per input shape; dot: median, bar: p20-p80 of the kernel's time.</p>"
                          f'<div class="chart"><img alt="benchmark {_e(r.id)}" src="{chart}"></div>')
-            rows = [[f'<span class="mono">{_e(cut(b.label, 70))}</span>', _e(", ".join(b.models)), _e(b.source)]
-                    + [num(b.times[v][0] * 1e3, ".1f") if v in b.times else
-                       f'<span class="bad" title="{_e(b.errors.get(v, ""))}">n/a</span>' for v in VARIANTS]
-                    + [num(b.roofline_ms * 1e3, ".1f"), num(b.speedup, ".2f") + "×" if b.speedup else "-",
-                       num(b.roofline_pct(), ".0f") + "%"] for b in c.bench]
-            parts.append(_table(("inputs", "models", "shape source", "eager µs", "Inductor µs", "max-autotune µs",
-                                 "candidate µs", "roofline µs", "vs Inductor", "% roofline"), rows,
-                                {3, 4, 5, 6, 7, 8, 9}))
+            def bench_row(b) -> list[str]:
+                return ([f'<span class="nowrap">{_e(run_name(b.run, runs))}</span>',
+                         f'<span class="mono">{_e(cut(b.label, 70))}</span>', _e(", ".join(b.models)), _e(b.source),
+                         num(b.speedup, ".2f") + "×" if b.speedup else "-", num(b.roofline_pct(), ".0f") + "%"]
+                        + [num(b.times[v][0] * 1e3, ".1f") if v in b.times else
+                           f'<span class="bad" title="{_e(b.errors.get(v, ""))}">n/a</span>' for v in VARIANTS]
+                        + [num(b.roofline_ms * 1e3, ".1f")])
+            header = ("run", "inputs", "models", "shape source", "vs Inductor", "% roofline", "eager µs", "Inductor µs",
+                      "max-autotune µs", "candidate µs", "roofline µs")
+            newest = latest[0].run
+            parts.append(_table(header, [bench_row(b) for b in c.bench if b.run == newest], set(range(4, 11))))
+            older = [b for b in c.bench if b.run != newest]
+            if older:
+                parts.append(f"<details><summary>{len(older)} rows of older runs (other kernels of this candidate; "
+                             "not used above)</summary>"
+                             + _table(header, [bench_row(b) for b in older], set(range(4, 11))) + "</details>")
         else:
             parts.append('<h4>Benchmark</h4><p class="small">Not benchmarked on a GPU: the speedups above are '
                          f'predicted ({PREDICTED_MARK}).</p>')
@@ -359,48 +454,56 @@ def render_html(review: Review, ws: Workspace, *, title: str = "miner review", d
     CSS = Path(__file__).with_name("style.css").read_text()
 
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    dec = decide(review, ws)
+    by_dec = {d.id: d for d in dec.rows}
     detailed_rows = _detailed(review, detail_top)
     detailed = {r.id for r in detailed_rows}
-    banner_cls = "banner info" if review.runs else "banner"
-    n_cand = sum(r.candidate is not None for r in review.rows)
     mining = review.mining.get("params", {})
-    counts = Counter(r.status for r in review.rows)
+    counts = Counter(d.verdict for d in dec.rows)
     body = [f"<header><h1>{_e(title)}</h1><div class=\"sub\">miner {__version__} · generated {now} · "
-            f"{len(review.rows)} patterns, {n_cand} candidates, {len(review.families)} families · "
-            f"{_e(', '.join(f'{v} {k}' for k, v in counts.items()))}</div></header><main>",
-            '<nav class="toc"><a href="#summary">Models</a><a href="#ranking">Candidates</a><a href="#patterns">Mined patterns</a><a href="#endtoend">End to end</a><a href="#costmodel">'
-            'Cost model</a><a href="#provenance">Provenance</a><a href="#details">Details</a></nav>',
-            f'<div class="{banner_cls}">{_e(review.basis)}</div>',
-            f'<p class="legend">{_e(LEGEND)}</p>']
+            f"{len(dec.rows)} fusions and candidates decided: "
+            f"{_e(', '.join(f'{v} {k}' for k, v in counts.items()) or 'none')} · {len(review.rows)} patterns ranked "
+            "(predicted)</div></header><main>",
+            '<nav class="toc"><a href="#decision">Decision</a><a href="#endtoend">End to end</a>'
+            '<a href="#kernels">Kernels</a><a href="#ranking">Predicted ranking</a><a href="#patterns">Mined patterns'
+            '</a><a href="#costmodel">Cost model</a><a href="#summary">Models</a><a href="#provenance">Provenance</a>'
+            '<a href="#details">Details</a></nav>']
     body += [f"<div class=\"banner\">{_e(p)}</div>" for p in review.problems]
-    from miner.report.composition import composition_html  # the first figure, when step profiles exist
+    body.append('<section id="decision"><h2>What to adopt (measured only)</h2>' + decision_html(dec) + "</section>")
+    body.append('<section id="endtoend"><h2>End to end: all promoted fusions at once (<code>miner verify</code>)</h2>'
+                f"{verify_html(ws)}</section>")
+    from miner.report.composition import composition_html  # the step figure, when step profiles exist
     body.append(composition_html(ws))
-    body.append(f'<section id="summary"><h2>Models scanned</h2>{model_summary(ws, review)}'
-                + (f'<p class="small">Mining parameters: {_e(mining)}</p>' if mining else "") + "</section>")
-    body.append('<section id="ranking"><h2>Ranked candidates</h2>'
+    body.append(kernels_html(review))
+    body.append('<section id="ranking"><h2>Predicted: candidates ranked by estimated time saved</h2>'
+                f'<p class="banner info">{_e(accuracy_line(review))} {_e(review.basis)}</p>'
                 "<p>One row per family of near-identical patterns (same ops up to casts/views or one op); "
-                "unfold a family to see its other members. Score: expected µs saved per step, summed over every "
-                "safe occurrence in the zoo; ties broken by support.</p>"
-                + (ranked_table(review, review.candidate_families, detailed, table_id="ranked")
+                "unfold a family to see its other members. est. µs/step: the kernel-alone time difference times "
+                "the calls per step, summed over every safe occurrence (measured per call where the kernel was "
+                "timed at that shape, else predicted, marked ~): an extrapolation, not a step measurement. "
+                "Ties broken by support.</p>"
+                + (ranked_table(review, review.candidate_families, detailed, table_id="ranked", decisions=by_dec)
                    if review.candidate_families else
                    '<p class="banner">No candidates yet: run <code>miner generate</code> (the mined patterns are '
                    'ranked below).</p>' if review.rows else
                    '<p class="banner">Nothing to rank yet: no mined patterns or candidates.</p>')
                 + f'<p class="legend">{_e(LEGEND)} occ = non-overlapping occurrences; safe = share accepted by the '
                   "safety checks; missed = share of occurrences Inductor splits into more than one kernel; kernels = "
-                  "Inductor kernels per occurrence (typical); speedup = over Inductor (call-weighted geometric mean); "
-                  "saved = expected µs saved per step, summed over every safe occurrence.</p></section>")
+                  "Inductor kernels per occurrence (typical); kernel speedup = over Inductor (call-weighted geometric "
+                  "mean).</p></section>")
     if review.pattern_families:
-        body.append('<section id="patterns"><h2>Mined patterns without a candidate</h2>'
+        body.append('<section id="patterns"><h2>Predicted: mined patterns without a candidate</h2>'
+                    f'<p class="banner info">{_e(accuracy_line(review))}</p>'
                     "<p>Ranked the same way (all predicted), with the reason <code>miner generate</code> gave for not "
                     "writing a candidate. Sub-patterns overlap: their savings do not add up.</p>"
                     + ranked_table(review, review.pattern_families, detailed, table_id="patterns-table", top=table_top,
                                    last_column="why") + "</section>")
-    body.append(f'<section id="endtoend"><h2>End to end: promoted fusions in model steps</h2>{verify_html(ws)}</section>')
     body.append(f'<section id="costmodel"><h2>Cost model</h2>{accuracy_html(review)}</section>')
+    body.append(f'<section id="summary"><h2>Models scanned</h2>{model_summary(ws, review)}'
+                + (f'<p class="small">Mining parameters: {_e(mining)}</p>' if mining else "") + "</section>")
     body.append(f'<section id="provenance"><h2>Provenance of the measurements</h2>{provenance_html(review)}</section>')
     body.append('<div id="details">')
-    body += [candidate_html(r, review.skipped) for r in detailed_rows]
+    body += [candidate_html(r, review.skipped, by_dec.get(r.id), review.runs) for r in detailed_rows]
     body.append("</div>")
     if len(detailed_rows) < len(review.rows):
         body.append(f'<p class="small">Details are shown for every candidate and the top {detail_top} mined patterns; '

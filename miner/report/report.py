@@ -1,13 +1,15 @@
 """``miner report``: show a ``Review`` as terminal tables and as a self-contained HTML page.
 
-The stage's parts: ``text`` (the ranked table, one candidate in full), ``html`` (the page),
-``figures`` (its base64 PNGs), ``style.css``. Renderers only format what ``miner.rank.rank``
+The stage's parts: ``listings`` (what the terminal listings show, as text, JSON and CSV), ``terminal``
+(printing them: width, colour, ``--json``/``--csv``, the ``next:`` line), ``text`` (shared formatting),
+``html`` (the page, led by ``miner.rank.decision``'s table), ``figures`` and ``composition`` (its base64
+PNGs), ``style.css``. Renderers only format what ``miner.rank.rank``
 computed; they never compute a number themselves. Predicted numbers (cost model or analytical)
 carry a leading ``~`` (in HTML also a violet italic style and a "pred" tag); measured ones carry
 none. ``write_report`` writes ``reports/<run>/index.html`` with inline CSS and base64 PNG images
 (matplotlib, Agg backend), so the page opens from a file or a mail attachment alike.
 
-The renderers stay importable from here (``from miner.report.report import render_table``).
+The renderers stay importable from here (``from miner.report.report import render_html``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from miner.core.workspace import Workspace, write_text
 from miner.rank.records import Review
 from miner.report.figures import accuracy_chart, bench_chart, draw_pattern, layered_positions, pattern_graph
 from miner.report.html import candidate_html, model_summary, per_model, render_html, verify_html
-from miner.report.text import LEGEND, ops_chain, render_show, render_table, validation_rows
+from miner.report.text import LEGEND, ops_chain, validation_rows
 
 
 def default_run_name() -> str:
@@ -52,4 +54,4 @@ def write_report(review: Review, ws: Workspace, run: str | None = None, **kw) ->
 
 __all__ = ["LEGEND", "accuracy_chart", "bench_chart", "candidate_html", "default_run_name", "draw_pattern",
            "layered_positions", "model_summary", "ops_chain", "pattern_graph", "per_model", "render_html",
-           "render_show", "render_table", "validation_rows", "verify_html", "write_report"]
+           "validation_rows", "verify_html", "write_report"]

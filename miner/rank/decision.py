@@ -1,0 +1,408 @@
+"""The review's decision: per promoted fusion and per candidate, adopt it or not, from measurements only.
+
+``decide(review, ws)`` reads three kinds of evidence and returns ``Decisions``, which every view of
+the review formats (``miner candidates``' first table, its ``--json`` / ``--csv``, the HTML report's
+first section); no renderer decides anything itself.
+
+* **In-model A/B** (``miner verify --ab``): every ``verify.json`` of kind ``VerifyAB`` under
+  ``reports/``, the latest result of each (model, mode, compile mode, preset) by the files' environment
+  dates (the files used are named in ``Decisions.ab_source``). Per fusion and (model, mode, compile
+  mode): the step speedup of the fusion alone against the default compile, its p20-p80 range (the A/B's
+  paired per-round ratios; older files: the default's median over the variant's p80 and p20), the noise band,
+  the verdict (win / loss beyond the band, else noise), the peak-memory change and parity. Where those
+  files do not cover a (model, mode, compile), the records of the gate's evidence stand in
+  (``fusions/<name>/wins.json`` ``in_model``, ``candidates/<id>/in_model.json``: no p20-p80, no memory).
+* **The gate's evidence** (``miner.runtime.gate.decide_context`` over the same records the gate reads
+  while compiling): where the fusion fires on CUDA. No records: it fires nowhere.
+* **Isolated kernel timings** (``miner bench``): the range of speedups over Inductor across the shapes
+  of the candidate's *latest* bench run only, with that run named.
+
+The verdict, first rule that applies:
+
+1. ``unsafe``: validation failed, or a measured A/B variant of it broke parity;
+2. ``adopt``: some in-model A/B measured the step faster beyond the noise band and none slower;
+3. ``fires only in``: wins in some models, losses in others (the gate fires only where it won);
+4. ``not worth it``: measured in-model without a win, or (no in-model A/B) the kernel was slower
+   than Inductor at every shape of its latest bench run;
+5. ``not measured``: nothing of the above measured. Predicted numbers (cost model, roofline) never
+   enter a verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from miner.core.errors import MinerError
+from miner.core.workspace import Workspace, read_json
+from miner.rank.records import BenchRun, CandidateInfo, Review
+
+ADOPT, ONLY, NOT_WORTH, UNSAFE, UNMEASURED = "adopt", "fires only in", "not worth it", "unsafe", "not measured"
+VERDICTS = (ADOPT, ONLY, NOT_WORTH, UNSAFE, UNMEASURED)
+ORDER = (ADOPT, ONLY, UNMEASURED, NOT_WORTH, UNSAFE)  # the table's: what to adopt, then what is worth measuring
+
+
+@dataclass(frozen=True)
+class StepChange:
+    """One in-model A/B measurement of a fusion alone in a model step."""
+
+    model: str
+    mode: str  # train / infer
+    compile: str  # default / dynamic / reduce-overhead
+    speedup: float  # default median / fused median
+    band: float  # the noise band (relative)
+    verdict: str  # win / loss / noise
+    lo: float | None = None  # p20-p80 of the speedup: default median / fused p80
+    hi: float | None = None  # default median / fused p20
+    mem_mib: float | None = None  # step peak memory change, MiB (fused - default)
+    parity_ok: bool | None = None
+    matches: int = 0
+    source: str = ""  # the file it came from, relative to the workspace
+    date: str = ""
+
+    @property
+    def where(self) -> str:
+        return f"{self.model} {self.mode}/{self.compile}"
+
+
+@dataclass(frozen=True)
+class KernelRange:
+    """Isolated kernel speedups over Inductor across the shapes of one bench run."""
+
+    lo: float
+    hi: float
+    shapes: int
+    run: str  # the run's name: its reports/gpu/<run>/ folder, else its GPU and date
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The verdict on one fusion or candidate, with the measurements it stands on."""
+
+    id: str  # candidate id (pattern id) or, for a fusion without its candidate here, the fusion name
+    name: str  # the fusion's name, else the candidate's label, else ""
+    ops: str
+    promoted: bool
+    verdict: str  # one of VERDICTS
+    reason: str
+    fires_in: tuple[str, ...] = ()  # "model mode/compile" where the gate fires (promoted fusions only)
+    won: tuple[str, ...] = ()  # "model mode/compile" where the A/B measured a win
+    steps: tuple[StepChange, ...] = ()
+    kernel: KernelRange | None = None
+
+    @property
+    def label(self) -> str:
+        """The verdict as shown: ``fires only in gpt2 train/default`` spells its contexts."""
+        if self.verdict == ONLY:
+            return f"{ONLY} {', '.join(self.fires_in or self.won)}"
+        return self.verdict
+
+    @property
+    def where(self) -> str:
+        """Where it fires on CUDA, in words."""
+        if self.promoted:
+            return ", ".join(self.fires_in) or "nowhere"
+        return "not promoted" + (f" (won in {', '.join(self.won)})" if self.won else "")
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d.update(label=self.label, where=self.where)
+        return d
+
+
+@dataclass(frozen=True)
+class Decisions:
+    """Every decision, best first, and where the evidence came from."""
+
+    rows: tuple[Decision, ...]
+    ab_source: str | None  # the VerifyAB verify.json files used, relative to the workspace, comma-separated
+    ab_date: str | None  # the newest of their dates
+    together: tuple[str, ...] = ()  # the latest plain `miner verify` run (all fusions at once), one line per model
+    together_source: str | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def adopt(self) -> list[Decision]:
+        return [d for d in self.rows if d.verdict == ADOPT]
+
+    def to_json(self) -> dict:
+        return {"ab_source": self.ab_source, "ab_date": self.ab_date, "together": list(self.together),
+                "together_source": self.together_source, "notes": list(self.notes),
+                "rule": RULE, "decisions": [d.to_json() for d in self.rows]}
+
+
+RULE = ("adopt only where an in-model A/B (`miner verify --ab`) measured the step faster beyond its noise band and "
+        "nowhere slower; predicted numbers never decide")
+
+
+# --------------------------------------------------------------------------- the rule
+
+def verdict_of(steps: Sequence[StepChange], *, failed: str | None = None, kernel: KernelRange | None = None
+               ) -> tuple[str, str, tuple[str, ...]]:
+    """(verdict, reason, the contexts it won in) from measurements only (see the module docstring).
+
+    Parameters
+    ----------
+    steps : sequence of StepChange
+        The in-model A/B measurements of the fusion.
+    failed : str, optional
+        Why it is unsafe (a failed validation), if it is.
+    kernel : KernelRange, optional
+        The isolated kernel's speedups in its latest bench run.
+    """
+    broke = [s for s in steps if s.parity_ok is False]
+    if failed or broke:
+        return UNSAFE, failed or "parity failed in " + ", ".join(s.where for s in broke), ()
+    wins = [s for s in steps if s.verdict == "win"]
+    losses = [s for s in steps if s.verdict == "loss"]
+    won = tuple(dict.fromkeys(s.where for s in wins))
+    if wins and not losses:
+        return ADOPT, "step faster beyond noise in " + _list(wins), won
+    if wins:
+        return ONLY, f"faster in {_list(wins)}; slower in {_list(losses)}", won
+    if steps:
+        noise = [s for s in steps if s.verdict != "loss"]
+        parts = (["slower in " + _list(losses)] if losses else []) + (["within noise in " + _list(noise)] if noise else [])
+        return NOT_WORTH, "; ".join(parts), ()
+    if kernel is not None and kernel.hi < 1.0:
+        return NOT_WORTH, (f"no in-model A/B; the kernel alone is slower than Inductor at all {kernel.shapes} "
+                           f"shapes of run {kernel.run} ({kernel.lo:.2f}-{kernel.hi:.2f}x)"), ()
+    return UNMEASURED, "no in-model A/B yet (`miner verify --ab`)", ()
+
+
+def _list(steps: Iterable[StepChange]) -> str:
+    return ", ".join(f"{s.where} {s.speedup:.3f}x (band ±{100 * s.band:.1f}%)" for s in steps)
+
+
+# --------------------------------------------------------------------------- evidence
+
+def latest_ab(ws: Workspace) -> tuple[list[Path], list] | None:
+    """The latest in-model A/B of each (model, mode, compile mode, preset) over every ``verify.json`` of kind
+    VerifyAB under ``reports/`` (a run is often saved in several folders, one per model; a re-run replaces
+    the older result), and the files those results come from; None if there is none.
+
+    Files are taken oldest first by their environment date (then path), so a newer file's result for
+    the same (model, mode, compile, preset) wins, as ``miner verify --ab --record`` merges the gate's evidence.
+    """
+    from miner.check import abrun
+
+    found = []
+    for path in sorted(ws.reports.rglob("verify.json")):
+        try:
+            if read_json(path).get("kind") != abrun.KIND:
+                continue
+            results, _ = abrun.load(path)
+        except (MinerError, OSError, ValueError, KeyError, TypeError):
+            continue
+        date = next((r.env.get("date") for r in results if r.env.get("date")), "") or ""
+        found.append((str(date), str(path), path, results))
+    latest: dict[tuple, tuple[Path, object]] = {}
+    for _, _, path, results in sorted(found, key=lambda f: f[:2]):
+        for r in results:
+            latest[(r.model, r.mode, r.compile, r.preset)] = (path, r)
+    if not latest:
+        return None
+    paths = sorted({p for p, _ in latest.values()})
+    return paths, [(p, r) for p, r in latest.values()]
+
+
+def ab_steps(results: Sequence[tuple[str, object]]) -> dict[str, list[StepChange]]:
+    """fusion (or candidate id) -> its fusion-alone measurements in A/B ``results``: (source file, ``ABResult``).
+
+    The p20-p80 range is the A/B's own (quantiles of the per-round paired ratios) where the file has
+    it, else the default's median over the variant's p80 and p20 step times.
+    """
+    from miner.check.ab import alone_records
+
+    out: dict[str, list[StepChange]] = {}
+    for source, r in results:
+        if r.error:
+            continue
+        d = r.variant("default")
+        for f, rec in alone_records(r).items():
+            v = r.variant(f"alone:{f}") or r.variant("all")
+            s, base = v.step, d.step if d else None
+            lo, hi, mem = getattr(v, "speedup_p20", None), getattr(v, "speedup_p80", None), None
+            if s is not None and base is not None:
+                if lo is None or hi is None:
+                    lo = base.median_ms / s.p80_ms if s.p80_ms > 0 else None
+                    hi = base.median_ms / s.p20_ms if s.p20_ms > 0 else None
+                mem = (s.peak_mem_bytes - base.peak_mem_bytes) / 2**20
+            out.setdefault(f, []).append(StepChange(
+                r.model, r.mode, r.compile, rec["speedup"], rec["band"], rec["verdict"], lo, hi, mem,
+                None if v.parity is None else bool(v.parity.ok), rec["matches"], source, str(r.env.get("date") or "")))
+    return out
+
+
+def silent_in(results: Sequence[tuple[str, object]]) -> dict[str, list[str]]:
+    """fusion -> "model mode/compile" of the A/B ``results`` where it matched nothing with the gate open."""
+    out: dict[str, list[str]] = {}
+    for _, r in results:
+        if not r.error:
+            for f, n in r.fires.items():
+                if not n:
+                    out.setdefault(f, []).append(f"{r.model} {r.mode}/{r.compile}")
+    return out
+
+
+def record_steps(records: Iterable[dict], source: str) -> list[StepChange]:
+    """The gate's evidence records (``wins.json`` ``in_model``) as measurements (no p20-p80, no memory)."""
+    out = []
+    for r in records:
+        try:
+            out.append(StepChange(str(r["model"]), str(r["mode"]), str(r.get("compile", "default")), float(r["speedup"]),
+                                  float(r.get("band") or 0.0), str(r["verdict"]), matches=int(r.get("matches") or 0),
+                                  source=source, date=str(r.get("date") or "")))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
+@dataclass(frozen=True)
+class _Site:  # what gate.decide_context reads of a context
+    site: str
+    mode: str
+
+
+def gate_fires(records: Sequence[dict]) -> tuple[str, ...]:
+    """Where the gate fires with these in-model records: "model mode/compile" of each record whose
+    measured contexts the gate decides to fire in (``miner.runtime.gate.decide_context``)."""
+    from miner.runtime.gate import decide_context
+
+    out = []
+    for r in records:
+        mode = r.get("compile", "default")
+        mode = "default" if mode == "dynamic" else mode
+        if any(decide_context(_Site(site, mode), list(records))[0] for site in (r.get("contexts") or {})):
+            out.append(f"{r.get('model')} {r.get('mode')}/{r.get('compile', 'default')}")
+    return tuple(dict.fromkeys(out))
+
+
+def _records(path: Path) -> list[dict]:
+    try:
+        data = read_json(path) if path.exists() else {}
+    except MinerError:
+        return []
+    return list(((data or {}).get("in_model") or {}).get("records", ()) or ())
+
+
+def kernel_range(c: CandidateInfo | None, runs: Sequence[BenchRun] = ()) -> KernelRange | None:
+    """Speedups over Inductor across the shapes of the candidate's latest bench run (``c.bench`` is oldest first)."""
+    if c is None or not c.bench:
+        return None
+    latest = c.bench[-1].run
+    sp = [b.speedup for b in c.bench if b.run == latest and b.speedup is not None]
+    if not sp:
+        return None
+    return KernelRange(min(sp), max(sp), len(sp), run_name(latest, runs))
+
+
+def run_name(key: str, runs: Sequence[BenchRun]) -> str:
+    """A bench run's name: the ``reports/gpu/<run>/`` folder it was saved in, else its GPU and date."""
+    run = next((r for r in runs if r.key == key), None)
+    if run is not None:
+        for s in run.sources:
+            p = Path(s)
+            if p.parent.parent.name == "gpu":
+                return p.parent.name
+        return f"{run.gpu} {run.date}"
+    return key
+
+
+def _together(ws: Workspace) -> tuple[tuple[str, ...], str | None]:
+    """The latest plain ``miner verify`` run (every fusion at once), one line per result."""
+    from miner.check import verify
+
+    found = []
+    for path in sorted(ws.reports.rglob("verify.json")):
+        try:
+            if read_json(path).get("kind") != "VerifyRun":
+                continue
+            results = verify.load(path)
+        except (MinerError, OSError, ValueError, KeyError, TypeError):
+            continue
+        found.append((next((r.env.get("date") for r in results if r.env.get("date")), "") or "", str(path), results))
+    if not found:
+        return (), None
+    _, path, results = max(found)
+    lines = []
+    for r in results:
+        fired = sorted(k for k, v in r.matches.items() if v and not k.startswith("inductor."))
+        if r.speedup is not None:
+            lines.append(f"{r.model} {r.mode}: {r.speedup:.3f}x with {', '.join(fired) or 'none firing'}")
+    return tuple(lines), str(Path(path).relative_to(ws.root))
+
+
+# --------------------------------------------------------------------------- all of it
+
+def decide(review: Review, ws: Workspace) -> Decisions:
+    """The decision on every candidate of ``review`` and every promoted fusion of ``ws``.
+
+    Parameters
+    ----------
+    review : Review
+        What ``miner.rank.rank.review`` read (candidates, their bench points and runs).
+    ws : Workspace
+        Where ``reports/``, ``fusions/`` and ``candidates/`` are.
+
+    Returns
+    -------
+    Decisions
+        In ``ORDER`` (adopt, fires only in, not measured, not worth it, unsafe), then by the best
+        measured step speedup, then by the best isolated kernel speedup.
+    """
+    found = latest_ab(ws)
+    ab_source = ab_date = None
+    measured: dict[str, list[StepChange]] = {}
+    silent: dict[str, list[str]] = {}
+    if found:
+        paths, results = found
+        ab_source = ", ".join(str(p.relative_to(ws.root)) for p in paths)
+        ab_date = max((str(r.env.get("date")) for _, r in results if r.env.get("date")), default=None)
+        measured = ab_steps([(str(p.relative_to(ws.root)), r) for p, r in results])
+        silent = silent_in([(str(p), r) for p, r in results])
+    rows: list[Decision] = []
+    seen_fusions = set()
+    for r in review.rows:
+        c = r.candidate
+        if c is None:
+            continue
+        fusion = c.fusion
+        seen_fusions.add(fusion)
+        rec_path = (ws.fusions / fusion / "wins.json") if fusion else (ws.candidates / c.id / "in_model.json")
+        rows.append(_decision(c.id, fusion or c.label, r.pattern.ops, bool(fusion), rec_path, ws,
+                              measured.get(fusion or "", []) + measured.get(c.id, []),
+                              "validation failed: " + str((c.validation or {}).get("failure") or "see validation.json")
+                              if c.status == "failed" else None, kernel_range(c, review.runs),
+                              silent.get(fusion or "", []) + silent.get(c.id, [])))
+    extra = sorted(ws.fusions.glob("*/fusion.json")) if ws.fusions.is_dir() and not review.only_model else ()
+    for d in extra:  # a promoted fusion whose candidate is not in this workspace (with --model: not in that model)
+        name = d.parent.name
+        if name not in seen_fusions:
+            rows.append(_decision(name, name, "", True, d.parent / "wins.json", ws, measured.get(name, []), None, None,
+                                  silent.get(name, [])))
+    order = {v: i for i, v in enumerate(ORDER)}
+    rows.sort(key=lambda d: (order[d.verdict], -max((s.speedup for s in d.steps), default=0.0),
+                             -(d.kernel.hi if d.kernel else 0.0), d.id))
+    together, tsource = _together(ws)
+    return Decisions(tuple(rows), ab_source, ab_date, together, tsource)
+
+
+def _decision(ident: str, name: str, ops: str, promoted: bool, rec_path: Path, ws: Workspace,
+              ab: list[StepChange], failed: str | None, kernel: KernelRange | None,
+              silent: Sequence[str] = ()) -> Decision:
+    records = _records(rec_path)
+    covered = {(s.model, s.mode, s.compile) for s in ab}
+    rel = str(rec_path.relative_to(ws.root)) if rec_path.is_relative_to(ws.root) else str(rec_path)
+    steps = ab + [s for s in record_steps(records, rel) if (s.model, s.mode, s.compile) not in covered]
+    verdict, reason, won = verdict_of(steps, failed=failed, kernel=kernel)
+    if silent and not steps and verdict == UNMEASURED:
+        reason = f"matches nothing in the models the in-model A/B ran ({', '.join(silent)}): no step change to measure"
+    fires = gate_fires(records) if promoted else ()
+    return Decision(ident, name, ops, promoted, verdict, reason, fires, won, tuple(steps), kernel)
+
+
+__all__ = ["ADOPT", "NOT_WORTH", "ONLY", "ORDER", "UNMEASURED", "UNSAFE", "VERDICTS", "Decision", "Decisions",
+           "KernelRange", "StepChange", "ab_steps", "decide", "gate_fires", "kernel_range", "latest_ab", "record_steps",
+           "run_name", "silent_in", "verdict_of"]
