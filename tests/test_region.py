@@ -1,0 +1,221 @@
+"""Whole-region candidates with dropout (miner.generate.region, random ops in lower/emit, the randomness rule).
+
+The region is t5's relu + dropout forward kernel from the H200 profile (``pf4693d7449`` of
+reports/gpu/2026-12-03-h200-profile/mined/regions.json), generated as the committed candidate is.
+The kernel draws Inductor's numbers (``tl.rand(seed, element offset)``): its mask equals the
+reference's element for element; keep rate and scaling are checked statistically.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from miner.core import candidate as candidates
+from miner.core.workspace import Workspace
+from miner.generate import generate as gen, lower, region
+from miner.mine import regions
+
+REPO = Path(__file__).resolve().parents[1]
+PROFILE = REPO / "reports/gpu/2026-12-03-h200-profile"
+RELU_DROPOUT, RMS_DROPOUT = "pf4693d7449", "p010eaa2cbb"
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter tests")
+
+
+@pytest.fixture(scope="module")
+def rps():
+    return {rp.id: rp for rp in regions.load(PROFILE)}
+
+
+@pytest.fixture(scope="module")
+def cand(tmp_path_factory, rps):
+    ws = Workspace(tmp_path_factory.mktemp("region"))
+    r = gen.generate_one(rps[RELU_DROPOUT].pattern, ws, "test", {"regions": "x"})
+    assert isinstance(r, gen.Generated), r
+    return candidates.load(ws, RELU_DROPOUT)
+
+
+def test_prepare_takes_the_input_view_out_and_ties_the_random_shape(rps):
+    p = region.prepare(rps[RELU_DROPOUT].pattern)
+    targets = [n.target for n in p.nodes]
+    assert "aten.reshape.default" not in targets
+    rand = p.nodes[targets.index("prims.inductor_random.default")]
+    assert rand.args[0] == {"shape_of": 1}
+    assert p.occurrences[0].input_meta[1].shape == (16, 512, 3072)  # the view's shape, not mm's [8192, 3072]
+    seed = p.nodes[targets.index("prims.inductor_lookup_seed.default")]
+    assert seed.args[1] == {"int_const": 0}
+    assert [p.nodes[j].target for j in sorted(p.all_outputs)] == ["aten.gt.Scalar", "aten.mul.Tensor"]  # mask + result
+
+
+def test_lower_marks_seed_inputs_and_runtime_seed_index(rps):
+    prog = lower.lower(gen.spec_from_pattern(region.prepare(rps[RELU_DROPOUT].pattern)))
+    assert prog.seed_inputs == (0,) and prog.seed_consts == (0,) and prog.random
+    assert prog.output_kinds == ("vec", "vec")
+
+
+def test_a_random_op_whose_shape_no_input_has_is_unsupported(rps):
+    from dataclasses import replace
+
+    p = rps[RELU_DROPOUT].pattern
+    nodes = list(p.nodes)
+    j = [n.target for n in nodes].index("prims.inductor_random.default")
+    nodes[j] = replace(nodes[j], args=([3, 5, 7],) + tuple(nodes[j].args[1:]))
+    with pytest.raises(lower.Unsupported, match="no input has that shape"):
+        region.prepare(replace(p, nodes=tuple(nodes)))
+
+
+def _inputs(shape, seed_index=3, dtype=torch.bfloat16):
+    g = torch.Generator().manual_seed(1)
+    seeds = torch.randint(0, 2 ** 31, (8,), generator=g, dtype=torch.int64)
+    x = torch.randn(shape, generator=g).to(dtype)
+    return seeds, x, seed_index
+
+
+@pytest.mark.parametrize("shape,variant", [((2, 3, 64), None), ((2, 37), None), ((2, 37), "looped"),
+                                           ((1, 3, 50), "looped")])
+def test_kernel_equals_reference_mask_included(cand, shape, variant):
+    seeds, x, i = _inputs(shape)
+    mask, out = cand.kernel_module.launch(seeds, x, i, 0.1, 1 / 0.9, variant=variant)
+    rmask, rout = cand.kernel_module.reference(seeds, x.double(), i, 0.1, 1 / 0.9)
+    assert torch.equal(mask, rmask)
+    torch.testing.assert_close(out.double(), rout.double(), rtol=1e-2, atol=1e-2)
+    assert mask.dtype == torch.bool and out.dtype == torch.bfloat16
+
+
+def test_one_pass_and_looped_draw_the_same_numbers(cand):
+    seeds, x, i = _inputs((3, 45))
+    a = cand.kernel_module.launch(seeds, x, i, 0.1, 1 / 0.9, variant="one_pass")
+    b = cand.kernel_module.launch(seeds, x, i, 0.1, 1 / 0.9, variant="looped")
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_keep_rate_and_scaling(cand):
+    """Keep rate 1 - p within 5 sigma, kept values scaled by 1 / (1 - p), dropped ones zero; each layer's seed differs."""
+    p, n = 0.1, 64 * 512
+    seeds, _, _ = _inputs((1,))
+    x = torch.full((64, 512), 2.0, dtype=torch.bfloat16)
+    mask, out = cand.kernel_module.launch(seeds, x, 5, p, 1 / (1 - p))
+    keep = mask.double().mean().item()
+    assert abs(keep - (1 - p)) < 5 * math.sqrt(p * (1 - p) / n), keep
+    assert torch.all(out[mask] == torch.tensor(2.0 / (1 - p), dtype=torch.bfloat16))
+    assert torch.all(out[~mask] == 0)
+    other, _ = cand.kernel_module.launch(seeds, x, 6, p, 1 / (1 - p))
+    agree = (other == mask).double().mean().item()  # independent masks agree on p^2 + (1-p)^2 of the elements
+    assert abs(agree - (p * p + (1 - p) ** 2)) < 0.02
+    # no structure along rows or columns: the keep rate of every 8th column is the same
+    cols = mask[:, ::8].double().mean().item()
+    assert abs(cols - (1 - p)) < 5 * math.sqrt(p * (1 - p) / mask[:, ::8].numel())
+
+
+@settings(max_examples=8, deadline=None)
+@given(rows=st.integers(1, 5), cols=st.integers(1, 70), p=st.sampled_from([0.1, 0.5]))
+def test_mask_matches_reference_for_any_shape(cand, rows, cols, p):
+    seeds, x, i = _inputs((rows, cols))
+    mask, out = cand.kernel_module.launch(seeds, x, i, p, 1 / (1 - p))
+    rmask, rout = cand.kernel_module.reference(seeds, x.double(), i, p, 1 / (1 - p))
+    assert torch.equal(mask, rmask)
+    torch.testing.assert_close(out.double(), rout.double(), rtol=1e-2, atol=1e-2)
+
+
+def test_launch_contract_refuses_a_random_shape_other_than_the_rows(cand):
+    from miner.runtime.launch import ContractError, shape_contract
+
+    assert shape_contract([((8,), "int64"), ((2, 4), "float32")], seeds=[0], randoms=[("r", (2, 4))]) == []
+    why = shape_contract([((8,), "int64"), ((2, 4), "float32")], seeds=[0], randoms=[("r", (3, 4))])
+    assert why and "random" in why[0]
+    assert "seed input" in shape_contract([((8,), "float32"), ((2, 4), "float32")], seeds=[0])[0]
+    seeds, x, i = _inputs((2, 4))
+    with pytest.raises(ContractError, match="several devices|cannot compute"):
+        cand.kernel_module.launch(seeds.to("meta"), x, i, 0.1, 1.1)
+
+
+class ReluDropout(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(16, 32, bias=False)
+
+    def forward(self, x):
+        return torch.nn.functional.dropout(torch.relu(self.lin(x)), p=0.1, training=True)
+
+
+def _compiled(cand, model, x, extra=None):
+    from miner.runtime import rewrite
+
+    graph_pass = rewrite.FusionPass([rewrite.entry_for(cand.path / "pattern.py", cand.id, cand.pattern_module)])
+    torch._dynamo.reset()
+    try:
+        with torch._inductor.config.patch(force_disable_caches=True, fallback_random=False):
+            fn = torch.compile(extra or model, options=rewrite.inductor_options(graph_pass), dynamic=False)
+            y = fn(x)
+            y.float().sum().backward()
+    finally:
+        torch._dynamo.reset()
+    return graph_pass, y
+
+
+def test_rewrite_fires_and_the_backward_uses_the_forward_mask(cand):
+    """Compiled with the fusion: it replaces the region, and the gradient is the one of the mask
+    the forward returned (grad_h = g * scale * [y != 0]), i.e. the backward reads the saved mask."""
+    torch.manual_seed(0)
+    model = ReluDropout().to(torch.bfloat16)
+    x = torch.randn(2, 8, 16, dtype=torch.bfloat16, requires_grad=True)
+    graph_pass, y = _compiled(cand, model, x)
+    assert graph_pass.total() == 1, (graph_pass.counts, graph_pass.declined)
+    h = model.lin(x.detach())
+    kept = (y != 0)
+    assert 0.8 < kept.double().mean().item() / (h > 0).double().mean().item() <= 1.0
+    torch.testing.assert_close(y.double(), torch.where(kept, torch.relu(h).double() / 0.9, 0.0), rtol=2e-2, atol=2e-2)
+    grad_h = torch.where(kept, 1 / 0.9, 0.0).to(torch.bfloat16)
+    torch.testing.assert_close(model.lin.weight.grad.double(), (grad_h.reshape(-1, 32).T.double()
+                               @ x.detach().reshape(-1, 16).double()), rtol=2e-2, atol=2e-2)
+
+
+def test_a_seed_read_outside_the_match_declines(cand):
+    """The mask's random numbers also used elsewhere (here: a second dropout of the same seed's
+    numbers would need the same stream) -> declined with the randomness reason, never fired."""
+
+    class TwoUsers(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(16, 32, bias=False)
+
+        def forward(self, x):
+            h = torch.relu(self.lin(x))
+            seeds = torch.ops.prims.inductor_seeds.default(1, x.device)
+            seed = torch.ops.prims.inductor_lookup_seed.default(seeds, 0)
+            r = torch.ops.prims.inductor_random.default(list(h.shape), seed, "rand")
+            keep = r.to(torch.bfloat16) > 0.1
+            return keep * h * 1.1111, r  # r leaves the region
+
+    torch.manual_seed(0)
+    model = TwoUsers().to(torch.bfloat16)
+    x = torch.randn(2, 8, 16, dtype=torch.bfloat16)
+    from miner.runtime import rewrite
+
+    graph_pass = rewrite.FusionPass([rewrite.entry_for(cand.path / "pattern.py", cand.id, cand.pattern_module)])
+    torch._dynamo.reset()
+    try:
+        with torch._inductor.config.patch(force_disable_caches=True, fallback_random=False):
+            torch.compile(model, options=rewrite.inductor_options(graph_pass), dynamic=False)(x)
+    finally:
+        torch._dynamo.reset()
+    assert graph_pass.total() == 0
+    reasons = [r for c in graph_pass.declined.values() for r in c]
+    assert any(r.startswith("randomness:") for r in reasons), graph_pass.declined
+
+
+def test_committed_region_candidates_record_their_source():
+    import json
+
+    for cid in (RELU_DROPOUT, RMS_DROPOUT):
+        meta = json.loads((REPO / "candidates" / cid / "candidate.json").read_text())
+        assert meta["source"] == {"regions": "reports/gpu/2026-12-03-h200-profile/mined/regions.json"}
+        assert meta["label"].startswith("dropout_")
