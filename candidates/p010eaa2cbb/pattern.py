@@ -70,7 +70,7 @@ def replacement(x0, x1, x2, x3, c0, c1, c2, c3, c4):
 
 
 def extra_check(match):
-    return rewrite.match_ok(match, OP_NAME, N_INPUTS, INPUT_KINDS, random=True)
+    return rewrite.match_ok(match, OP_NAME, N_INPUTS, INPUT_KINDS, random=True, region=True)
 
 
 def register(pass_dict):

@@ -63,7 +63,7 @@ def replacement(x0, x1, c0, c1, c2):
 
 
 def extra_check(match):
-    return rewrite.match_ok(match, OP_NAME, N_INPUTS, INPUT_KINDS, random=True)
+    return rewrite.match_ok(match, OP_NAME, N_INPUTS, INPUT_KINDS, random=True, region=True)
 
 
 def register(pass_dict):

@@ -283,8 +283,9 @@ def render_pattern_py(prog: Program, head: str, op_name: str, kernel_import: str
     trace_values = "rewrite.scalar_trace_values(N_SCALARS)"
     if prog.random or prog.seed_inputs:
         # the kernel draws the random numbers itself: the safety rules then check that nothing
-        # else reads them (``randomness`` with ``random=True``); a seed index is an int slot
-        check = "rewrite.match_ok(match, OP_NAME, N_INPUTS, INPUT_KINDS, random=True)"
+        # else reads them (``randomness`` with ``random=True``); a seed index is an int slot; only
+        # region patterns hold random ops, and they compute in float32 as the kernel they replace
+        check = "rewrite.match_ok(match, OP_NAME, N_INPUTS, INPUT_KINDS, random=True, region=True)"
         ints = ", ".join(f'"c{c}": {SEED_TRACE_INDEX}' for c in prog.seed_consts)
         trace_values = f"{{**{trace_values}, {ints}}}" if ints else trace_values
     if gated:

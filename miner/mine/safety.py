@@ -237,10 +237,16 @@ def check_mutation(occ: Occurrence, graph: CapturedGraph, *, ctx: _Ctx | None = 
     return Finding(tuple(reasons))
 
 
-def check_meta(occ: Occurrence, graph: CapturedGraph, *, ctx: _Ctx | None = None, **_) -> Finding:
-    """Shapes, dims, dtypes and strides a generated row kernel handles."""
+def check_meta(occ: Occurrence, graph: CapturedGraph, *, ctx: _Ctx | None = None, region: bool = False,
+               **_) -> Finding:
+    """Shapes, dims, dtypes and strides a generated row kernel handles.
+
+    ``region``: the fused op replaces a whole Inductor kernel (``miner generate --regions``), which
+    computes in float32 between its loads and stores exactly as the generated kernel does, so an op
+    mixing float dtypes is no difference from what it replaces (a note, not a reason).
+    """
     c = ctx or _Ctx(occ, graph)
-    reasons = []
+    reasons, notes = [], []
     for k, name in enumerate(occ.inputs):
         meta = graph.node(name).meta
         if not meta:
@@ -252,8 +258,13 @@ def check_meta(occ: Occurrence, graph: CapturedGraph, *, ctx: _Ctx | None = None
         if rec.category == "reduction":
             reasons += _reduction_reasons(c, j, rec)
         elif rec.category == "pointwise":
-            reasons += _pointwise_reasons(c, j, rec)
-    return Finding(tuple(reasons))
+            found = _pointwise_reasons(c, j, rec)
+            mixed = [r for r in found if r.endswith("]") and " mixes dtypes " in r]
+            if region and mixed:
+                notes += mixed
+                found = [r for r in found if r not in mixed]
+            reasons += found
+    return Finding(tuple(reasons), notes=tuple(notes))
 
 
 def check_randomness(occ: Occurrence, graph: CapturedGraph, *, ctx: _Ctx | None = None, random: bool = False,
@@ -567,10 +578,12 @@ def match_occurrence(match, n_inputs: int) -> Occurrence | None:
                       outputs=outputs)
 
 
-def check_match(match, n_inputs: int, input_kinds: Sequence[str] = (), random: bool = False) -> Verdict:
+def check_match(match, n_inputs: int, input_kinds: Sequence[str] = (), random: bool = False,
+                region: bool = False) -> Verdict:
     """``RULES`` on one compile-time match (no extra outputs: a fusion returns what its pattern does),
     plus the input kinds the fusion's pattern was traced with ("float" / "bool" / "seed").
-    ``random``: the fused op draws its random numbers itself (see :func:`check_randomness`). Never
+    ``random``: the fused op draws its random numbers itself (see :func:`check_randomness`);
+    ``region``: it replaces a whole Inductor kernel (see :func:`check_meta`). Never
     raises: an unexpected error is a reason of its own ("error: ...")."""
     try:
         occ = match_occurrence(match, n_inputs)
@@ -585,7 +598,7 @@ def check_match(match, n_inputs: int, input_kinds: Sequence[str] = (), random: b
                 reasons.append(f"kernel: in{k} is {dt}; the fusion's pattern takes {kind}")
         ctx = _Ctx(occ, graph)
         for rule in RULES.values():
-            reasons += rule(occ, graph, max_extra_outputs=0, ctx=ctx, random=random).reasons
+            reasons += rule(occ, graph, max_extra_outputs=0, ctx=ctx, random=random, region=region).reasons
         return Verdict.of(reasons)
     except Exception as e:  # a decline with its reason, never a crash of the user's compile
         return Verdict.of([f"error: {type(e).__name__}: {e}"])

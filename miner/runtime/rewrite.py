@@ -162,17 +162,19 @@ def device_reasons(vals: Sequence[torch.Tensor]) -> list[str]:
     return []
 
 
-def match_reasons(match, n_inputs: int, input_kinds: Sequence[str], random: bool = False) -> list[str]:
+def match_reasons(match, n_inputs: int, input_kinds: Sequence[str], random: bool = False,
+                  region: bool = False) -> list[str]:
     """Why the fused op must not replace this match ([] when it may): devices, then
     ``miner.mine.safety.check_match`` (the rules mining applies, the kernel's shape contract
-    included; ``random``: the kernel draws the match's random numbers itself). Never raises."""
+    included; ``random``: the kernel draws the match's random numbers itself; ``region``: it replaces
+    a whole Inductor kernel). Never raises."""
     from miner.mine import safety
 
     vals = match_vals(match, n_inputs)
     if vals is None:
         return ["meta: an input is not a tensor"]
     reasons = device_reasons(vals)
-    return reasons or list(safety.check_match(match, n_inputs, input_kinds, random=random).reasons)
+    return reasons or list(safety.check_match(match, n_inputs, input_kinds, random=random, region=region).reasons)
 
 
 # the FusionPass applying its patterns now and the fusion it applies (declines are counted there)
@@ -187,11 +189,13 @@ def record_decline(name: str, reason: str, label: str = "") -> None:
     log.debug("%s decline %s: %s", name, label, reason)
 
 
-def match_ok(match, op_name: str, n_inputs: int, input_kinds: Sequence[str], random: bool = False) -> bool:
+def match_ok(match, op_name: str, n_inputs: int, input_kinds: Sequence[str], random: bool = False,
+             region: bool = False) -> bool:
     """The safety part of every ``extra_check``: :func:`match_reasons`, each reason of a declined
     match counted (:func:`record_decline`). ``op_name`` is the pattern module's ``OP_NAME``;
-    ``random``: a region kernel that draws its dropout numbers itself."""
-    reasons = match_reasons(match, n_inputs, input_kinds, random)
+    ``random``: a region kernel that draws its dropout numbers itself; ``region``: a kernel that
+    replaces a whole Inductor kernel (``miner.mine.safety.check_meta``)."""
+    reasons = match_reasons(match, n_inputs, input_kinds, random, region)
     if reasons:
         vals = match_vals(match, n_inputs) or ()
         # str() of a symbolic size reads it without specializing it (int() would add a guard)
