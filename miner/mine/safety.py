@@ -141,8 +141,8 @@ def _graph_facts(graph: CapturedGraph) -> dict[str, Any]:
 # --------------------------------------------------------------------------- rules
 
 
-def check_users(occ: Occurrence, graph: CapturedGraph, *, max_extra_outputs: int = 2, ctx: _Ctx | None = None
-                ) -> Finding:
+def check_users(occ: Occurrence, graph: CapturedGraph, *, max_extra_outputs: int = 2, ctx: _Ctx | None = None,
+                **_) -> Finding:
     """Interior nodes used outside: extra outputs (recorded), rejected beyond ``max_extra_outputs``."""
     c = ctx or _Ctx(occ, graph)
     reasons, extra = [], []
