@@ -240,3 +240,21 @@ def test_committed_region_candidates_record_their_source():
         meta = json.loads((REPO / "candidates" / cid / "candidate.json").read_text())
         assert meta["source"] == {"regions": "reports/gpu/2026-12-03-h200-profile/mined/regions.json"}
         assert meta["label"].startswith("dropout_")
+
+
+def test_bench_checks_a_random_candidate_against_its_own_numbers(rms_cand):
+    """``miner bench``'s numerics gate: the kernel against kernel.py's reference (Inductor's random
+    numbers); eager draws torch's own numbers, so its masks differ and it is reported as such."""
+    from miner.bench.cases import BenchCase
+    from miner.bench.run import bench_case
+    from miner.bench.timing import Env
+    from miner.core.tensors import TensorSpec
+
+    case = BenchCase(inputs=(TensorSpec((32,), "float32"), TensorSpec((2, 4, 32), "float32"),
+                             TensorSpec((8,), "int64"), TensorSpec((2, 4, 32), "bfloat16")),
+                     scalars=(3.0, 0.1, 1 / 0.9, 2.0, 1e-6))
+    env = Env("cpu", "cpu", torch.__version__, "-", "-", 1.0, 1 << 20, interpret=True)
+    row = bench_case(rms_cand, case, env, variants=("candidate", "eager"), replays=1)
+    by = {v.name: v for v in row.variants}
+    assert by["candidate"].numerics_ok and by["candidate"].timing is not None, by["candidate"]
+    assert by["eager"].numerics_ok is False  # torch's CPU generator: other masks (named, not silently timed)
