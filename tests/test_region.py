@@ -258,3 +258,22 @@ def test_bench_checks_a_random_candidate_against_its_own_numbers(rms_cand):
     by = {v.name: v for v in row.variants}
     assert by["candidate"].numerics_ok and by["candidate"].timing is not None, by["candidate"]
     assert by["eager"].numerics_ok is False  # torch's CPU generator: other masks (named, not silently timed)
+
+
+@pytest.mark.parametrize("weight_shape", [(32,), (1, 1, 32), (3, 5, 32)])
+@pytest.mark.parametrize("variant", ["one_pass", "looped"])
+def test_a_weight_broadcast_over_rows_is_read_once_per_program(rms_cand, weight_shape, variant):
+    """A norm's weight ([N], per column) takes the one-pass kernel's [1, BLOCK] evict_last load
+    (X0_COL, decided from its strides at launch); a full-size one the per-row load; both equal the reference."""
+    assert rms_cand.kernel_module.COLUMNS == (0,)
+    assert 'eviction_policy="evict_last"' in (rms_cand.path / "kernel.py").read_text()
+    g = torch.Generator().manual_seed(3)
+    w = torch.rand(weight_shape, generator=g) + 0.5
+    res, a = torch.randn(3, 5, 32, generator=g), torch.randn(3, 5, 32, generator=g).to(torch.bfloat16)
+    seeds = torch.randint(0, 2 ** 31, (8,), generator=g)
+    args = (w, res, seeds, a, 2, 0.1, 1 / 0.9, 2.0, 1e-6)
+    outs = rms_cand.kernel_module.launch(*args, variant=variant)
+    refs = rms_cand.kernel_module.reference(w.double(), res.double(), seeds, a.double(), *args[4:])
+    assert torch.equal(outs[0], refs[0])  # the mask
+    for o, r in zip(outs[1:], refs[1:]):
+        torch.testing.assert_close(o.double(), r.double(), rtol=2e-2, atol=2e-2)

@@ -24,6 +24,7 @@ PATTERN_ID = "pf4693d7449"
 LEVELS = 0  # reduction passes of the looped kernel (0: pointwise only)
 OUTPUT_KINDS = ('vec', 'vec')  # vec: one value per element; row: one per row
 SEEDS = (0,)  # inputs that are dropout seed vectors (one seed per program)
+COLUMNS = ()  # inputs read once per program when broadcast over the rows
 RANDOM = True  # draws inductor_random's numbers in the kernel (reference: the same numbers)
 
 
@@ -134,4 +135,4 @@ def _out_meta(shapes, dtypes, scalars):
 
 def launch(x0, x1, c0, c1, c2, *, variant=None, config=None):
     return _launch.run(one_pass_kernel, looped_kernel, reference, (x0, x1,), (int(c0), float(c1), float(c2), ), OUTPUT_KINDS,
-                       pattern_id=PATTERN_ID, levels=LEVELS, variant=variant, out_meta=_out_meta, config=config, seeds=SEEDS)
+                       pattern_id=PATTERN_ID, levels=LEVELS, variant=variant, out_meta=_out_meta, config=config, seeds=SEEDS, columns=COLUMNS)

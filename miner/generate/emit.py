@@ -73,6 +73,12 @@ class _Emitter:
                     where = f"x{k}_ptr, x{k}_row, x{k}_sc, abase, lead, cols"
                     load = f"load_masked({where}, mask, X{k}_ALIGNED)" if masked else f"load_full({where}, X{k}_ALIGNED)"
                     lines.append(f"{n} = {load}{cast}")
+                elif k in self.p.spec.column_inputs:
+                    lines += [f"if X{k}_COL:  # the same for every row: one [1, BLOCK] load per program, kept in L2",
+                              f'    {n} = tl.load(x{k}_ptr + cols * x{k}_sc, mask=cols < n_cols, other=0, '
+                              f'eviction_policy="evict_last"){cast}',
+                              "else:",
+                              f"    {n} = tl.load(x{k}_row + cols * x{k}_sc, mask=mask, other=0){cast}"]
                 else:
                     lines.append(f"{n} = tl.load(x{k}_row + cols * x{k}_sc, mask=mask, other=0){cast}")
             else:
@@ -128,6 +134,8 @@ class _Emitter:
         params += ["ROWS: tl.constexpr", "BLOCK: tl.constexpr"]
         if aligned:
             params += [f"X{k}_ALIGNED: tl.constexpr" for k in rows_in]
+        else:
+            params += [f"X{k}_COL: tl.constexpr" for k in self.p.spec.column_inputs]
         return f"@triton.jit\ndef {name}(\n    " + ",\n    ".join(
             ", ".join(params[i:i + 6]) for i in range(0, len(params), 6)) + ",\n):"
 
@@ -366,8 +374,9 @@ def render_kernel_py(prog: Program, head: str) -> str:
             if val.op == "prims.convert_element_type" and any(prog.values[d].random for d in val.deps):
                 reference = reference.replace(f"    {name} = {PRIM_CONVERT}(", f"    {name} = _launch.round_to(")
         random_consts = (f"SEEDS = {prog.seed_inputs!r}  # inputs that are dropout seed vectors (one seed per program)\n"
+                         f"COLUMNS = {spec.column_inputs!r}  # inputs read once per program when broadcast over the rows\n"
                          f"RANDOM = {prog.random!r}  # draws inductor_random's numbers in the kernel (reference: the same numbers)\n")
-        seeds_arg = ", seeds=SEEDS"
+        seeds_arg = ", seeds=SEEDS, columns=COLUMNS"
     imports = jit_imports(kernels)
     if random_consts:
         imports += "import torch._inductor.inductor_prims  # noqa: F401 - registers prims.inductor_random & co.\n"

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import shutil
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable
 
@@ -330,9 +330,10 @@ def generate_one(pattern, workspace: Workspace, command: str, source: dict | Non
     if not any(o.verdict.ok for o in pattern.occurrences):
         return Skipped(pattern.id, pattern.ops, no_safe_reason(pattern))
     try:
+        spec = spec_from_pattern(pattern)
         if region.is_region(pattern):
             pattern = region.prepare(pattern)
-        spec = spec_from_pattern(pattern)
+            spec = replace(spec_from_pattern(pattern), column_inputs=region.column_inputs(pattern))
         prog = lower.lower(spec)
     except Unsupported as e:
         return Skipped(pattern.id, pattern.ops, f"not generated: {e}")

@@ -53,6 +53,7 @@ class PatternSpec:
     outputs: tuple[int, ...]
     input_dtypes: tuple[tuple[str, ...], ...] = ()
     rank: int | None = None
+    column_inputs: tuple[int, ...] = ()  # observed as per-column vectors [N] only (read once per program)
 
 
 # --------------------------------------------------------------------------- lowered program

@@ -16,6 +16,9 @@ values, and ``prepare`` rewrites them before lowering:
   layer reads its own seed) becomes ``{"int_const": c}``: rendered ``int(c<c>)``, since const
   slots are passed as floats.
 
+Inputs observed only as per-column vectors (a norm's weight) are read once per program by the
+one-pass kernel (``column_inputs``; ``eviction_policy="evict_last"``).
+
 The candidate keeps the region pattern's id (the profile's row), and ``candidate.json`` records
 where it came from (``source``).
 """
@@ -80,6 +83,17 @@ def prepare(pattern: Pattern) -> Pattern:
     return replace(pattern, nodes=tuple(nodes), occurrences=tuple(occs))
 
 
+def column_inputs(pattern: Pattern) -> tuple[int, ...]:
+    """Float inputs observed only as per-column vectors (``[N]``, a norm's weight): the one-pass
+    kernel reads them once per program (``X<k>_COL``, decided at launch from the strides)."""
+    out = []
+    for k in range(pattern.n_inputs):
+        metas = [o.input_meta[k] for o in pattern.occurrences if k < len(o.input_meta) and o.input_meta[k] is not None]
+        if metas and all(len(m.shape) == 1 and m.dtype != "int64" for m in metas):
+            out.append(k)
+    return tuple(out)
+
+
 def _hoistable_view(nodes: list[PatternNode], j: int) -> int | None:
     """The input ``k`` when node ``j`` is a view of input ``k`` that nothing else reads."""
     node = nodes[j]
@@ -138,4 +152,4 @@ def _view_meta(metas: tuple, k: int, shape: list) -> tuple:
     return metas[:k] + (TensorSpec(new, m.dtype, stride, m.device),) + metas[k + 1:]
 
 
-__all__ = ["prepare", "is_region", "VIEW_TARGETS"]
+__all__ = ["prepare", "is_region", "column_inputs", "VIEW_TARGETS"]

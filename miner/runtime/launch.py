@@ -309,12 +309,14 @@ def pick(key: tuple, candidates: list[tuple[int, int, int]], launch: Callable[[t
 def run(one_pass_kernel, looped_kernel, reference: Callable, xs: Sequence, scalars: Sequence,
         output_kinds: Sequence[str], *, pattern_id: str, levels: int, variant: str | None = None,
         out_meta: Callable | None = None, config: tuple[int, int, int] | None = None,
-        seeds: Sequence[int] = ()) -> tuple:
+        seeds: Sequence[int] = (), columns: Sequence[int] = ()) -> tuple:
     """Run a generated pattern on ``xs`` (tensors) and ``scalars``; returns fresh contiguous outputs.
 
     ``variant`` forces ``one_pass`` or ``looped``; ``config`` forces (ROWS, BLOCK, num_warps).
     ``seeds``: the inputs that are dropout seed vectors: passed as plain pointers (the kernel
-    reads one seed per program), outside the rows' layout and strides.
+    reads one seed per program), outside the rows' layout and strides. ``columns``: inputs the
+    one-pass kernel can read once per program as a ``[1, BLOCK]`` per-column vector (flag
+    ``X<k>_COL``, set here when the input is broadcast over every row: a norm's weight).
     """
     import torch
     import triton
@@ -340,16 +342,18 @@ def run(one_pass_kernel, looped_kernel, reference: Callable, xs: Sequence, scala
     (d1, d2), strides, xs = layout(shape, xs)
     variant = variant or ("one_pass" if n_cols <= ONE_PASS_MAX else "looped")
     dtypes = tuple(str(x.dtype) for x in xs)
+    keep = [k for k in range(len(xs) + len(seed_ptrs)) if k not in set(seeds)]  # kernel names: original k
     if variant == "one_pass":
+        cols = {f"X{k}_COL": strides[4 * i:4 * i + 3] == [0, 0, 0] for i, k in enumerate(keep) if k in set(columns)}
+
         def launch(cfg):
             rows, block, warps = cfg
             one_pass_kernel[(triton.cdiv(n_rows, rows),)](*seed_ptrs, *xs, *outs, *scalars, n_rows, n_cols, d1, d2, *strides,
-                                                          ROWS=rows, BLOCK=block, num_warps=warps)
-        flags: tuple = ()
+                                                          ROWS=rows, BLOCK=block, num_warps=warps, **cols)
+        flags: tuple = tuple(cols.values())
     else:
         # inputs laid out exactly like the rows (contiguous, full shape) are read from the row's
         # ALIGN-aligned start, so their loads vectorize even when n_cols is not a multiple of 16
-        keep = [k for k in range(len(xs) + len(seed_ptrs)) if k not in set(seeds)]  # kernel names: original k
         aligned = {f"X{keep[i]}_ALIGNED": tuple(x.shape) == shape and x.is_contiguous() for i, x in enumerate(xs)}
         flags = tuple(aligned.values())
 
