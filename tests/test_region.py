@@ -277,3 +277,30 @@ def test_a_weight_broadcast_over_rows_is_read_once_per_program(rms_cand, weight_
     assert torch.equal(outs[0], refs[0])  # the mask
     for o, r in zip(outs[1:], refs[1:]):
         torch.testing.assert_close(o.double(), r.double(), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.slow
+def test_fires_in_t5_training_under_bf16_autocast():
+    """The zoo's tiny t5, trained one step under CPU bf16 autocast (the H200 run's precision) with
+    both region candidates: dropout+residual+RMS norm fires at every such site (8 in the tiny t5);
+    relu+dropout does not match there (its relu is also read by the backward's ``le`` mask, which
+    Inductor recomputes elsewhere; the matcher refuses a pattern whose interior is read outside)."""
+    import miner_models as models
+    from miner.runtime import rewrite
+
+    built = models.resolve("t5").build("tiny", "train", "cpu")
+    ws = Workspace(REPO)
+    ents = [rewrite.entry_for(candidates.load(ws, c).path / "pattern.py", c, candidates.load(ws, c).pattern_module)
+            for c in (RMS_DROPOUT, RELU_DROPOUT)]
+    gp = rewrite.FusionPass(ents)
+    torch._dynamo.reset()
+    try:
+        with torch._inductor.config.patch(force_disable_caches=True, fallback_random=False), \
+                torch.autocast("cpu", dtype=torch.bfloat16):
+            out = torch.compile(built.model, options=rewrite.inductor_options(gp), dynamic=False)(**built.inputs)
+            loss = built.loss(out)
+            loss.backward()
+    finally:
+        torch._dynamo.reset()
+    assert gp.counts[RMS_DROPOUT] == 8 and not gp.counts.get(RELU_DROPOUT), (gp.counts, gp.declined)
+    assert torch.isfinite(loss.detach())
