@@ -304,3 +304,32 @@ def test_fires_in_t5_training_under_bf16_autocast():
         torch._dynamo.reset()
     assert gp.counts[RMS_DROPOUT] == 8 and not gp.counts.get(RELU_DROPOUT), (gp.counts, gp.declined)
     assert torch.isfinite(loss.detach())
+
+
+def test_plain_generate_keeps_region_candidates(tmp_path, rps):
+    """``miner generate`` (from patterns.json) removes stale candidates, but not those generated from a regions.json."""
+    ws = Workspace(tmp_path)
+    assert isinstance(gen.generate_one(rps[RMS_DROPOUT].pattern, ws, "test", {"regions": "x"}), gen.Generated)
+    (ws.candidates / "pdeadbeef00").mkdir(parents=True)
+    (ws.candidates / "pdeadbeef00" / "candidate.json").write_text("{}")
+    assert gen.remove_stale(ws, keep=[]) == ["pdeadbeef00"]
+    assert (ws.candidates / RMS_DROPOUT / "kernel.py").exists()
+
+
+def test_cli_generate_regions(tmp_path):
+    import subprocess
+    import sys
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "miner.cli", "--workspace", str(tmp_path), "generate", *args],
+                              capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+    regions_json = str(PROFILE / "mined" / "regions.json")
+    r = cli("--regions", regions_json)
+    assert r.returncode == 2 and "needs --only" in r.stderr
+    r = cli("--regions", regions_json, "--only", "pzzzz")
+    assert r.returncode == 2 and "no region pattern" in r.stderr
+    r = cli("--regions", regions_json, "--only", RMS_DROPOUT[:6])
+    assert r.returncode == 0, r.stderr
+    assert "dropout_rms_norm" in r.stdout and (tmp_path / "candidates" / RMS_DROPOUT / "kernel.py").exists()
+    assert not (tmp_path / "candidates" / "index.json").exists()  # the index of patterns.json's candidates stays as it was

@@ -71,7 +71,7 @@ def _run_regions(args: argparse.Namespace, ws) -> int:
     path = Path(args.regions)
     if not path.is_file():
         raise UsageError(f"--regions {args.regions}: no such file")
-    rps = regions.load(path.parent.parent) if path.name == regions.REGIONS_FILE else None
+    rps = regions.load(path.parent.parent) if (path.parent.name, path.name) == ("mined", regions.REGIONS_FILE) else None
     if rps is None:
         raise UsageError(f"--regions {args.regions}: expected a mined/{regions.REGIONS_FILE}")
     by_id = {rp.id: rp for rp in rps}

@@ -452,11 +452,15 @@ def generate(workspace: Workspace, patterns: Iterable, command: str = "miner gen
 
 
 def remove_stale(workspace: Workspace, keep: Iterable[str]) -> list[str]:
-    """Delete candidate folders whose pattern is gone; returns their ids."""
+    """Delete candidate folders whose pattern is gone; returns their ids. Candidates generated from
+    elsewhere (``source`` in candidate.json: region patterns, ``miner generate --regions``) stay."""
+    import json
+
     keep = set(keep)
     gone = []
     for d in sorted(workspace.candidates.glob("p*/")):
-        if d.name not in keep and (d / "candidate.json").exists():
+        meta = d / "candidate.json"
+        if d.name not in keep and meta.exists() and "source" not in json.loads(meta.read_text()):
             shutil.rmtree(d)
             gone.append(d.name)
     return gone
