@@ -12,8 +12,6 @@ import math
 import os
 from pathlib import Path
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
-
 import pytest
 import torch
 import torch._inductor.inductor_prims  # noqa: F401 - prims.inductor_random & co.
@@ -333,3 +331,24 @@ def test_cli_generate_regions(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "dropout_rms_norm" in r.stdout and (tmp_path / "candidates" / RMS_DROPOUT / "kernel.py").exists()
     assert not (tmp_path / "candidates" / "index.json").exists()  # the index of patterns.json's candidates stays as it was
+
+
+def test_meta_rule_notes_dtype_mixes_inside_a_whole_region():
+    """An add of float32 and bfloat16 operands: declined for a mined pattern (eager rounds in between),
+    a note for a region (the Inductor kernel it replaces computes in float32 too)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from miner.mine import safety
+
+    def f(a, b):
+        return (torch.ops.aten.add.Tensor(a, torch.ops.aten.mul.Tensor(b, 2.0)),)
+
+    g = make_fx(f, tracing_mode="fake")(torch.randn(2, 8), torch.randn(2, 8).to(torch.bfloat16)).graph
+    names = [n.name for n in g.nodes if n.op == "call_function"]
+    ins = tuple(n.name for n in g.nodes if n.op == "placeholder")
+    occ = safety.Occurrence(graph=safety.MATCH_KEY, nodes=tuple(names), inputs=ins, outputs=(1,))
+    fx = safety.FxGraph(g)
+    plain = safety.check_meta(occ, fx)
+    assert any("mixes dtypes" in r for r in plain.reasons)
+    region_ = safety.check_meta(occ, fx, region=True)
+    assert region_.reasons == () and any("mixes dtypes" in n for n in region_.notes)
