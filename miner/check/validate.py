@@ -104,7 +104,8 @@ def check_numerics(cand: Candidate, label: str, entry: dict, variant: str | None
         expect = cand.pattern_module.pattern(*[x.to("meta") for x in xs], *cs)
         outs = cand.kernel_module.launch(*xs, *cs, variant=variant)
         # a kernel that draws random numbers is compared with its kernel.py reference, which draws the same ones
-        ref_fn = cand.kernel_module.reference if getattr(cand.kernel_module, "RANDOM", False) else cand.pattern_module.pattern
+        random = getattr(cand.kernel_module, "RANDOM", False)
+        ref_fn = cand.kernel_module.reference if random else cand.pattern_module.pattern
         ref = ref_fn(*[x.double() if x.is_floating_point() else x for x in xs], *cs)
     except Exception as e:  # noqa: BLE001 - any failure of the kernel is a failed check
         return Check("numerics", label, False, f"{type(e).__name__}: {str(e).splitlines()[0][:300]}",

@@ -17,7 +17,8 @@ from miner.core import source
 from miner.generate.lower import PatternSpec, Program, Value, signature_params
 
 TEMPLATES = Path(__file__).with_name("templates")
-JIT_HELPERS = ("tanh", "pow_rt", "pow_c", "load_masked", "load_full", "uniform", "normal", "round_bf16")  # miner.runtime.jit.__all__
+# miner.runtime.jit's helpers (its __all__ but the fill_random kernel)
+JIT_HELPERS = ("tanh", "pow_rt", "pow_c", "load_masked", "load_full", "uniform", "normal", "round_bf16")
 
 
 # a reduction's per-row result from its [ROWS, BLOCK] accumulator (or masked operand) ``a``

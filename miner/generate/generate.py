@@ -275,7 +275,8 @@ def render_pattern_py(prog: Program, head: str, op_name: str, kernel_import: str
     spec = prog.spec
     params = lower.signature_params(spec)
     n_out = len(spec.outputs)
-    kinds = tuple("seed" if k in prog.seed_inputs else "bool" if b else "float" for k, b in enumerate(prog.input_is_bool))
+    kinds = tuple("seed" if k in prog.seed_inputs else "bool" if b else "float"
+                  for k, b in enumerate(prog.input_is_bool))
     ret_search = "pattern({0})[0]" if n_out == 1 else "pattern({0})"
     p = ", ".join(params)
     op_attr = op_name.split("::")[1]
