@@ -36,6 +36,13 @@ def regenerated(tmp_path_factory) -> Workspace:
     for p in load_patterns(ws):
         if p.id in COMMITTED:
             generate_one(p, ws, "test")
+    from miner.mine import regions
+
+    for cid in COMMITTED:  # region candidates: from the regions.json their candidate.json names
+        source = json.loads((REPO / "candidates" / cid / "candidate.json").read_text()).get("source")
+        if source and source.get("regions"):
+            rps = {rp.id: rp for rp in regions.load((REPO / source["regions"]).parent.parent)}
+            generate_one(rps[cid].pattern, ws, "test", source)
     return ws
 
 

@@ -165,7 +165,10 @@ def bench_case(cand: Candidate, case: BenchCase, env: Env, *, variants: Sequence
     reference = cand.pattern_module.pattern
     first = inputs_of(case, device, seed=0)
     with torch.no_grad():
-        ref = reference64(reference, first)
+        if getattr(cand.kernel_module, "RANDOM", False):  # draws Inductor's random numbers: its reference draws them too
+            ref = as_tuple(cand.kernel_module.reference(*upcast(first)))
+        else:
+            ref = reference64(reference, first)
         meta_out = as_tuple(reference(*first))
     outputs = tuple(TensorSpec(tuple(o.shape), str(o.dtype).removeprefix("torch."),
                                None if o.is_contiguous() else tuple(o.stride())) for o in meta_out)

@@ -19,9 +19,14 @@ ODD_COLS = 37  # a row length that is no power of two
 ONE_PASS_MAX = 8192  # the default row limit of the one-pass kernel (candidate.json's kernel.one_pass_max)
 
 
+def _is_seeds(i: dict) -> bool:
+    """A dropout seed vector (int64, read at one index, never per element): no part of the rows."""
+    return i["dtype"] == "int64"
+
+
 def broadcast_shape(entry: dict) -> list[int]:
-    """The broadcast shape of the entry's inputs."""
-    shapes = [i["shape"] for i in entry["inputs"]]
+    """The broadcast shape of the entry's inputs (seed vectors aside)."""
+    shapes = [i["shape"] for i in entry["inputs"] if not _is_seeds(i)]
     rank = max(len(s) for s in shapes)
     return [max((s[d - rank + len(s)] if d - rank + len(s) >= 0 else 1) for s in shapes) for d in range(rank)]
 
@@ -43,6 +48,9 @@ def reshape(entry: dict, lead: list[int] | None = None, n_cols: int | None = Non
         new_full[-1] = n_cols
     inputs = []
     for i in entry["inputs"]:
+        if _is_seeds(i):
+            inputs.append({**i, "stride": None})
+            continue
         s = i["shape"]
         off = rank - len(s)
         shape = [1 if s[d] == 1 and full[d + off] != 1 else new_full[d + off] for d in range(len(s))]

@@ -103,7 +103,10 @@ def check_numerics(cand: Candidate, label: str, entry: dict, variant: str | None
     try:
         expect = cand.pattern_module.pattern(*[x.to("meta") for x in xs], *cs)
         outs = cand.kernel_module.launch(*xs, *cs, variant=variant)
-        ref = cand.pattern_module.pattern(*[x.double() if x.is_floating_point() else x for x in xs], *cs)
+        # a kernel that draws random numbers is compared with its kernel.py reference, which draws the same ones
+        random = getattr(cand.kernel_module, "RANDOM", False)
+        ref_fn = cand.kernel_module.reference if random else cand.pattern_module.pattern
+        ref = ref_fn(*[x.double() if x.is_floating_point() else x for x in xs], *cs)
     except Exception as e:  # noqa: BLE001 - any failure of the kernel is a failed check
         return Check("numerics", label, False, f"{type(e).__name__}: {str(e).splitlines()[0][:300]}",
                      seconds=time.perf_counter() - t0)

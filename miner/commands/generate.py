@@ -14,6 +14,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", metavar="ID,...", help="exactly these pattern ids (unique prefixes will do)")
     parser.add_argument("--keep", action="store_true", help="keep candidate folders of patterns not generated now")
     parser.add_argument("--quiet", action="store_true", help="do not list skipped patterns")
+    parser.add_argument("--regions", metavar="REGIONS_JSON",
+                        help="generate whole-Inductor-kernel region patterns from this regions.json (`miner profile` "
+                             "writes mined/regions.json) instead of mined/patterns.json; needs --only; keeps the "
+                             "other candidates and candidates/index.json")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -23,9 +27,11 @@ def run(args: argparse.Namespace) -> int:
     from miner.core.workspace import Workspace
 
     ws = Workspace(args.workspace)
-    patterns = load_patterns(ws)
     if args.top < 0:
         raise UsageError("--top must be 0 (all) or positive")
+    if args.regions:
+        return _run_regions(args, ws)
+    patterns = load_patterns(ws)
     if args.only:
         from miner.commands.patterns import find
 
@@ -50,3 +56,39 @@ def run(args: argparse.Namespace) -> int:
     print(f"{len(done)} candidate(s) written to {ws.candidates}, {len(skipped)} pattern(s) not generated "
           f"(each with its reason in {ws.candidates / 'index.json'})", file=sys.stderr)
     return 0
+
+
+def _run_regions(args: argparse.Namespace, ws) -> int:
+    """``--regions FILE --only ID,...``: candidates from region patterns (each a whole Inductor kernel)."""
+    from pathlib import Path
+
+    from miner.core.errors import UsageError
+    from miner.generate.generate import describe, generate
+    from miner.mine import regions
+
+    if not args.only:
+        raise UsageError("--regions needs --only ID,... (the region patterns to generate)")
+    path = Path(args.regions)
+    if not path.is_file():
+        raise UsageError(f"--regions {args.regions}: no such file")
+    rps = regions.load(path.parent.parent) if (path.parent.name, path.name) == ("mined", regions.REGIONS_FILE) else None
+    if rps is None:
+        raise UsageError(f"--regions {args.regions}: expected a mined/{regions.REGIONS_FILE}")
+    by_id = {rp.id: rp for rp in rps}
+    chosen = []
+    for w in (w.strip() for w in args.only.split(",") if w.strip()):
+        hits = [i for i in by_id if i.startswith(w)]
+        if len(hits) != 1:
+            raise UsageError(f"--only {w}: {'ambiguous' if hits else 'no'} region pattern in {args.regions}"
+                             + (f" ({', '.join(sorted(hits)[:5])})" if hits else ""))
+        chosen.append(by_id[hits[0]].pattern)
+    try:
+        rel = path.resolve().relative_to(Path(ws.root).resolve())
+    except ValueError:
+        rel = path.resolve()
+    command = f"miner generate --regions {rel} --only {','.join(p.id for p in chosen)}"
+    done, skipped = generate(ws, chosen, command=command, source={"regions": str(rel)})
+    for r in done + skipped:
+        print(describe(r))
+    print(f"{len(done)} region candidate(s) written to {ws.candidates}, {len(skipped)} not generated", file=sys.stderr)
+    return 0 if done else 1

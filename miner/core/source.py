@@ -87,6 +87,10 @@ def arg_source(v: Any, scalars: Sequence[Any] | None = None) -> str:
             return f"x{x}"
         if k == "node":
             return f"v{x}"
+        if k == "shape_of":  # the shape of input k (a region's random op: miner.generate.region)
+            return f"list(x{x}.shape)"
+        if k == "int_const":  # a const slot an op takes as an int (a seed index; slots are passed as floats)
+            return f"int(c{x})" if scalars is None else literal_source(int(literal_value(scalars[x])))
         if k == "const":
             return f"c{x}" if scalars is None else literal_source(scalars[x])
         if k == "dtype":

@@ -17,7 +17,8 @@ from miner.core import source
 from miner.generate.lower import PatternSpec, Program, Value, signature_params
 
 TEMPLATES = Path(__file__).with_name("templates")
-JIT_HELPERS = ("tanh", "pow_rt", "pow_c", "load_masked", "load_full")  # miner.runtime.jit.__all__
+# miner.runtime.jit's helpers (its __all__ but the fill_random kernel)
+JIT_HELPERS = ("tanh", "pow_rt", "pow_c", "load_masked", "load_full", "uniform", "normal", "round_bf16")
 
 
 # a reduction's per-row result from its [ROWS, BLOCK] accumulator (or masked operand) ``a``
@@ -62,6 +63,8 @@ class _Emitter:
         16-aligned start ``abase``; an input laid out like the rows (``X{k}_ALIGNED``) is read at
         ``abase + cols`` (vectorizable), any other at its logical column ``cols - lead``."""
         lines = []
+        if aligned and any(self.v[n].random for n in names):
+            lines.append("lin = abase + cols  # row-major element offset: row_start + (cols - lead)")
         for n in names:
             val = self.v[n]
             if n in self.p.inputs:
@@ -71,6 +74,12 @@ class _Emitter:
                     where = f"x{k}_ptr, x{k}_row, x{k}_sc, abase, lead, cols"
                     load = f"load_masked({where}, mask, X{k}_ALIGNED)" if masked else f"load_full({where}, X{k}_ALIGNED)"
                     lines.append(f"{n} = {load}{cast}")
+                elif k in self.p.spec.column_inputs:
+                    lines += [f"if X{k}_COL:  # the same for every row: one [1, BLOCK] load per program, kept in L2",
+                              f'    {n} = tl.load(x{k}_ptr + cols * x{k}_sc, mask=cols < n_cols, other=0, '
+                              f'eviction_policy="evict_last"){cast}',
+                              "else:",
+                              f"    {n} = tl.load(x{k}_row + cols * x{k}_sc, mask=mask, other=0){cast}"]
                 else:
                     lines.append(f"{n} = tl.load(x{k}_row + cols * x{k}_sc, mask=mask, other=0){cast}")
             else:
@@ -113,16 +122,21 @@ class _Emitter:
 
     # -- signature and prologue shared by both kernels
     def signature(self, name: str, aligned: bool = False) -> str:
-        n_in, n_out = len(self.p.inputs), len(self.p.outputs)
-        params = [f"x{k}_ptr" for k in range(n_in)] + [f"out{i}_ptr" for i in range(n_out)]
+        n_out = len(self.p.outputs)
+        rows_in = self._row_inputs()
+        params = [f"x{k}_ptr" for k in self.p.seed_inputs] + [f"x{k}_ptr" for k in rows_in]
+        params += [f"out{i}_ptr" for i in range(n_out)]
         # scalar constants are compile-time: one specialization per value (eps, scales and
-        # exponents are fixed per model), folded into the arithmetic
-        params += [f"c{c}: tl.constexpr" for c in range(self.p.spec.n_consts)]
+        # exponents are fixed per model), folded into the arithmetic; a seed index is a runtime
+        # int (it differs in every layer: one compile for all of them)
+        params += [f"c{c}" if c in self.p.seed_consts else f"c{c}: tl.constexpr" for c in range(self.p.spec.n_consts)]
         params += ["n_rows", "n_cols", "d1", "d2"]
-        params += [f"x{k}_s{d}" for k in range(n_in) for d in ("0", "1", "2", "c")]
+        params += [f"x{k}_s{d}" for k in rows_in for d in ("0", "1", "2", "c")]
         params += ["ROWS: tl.constexpr", "BLOCK: tl.constexpr"]
         if aligned:
-            params += [f"X{k}_ALIGNED: tl.constexpr" for k in range(n_in)]
+            params += [f"X{k}_ALIGNED: tl.constexpr" for k in rows_in]
+        else:
+            params += [f"X{k}_COL: tl.constexpr" for k in self.p.spec.column_inputs]
         return f"@triton.jit\ndef {name}(\n    " + ",\n    ".join(
             ", ".join(params[i:i + 6]) for i in range(0, len(params), 6)) + ",\n):"
 
@@ -134,15 +148,24 @@ class _Emitter:
             "i1 = (rows // d2) % d1",
             "i2 = rows % d2",
         ]
-        for k in range(len(self.p.inputs)):
+        for k in self._row_inputs():
             lines.append(f"x{k}_row = x{k}_ptr + i0 * x{k}_s0 + i1 * x{k}_s1 + i2 * x{k}_s2")
+        for n, val in self.v.items():
+            if val.kind == "seed" and val.expr:  # one dropout seed per program
+                lines.append(f"{n} = {val.expr}" + _op(val))
         return lines
+
+    def _row_inputs(self) -> list[int]:
+        """The inputs read per element (all but the seed vectors)."""
+        return [k for k in range(len(self.p.inputs)) if k not in self.p.seed_inputs]
 
     def one_pass(self) -> str:
         body = self.prologue() + [
             "cols = tl.arange(0, BLOCK)[None, :]",
             "mask = row_mask & (cols < n_cols)",
         ]
+        if self.p.random:
+            body.append("lin = rows * n_cols + cols  # row-major element offset (the random numbers' counter)")
         done: set[str] = set()
         for n, val in self.v.items():
             if val.kind == "vec":
@@ -343,12 +366,32 @@ def render_kernel_py(prog: Program, head: str) -> str:
     spec = prog.spec
     params = signature_params(spec)
     kernels = kernel_source(prog)
+    reference, random_consts, seeds_arg = reference_source(spec, name="reference"), "", ""
+    if prog.random or prog.seed_inputs:
+        # the reference draws the kernel's random numbers (``launch.triton_rand``), so a float64
+        # reference run compares element for element, masks included
+        reference = reference.replace(f"{PRIM_RANDOM}(", "_launch.triton_rand(")
+        for name, val in prog.values.items():  # a rounded random number is compared in float32, as Inductor does
+            if val.op == "prims.convert_element_type" and any(prog.values[d].random for d in val.deps):
+                reference = reference.replace(f"    {name} = {PRIM_CONVERT}(", f"    {name} = _launch.round_to(")
+        random_consts = (f"SEEDS = {prog.seed_inputs!r}  # inputs that are dropout seed vectors (one seed per program)\n"
+                         f"COLUMNS = {spec.column_inputs!r}  # inputs read once per program when broadcast over the rows\n"
+                         f"RANDOM = {prog.random!r}  # draws inductor_random's numbers in the kernel (reference: the same numbers)\n")
+        seeds_arg = ", seeds=SEEDS, columns=COLUMNS"
+    imports = jit_imports(kernels)
+    if random_consts:
+        imports += "import torch._inductor.inductor_prims  # noqa: F401 - registers prims.inductor_random & co.\n"
     return fill_template(
         "kernel.py.tmpl", head=head, id=spec.id, params=", ".join(params), levels=prog.levels,
-        output_kinds=repr(prog.output_kinds), jit_imports=jit_imports(kernels),
-        reference=reference_source(spec, name="reference"), kernels=kernels,
+        output_kinds=repr(prog.output_kinds), jit_imports=imports, random_consts=random_consts,
+        seeds_arg=seeds_arg, reference=reference, kernels=kernels,
         tensors="(" + ", ".join(f"x{k}" for k in range(spec.n_inputs)) + ",)",
-        scalars="(" + "".join(f"float(c{c}), " for c in range(spec.n_consts)) + ")")
+        scalars="(" + "".join(f"int(c{c}), " if c in prog.seed_consts else f"float(c{c}), "
+                              for c in range(spec.n_consts)) + ")")
+
+
+PRIM_RANDOM = "torch.ops.prims.inductor_random.default"
+PRIM_CONVERT = "torch.ops.prims.convert_element_type.default"
 
 
 __all__ = ["kernel_source", "reference_source", "render_kernel_py", "fill_template", "jit_imports", "signature_params"]

@@ -18,12 +18,12 @@ from __future__ import annotations
 import math
 import shutil
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable
 
 from miner import __version__
-from miner.generate import emit, lower
+from miner.generate import emit, lower, region
 from miner.generate.emit import render_kernel_py
 from miner.generate.lower import PatternSpec, Program, Unsupported
 from miner.core import dtypes, source
@@ -78,6 +78,11 @@ def label_for(ops: str) -> str:
     """A readable name guess from the op summary (``"amax -> sub -> exp -> sum -> div"``)."""
     s = [o.strip() for o in ops.split("->")]
     has = set(s)
+    if "inductor_random" in has:  # a region with dropout: "dropout_" + what the rest computes
+        rest = [o for o in s if o not in ("inductor_lookup_seed", "inductor_random")]
+        return "dropout_" + label_for(" -> ".join(rest)).removeprefix("fused_")
+    if "relu" in has and not has & {"amax", "sum", "mean", "var_mean"}:
+        return "relu"
     if {"amax", "exp", "sum", "log"} <= has:
         return "log_softmax"
     if {"amax", "exp", "sum", "div"} <= has or s[:3] == ["exp", "sum", "div"]:
@@ -103,8 +108,12 @@ def _shape_of(meta) -> list:
     return list(meta.shape)
 
 
-def observed_entries(pattern, spec: PatternSpec) -> list[dict]:
-    """Distinct (model, phase, input metas, scalars) of the safe occurrences, with counts and bytes."""
+def observed_entries(pattern, spec: PatternSpec, same_kernel: tuple[int, ...] = ()) -> list[dict]:
+    """Distinct (model, phase, input metas, scalars) of the safe occurrences, with counts and bytes.
+
+    ``same_kernel``: const slots whose value does not change what the kernel computes (a dropout
+    seed's index: every layer draws from its own seed): they split no entry (the first is kept).
+    """
     groups: dict[tuple, dict] = {}
     counts: Counter = Counter()
     for occ in pattern.occurrences:
@@ -113,7 +122,8 @@ def observed_entries(pattern, spec: PatternSpec) -> list[dict]:
         inputs = [{"shape": _shape_of(m), "dtype": m.dtype,
                    "stride": list(m.stride) if m.stride is not None else None} for m in occ.input_meta]
         scalars = [literal_value(s) for s in occ.scalars]
-        key = (occ.graph.model, occ.graph.preset, occ.phase, repr(inputs), repr(scalars))
+        keyed = [s for c, s in enumerate(scalars) if c not in same_kernel]
+        key = (occ.graph.model, occ.graph.preset, occ.phase, repr(inputs), repr(keyed))
         counts[key] += 1
         if key not in groups:
             groups[key] = {"model": occ.graph.model, "preset": occ.graph.preset, "phase": occ.phase,
@@ -234,12 +244,19 @@ def reference_function(spec: PatternSpec, all_nodes: bool = False):
                                    f"<pattern {spec.id}>")
 
 
-def example_shapes(observed: list[dict], n_inputs: int) -> list[tuple[list[int], str]]:
-    """Small stand-ins for the initial pattern trace: same rank and broadcast (1) dims, sizes 2/4."""
+SEED_TRACE_LEN, SEED_TRACE_INDEX = 64, 37  # a seed vector's stand-in and the index traced for its slot
+
+
+def example_shapes(observed: list[dict], n_inputs: int, seeds: tuple[int, ...] = ()) -> list[tuple[list[int], str]]:
+    """Small stand-ins for the initial pattern trace: same rank and broadcast (1) dims, sizes 2/4
+    (a seed vector: ``SEED_TRACE_LEN`` int64 seeds, so the traced index is inside it)."""
     if not observed:
         return [([4, 8], "float32")] * n_inputs
     out = []
-    for i in observed[0]["inputs"]:
+    for k, i in enumerate(observed[0]["inputs"]):
+        if k in seeds:
+            out.append(([SEED_TRACE_LEN], "int64"))
+            continue
         shape = [1 if s == 1 else 2 for s in i["shape"]]
         if shape and i["shape"][-1] != 1:
             shape[-1] = 8
@@ -258,11 +275,20 @@ def render_pattern_py(prog: Program, head: str, op_name: str, kernel_import: str
     spec = prog.spec
     params = lower.signature_params(spec)
     n_out = len(spec.outputs)
-    kinds = tuple("bool" if b else "float" for b in prog.input_is_bool)
+    kinds = tuple("seed" if k in prog.seed_inputs else "bool" if b else "float"
+                  for k, b in enumerate(prog.input_is_bool))
     ret_search = "pattern({0})[0]" if n_out == 1 else "pattern({0})"
     p = ", ".join(params)
     op_attr = op_name.split("::")[1]
     gate_doc, gate_import, wins, check = "", "", "", "rewrite.match_ok(match, OP_NAME, N_INPUTS, INPUT_KINDS)"
+    trace_values = "rewrite.scalar_trace_values(N_SCALARS)"
+    if prog.random or prog.seed_inputs:
+        # the kernel draws the random numbers itself: the safety rules then check that nothing
+        # else reads them (``randomness`` with ``random=True``); a seed index is an int slot; only
+        # region patterns hold random ops, and they compute in float32 as the kernel they replace
+        check = "rewrite.match_ok(match, OP_NAME, N_INPUTS, INPUT_KINDS, random=True, region=True)"
+        ints = ", ".join(f'"c{c}": {SEED_TRACE_INDEX}' for c in prog.seed_consts)
+        trace_values = f"{{**{trace_values}, {ints}}}" if ints else trace_values
     if gated:
         from miner.runtime.rewrite import WINS_FILE
 
@@ -276,7 +302,8 @@ def render_pattern_py(prog: Program, head: str, op_name: str, kernel_import: str
         "pattern.py.tmpl", head=head, doc=doc, op_name=op_name, gate_doc=gate_doc, gate_import=gate_import,
         id=spec.id, n_inputs=spec.n_inputs, n_consts=spec.n_consts, n_outputs=n_out, input_kinds=repr(kinds),
         rank=repr(spec.rank if any(v.reduce for v in prog.values.values()) else None), examples=repr(examples),
-        wins=wins, reference=emit.reference_source(spec, name="pattern"), kernel_import=kernel_import,
+        wins=wins, trace_values=trace_values, reference=emit.reference_source(spec, name="pattern"),
+        kernel_import=kernel_import,
         params=p, search_return=ret_search.format(p), op_attr=op_attr, check=check)
 
 
@@ -295,16 +322,23 @@ def _kernel():
 
 # --------------------------------------------------------------------------- the stage
 
-def generate_one(pattern, workspace: Workspace, command: str) -> Generated | Skipped:
-    """Write ``candidates/<id>/`` for one pattern, or say why it is outside the class."""
+def generate_one(pattern, workspace: Workspace, command: str, source: dict | None = None) -> Generated | Skipped:
+    """Write ``candidates/<id>/`` for one pattern, or say why it is outside the class.
+
+    A region pattern (``mined/regions.json``) is prepared first (``miner.generate.region.prepare``);
+    ``source`` goes into candidate.json as is (where the pattern was read, for regeneration).
+    """
     if not any(o.verdict.ok for o in pattern.occurrences):
         return Skipped(pattern.id, pattern.ops, no_safe_reason(pattern))
-    spec = spec_from_pattern(pattern)
     try:
+        spec = spec_from_pattern(pattern)
+        if region.is_region(pattern):
+            pattern = region.prepare(pattern)
+            spec = replace(spec_from_pattern(pattern), column_inputs=region.column_inputs(pattern))
         prog = lower.lower(spec)
     except Unsupported as e:
         return Skipped(pattern.id, pattern.ops, f"not generated: {e}")
-    observed = observed_entries(pattern, spec)
+    observed = observed_entries(pattern, spec, prog.seed_consts)
     if not any(o.get("outputs") for o in observed):
         return Skipped(pattern.id, pattern.ops, "not generated: no observed shape the pattern runs on")
     label = label_for(pattern.ops)
@@ -313,7 +347,7 @@ def generate_one(pattern, workspace: Workspace, command: str) -> Generated | Ski
     write_text(folder / "kernel.py", render_kernel_py(prog, header(pattern.id, cmd, "Triton kernels + launcher")))
     write_text(folder / "pattern.py", render_pattern_py(
         prog, header(pattern.id, cmd, "search pattern, replacement, extra check"), f"miner::c{pattern.id}",
-        KERNEL_IMPORT, example_shapes(observed, spec.n_inputs),
+        KERNEL_IMPORT, example_shapes(observed, spec.n_inputs, prog.seed_inputs),
         f"Fusion candidate {pattern.id} ({label}): {pattern.ops}."))
     from miner.core.pattern import to_json as pattern_json
 
@@ -335,6 +369,8 @@ def generate_one(pattern, workspace: Workspace, command: str) -> Generated | Ski
                      "missed_fusion": pattern.inductor.missed_fusion, "splits": dict(pattern.inductor.splits)},
         "pattern": pattern_json(pattern),
     }
+    if source:
+        meta["source"] = source
     write_json(old, meta)  # written once, here: later stages write files of their own
     return Generated(pattern.id, label, folder, len(observed))
 
@@ -352,7 +388,7 @@ def supported(pattern) -> str | None:
     if not any(o.verdict.ok for o in pattern.occurrences):
         return no_safe_reason(pattern)
     try:
-        lower.lower(spec_from_pattern(pattern))
+        lower.lower(spec_from_pattern(region.prepare(pattern) if region.is_region(pattern) else pattern))
     except Unsupported as e:
         return f"not generated: {e}"
     return None
@@ -397,12 +433,18 @@ def select(patterns: Iterable, top: int | None) -> tuple[list, list[Skipped]]:
 
 
 def generate(workspace: Workspace, patterns: Iterable, command: str = "miner generate",
-             pre_skipped: Iterable[Skipped] = ()) -> tuple[list, list]:
-    """Generate every pattern; writes ``candidates/index.json``. Returns (generated, skipped)."""
+             pre_skipped: Iterable[Skipped] = (), source: dict | None = None) -> tuple[list, list]:
+    """Generate every pattern; writes ``candidates/index.json``. Returns (generated, skipped).
+
+    ``source`` (region patterns: ``{"regions": path}``): recorded in each candidate.json; the
+    index then keeps the entries of the candidates generated from elsewhere.
+    """
     done, skipped = [], list(pre_skipped)
     for p in patterns:
-        r = generate_one(p, workspace, command)
+        r = generate_one(p, workspace, command, source)
         (done if isinstance(r, Generated) else skipped).append(r)
+    if source:
+        return done, skipped
     index = {"miner_version": __version__, "command": command,
              "generated": [{"id": g.id, "label": g.label} for g in done],
              "skipped": [{"id": s.id, "ops": s.ops, "reason": s.reason} for s in skipped]}
@@ -411,11 +453,15 @@ def generate(workspace: Workspace, patterns: Iterable, command: str = "miner gen
 
 
 def remove_stale(workspace: Workspace, keep: Iterable[str]) -> list[str]:
-    """Delete candidate folders whose pattern is gone; returns their ids."""
+    """Delete candidate folders whose pattern is gone; returns their ids. Candidates generated from
+    elsewhere (``source`` in candidate.json: region patterns, ``miner generate --regions``) stay."""
+    import json
+
     keep = set(keep)
     gone = []
     for d in sorted(workspace.candidates.glob("p*/")):
-        if d.name not in keep and (d / "candidate.json").exists():
+        meta = d / "candidate.json"
+        if d.name not in keep and meta.exists() and "source" not in json.loads(meta.read_text()):
             shutil.rmtree(d)
             gone.append(d.name)
     return gone

@@ -53,6 +53,7 @@ class PatternSpec:
     outputs: tuple[int, ...]
     input_dtypes: tuple[tuple[str, ...], ...] = ()
     rank: int | None = None
+    column_inputs: tuple[int, ...] = ()  # observed as per-column vectors [N] only (read once per program)
 
 
 # --------------------------------------------------------------------------- lowered program
@@ -75,6 +76,7 @@ class Value:
     keepdim: bool = True
     parts: tuple[str, ...] = ()  # tuple values (var_mean): the part names
     op: str | None = None  # the pattern node's op (``aten.sub``), a trailing comment in the kernel
+    random: bool = False  # drawn by ``inductor_random`` (the element's offset is ``lin``)
 
 
 @dataclass
@@ -87,6 +89,13 @@ class Program:
     input_is_bool: tuple[bool, ...]
     outputs: tuple[str, ...]  # value name per pattern output
     levels: int  # number of reduction passes the looped kernel makes
+    seed_inputs: tuple[int, ...] = ()  # inputs read only by inductor_lookup_seed (int64 seed vectors)
+    seed_consts: tuple[int, ...] = ()  # const slots that index a seed vector (runtime ints, not constexpr)
+
+    @property
+    def random(self) -> bool:
+        """Whether the kernel draws random numbers (``inductor_random`` inside)."""
+        return any(v.random for v in self.values.values())
 
     @property
     def output_kinds(self) -> tuple[str, ...]:
@@ -196,8 +205,15 @@ def lower(spec: PatternSpec) -> Program:
     """
     values: dict[str, Value] = {}
     input_is_bool = []
+    seed_inputs, seed_consts = _seed_slots(spec)
     for k in range(spec.n_inputs):
         dts = set(spec.input_dtypes[k]) if k < len(spec.input_dtypes) else {"float32"}
+        if k in seed_inputs:
+            if dts != {"int64"}:
+                raise Unsupported(f"input {k} is a seed vector of dtype {'/'.join(sorted(dts))} (int64 only)")
+            input_is_bool.append(False)
+            values[f"a{k}"] = Value(f"a{k}", "seed", 0)
+            continue
         if dts <= set(FLOAT_DTYPES):
             is_bool = False
         elif dts == {"bool"}:
@@ -236,6 +252,11 @@ def lower(spec: PatternSpec) -> Program:
         ns, base, overload = _split_target(node.target)
         if ns not in ("aten", "prims"):
             raise Unsupported(f"unsupported op {node.target}")
+        if base in ("inductor_lookup_seed", "inductor_random"):
+            values[name] = _lower_random(name, base, node, operand)
+            values[name].op = f"{ns}.{base}"
+            node_value.append(name)
+            continue
         args = normalize_args(node.target, node.args, node.kwargs)
         if base in _REDUCTIONS:
             _lower_reduction(spec, values, name, node.target, base, args, operand)
@@ -263,7 +284,59 @@ def lower(spec: PatternSpec) -> Program:
     _mark_online_softmax(values)
     levels = max((v.level for v in values.values() if v.kind == "row"), default=0)
     return Program(spec, values, tuple(f"a{k}" for k in range(spec.n_inputs)), tuple(input_is_bool),
-                   tuple(outputs), levels)
+                   tuple(outputs), levels, tuple(sorted(seed_inputs)), tuple(sorted(seed_consts)))
+
+
+def _seed_slots(spec: PatternSpec) -> tuple[set[int], set[int]]:
+    """(inputs, const slots) that ``inductor_lookup_seed`` reads: the seed vector and its index.
+
+    A seed vector must be read by nothing else (the kernel never loads it per element).
+    """
+    seeds, consts, other = set(), set(), set()
+    for node in spec.nodes:
+        refs = [a["input"] for a in _walk(list(node.args) + list(node.kwargs.values()))
+                if isinstance(a, dict) and "input" in a]
+        if node.target == "prims.inductor_lookup_seed.default":
+            seeds.update(refs[:1])
+            idx = node.args[1] if len(node.args) > 1 else None
+            if isinstance(idx, dict) and set(idx) & {"const", "int_const"}:
+                consts.add(idx.get("const", idx.get("int_const")))
+        else:
+            other.update(refs)
+    if seeds & other:
+        raise Unsupported(f"seed input(s) {sorted(seeds & other)} also read per element")
+    return seeds, consts
+
+
+def _walk(xs):
+    for x in xs:
+        if isinstance(x, (list, tuple)):
+            yield from _walk(x)
+        else:
+            yield x
+
+
+def _lower_random(name: str, base: str, node: PatternNode, operand) -> Value:
+    """``inductor_lookup_seed(seeds, i)`` -> one seed per program; ``inductor_random(shape, seed, kind)``
+    -> one number per element at its row-major offset ``lin`` (the launch contract checks that
+    ``shape`` is the rows' full shape)."""
+    if base == "inductor_lookup_seed":
+        seeds, idx = node.args[0], node.args[1]
+        if not (isinstance(seeds, dict) and "input" in seeds):
+            raise Unsupported("inductor_lookup_seed of a computed seed vector")
+        if isinstance(idx, bool) or not isinstance(idx, (int, dict)):
+            raise Unsupported(f"inductor_lookup_seed index {idx!r}")
+        i = str(idx) if isinstance(idx, int) else f"c{idx.get('const', idx.get('int_const'))}"
+        return Value(name, "seed", 0, expr=f"tl.load(x{seeds['input']}_ptr + {i})")
+    shape, seed, kind = (list(node.args) + [None] * 3)[:3]
+    kind = node.kwargs.get("generator", kind)
+    if kind not in ("rand", "randn"):
+        raise Unsupported(f"inductor_random of kind {kind!r} (rand and randn only)")
+    e, v = operand(seed)
+    if v is None or v.kind != "seed":
+        raise Unsupported("inductor_random whose seed is not an inductor_lookup_seed inside the pattern")
+    fn = "uniform" if kind == "rand" else "normal"
+    return Value(name, "vec", 0, expr=f"{fn}({e}, lin)", deps=(v.name,), random=True)
 
 
 def _lower_pointwise(name, target, base, overload, args, operand) -> Value:
@@ -274,6 +347,11 @@ def _lower_pointwise(name, target, base, overload, args, operand) -> Value:
         dname = dtype["dtype"] if isinstance(dtype, dict) else str(dtype).replace("torch.", "")
         if v is None:
             raise Unsupported(f"{target} of a scalar")
+        if v.random and dname in ("bfloat16", "float16"):
+            # a random number rounded before a comparison (dropout's keep mask): round it exactly
+            # as eager and Inductor do, or the mask differs near the threshold
+            e = f"round_bf16({expr})" if dname == "bfloat16" else f"{expr}.to(tl.float16).to(tl.float32)"
+            return Value(name, v.kind, v.level, False, e, (v.name,))
         if dname in FLOAT_DTYPES or dname == "float64":
             e = f"{expr}.to(tl.float32)" if v.is_bool else expr  # compute stays fp32, cast on store
             return Value(name, v.kind, v.level, False, e, (v.name,))
@@ -329,6 +407,8 @@ def _lower_pointwise(name, target, base, overload, args, operand) -> Value:
 
 def _combine(name: str, expr: str, operands: list[Value | None], is_bool: bool) -> Value:
     tensors = [v for v in operands if v is not None]
+    if any(v.kind == "seed" for v in tensors):
+        raise Unsupported(f"{expr}: a seed used as a value")
     if not tensors:
         raise Unsupported(f"{expr}: an op on scalars only")
     kind = "vec" if any(v.kind == "vec" for v in tensors) else "row"

@@ -29,7 +29,9 @@ meta
     ``convert_element_type`` nodes; the kernel computes in float32 where eager would round
     in between); contiguous inputs. Sizes may be symbolic (``dynamic=True``).
 randomness
-    No random op (dropout, ``inductor_random``, seeds) inside.
+    No random op (dropout, ``inductor_random``, seeds) inside; at compile time, for a fused op
+    that draws them itself (a region with dropout), only ones no one else reads (see
+    ``check_randomness``).
 kernel
     The generated row kernel's shape contract (``miner.runtime.launch.shape_contract``, the
     precondition its launch checks): inputs broadcast and are fp32/bf16/fp16/bool; every
@@ -139,8 +141,8 @@ def _graph_facts(graph: CapturedGraph) -> dict[str, Any]:
 # --------------------------------------------------------------------------- rules
 
 
-def check_users(occ: Occurrence, graph: CapturedGraph, *, max_extra_outputs: int = 2, ctx: _Ctx | None = None
-                ) -> Finding:
+def check_users(occ: Occurrence, graph: CapturedGraph, *, max_extra_outputs: int = 2, ctx: _Ctx | None = None,
+                **_) -> Finding:
     """Interior nodes used outside: extra outputs (recorded), rejected beyond ``max_extra_outputs``."""
     c = ctx or _Ctx(occ, graph)
     reasons, extra = [], []
@@ -235,10 +237,16 @@ def check_mutation(occ: Occurrence, graph: CapturedGraph, *, ctx: _Ctx | None = 
     return Finding(tuple(reasons))
 
 
-def check_meta(occ: Occurrence, graph: CapturedGraph, *, ctx: _Ctx | None = None, **_) -> Finding:
-    """Shapes, dims, dtypes and strides a generated row kernel handles."""
+def check_meta(occ: Occurrence, graph: CapturedGraph, *, ctx: _Ctx | None = None, region: bool = False,
+               **_) -> Finding:
+    """Shapes, dims, dtypes and strides a generated row kernel handles.
+
+    ``region``: the fused op replaces a whole Inductor kernel (``miner generate --regions``), which
+    computes in float32 between its loads and stores exactly as the generated kernel does, so an op
+    mixing float dtypes is no difference from what it replaces (a note, not a reason).
+    """
     c = ctx or _Ctx(occ, graph)
-    reasons = []
+    reasons, notes = [], []
     for k, name in enumerate(occ.inputs):
         meta = graph.node(name).meta
         if not meta:
@@ -250,22 +258,75 @@ def check_meta(occ: Occurrence, graph: CapturedGraph, *, ctx: _Ctx | None = None
         if rec.category == "reduction":
             reasons += _reduction_reasons(c, j, rec)
         elif rec.category == "pointwise":
-            reasons += _pointwise_reasons(c, j, rec)
-    return Finding(tuple(reasons))
+            found = _pointwise_reasons(c, j, rec)
+            mixed = [r for r in found if r.endswith("]") and " mixes dtypes " in r]
+            if region and mixed:
+                notes += mixed
+                found = [r for r in found if r not in mixed]
+            reasons += found
+    return Finding(tuple(reasons), notes=tuple(notes))
 
 
-def check_randomness(occ: Occurrence, graph: CapturedGraph, *, ctx: _Ctx | None = None, **_) -> Finding:
-    """No random op inside (its seed and offset must stay where Inductor put them)."""
+def check_randomness(occ: Occurrence, graph: CapturedGraph, *, ctx: _Ctx | None = None, random: bool = False,
+                     **_) -> Finding:
+    """No random op inside (its seed and offset must stay where Inductor put them), unless the fused
+    op draws them itself (``random``: a region kernel with dropout, ``miner.generate.region``).
+
+    Then the replacement is correct only when what the forward draws is used through the fused op's
+    outputs alone: each random op is ``inductor_lookup_seed`` of a seed vector the match takes as an
+    input, or ``inductor_random`` ("rand"/"randn") of such a seed; no random value or seed is read
+    outside the match; no other ``inductor_lookup_seed`` in the graph reads the same seed (the same
+    numbers drawn again, e.g. a backward that regenerates the mask from the seed instead of reading
+    the saved mask); the seed vector is not a graph output (a later graph could regenerate them).
+    """
     c = ctx or _Ctx(occ, graph)
-    reasons = [f"randomness: {c.ref(rec.name)} is a random op" for rec in c.recs if is_random(rec)]
+    randoms = [rec for rec in c.recs if is_random(rec)]
+    if not random:
+        return Finding(tuple(f"randomness: {c.ref(rec.name)} is a random op" for rec in randoms))
+    reasons = []
+    for rec in randoms:
+        who = c.ref(rec.name)
+        short = short_name(rec.target)
+        if short not in ("inductor_lookup_seed", "inductor_random"):
+            reasons.append(f"randomness: {who} is {short}; the kernel draws inductor_random of a looked-up seed only")
+            continue
+        outside = [u for u in rec.users if u not in c.inside]
+        if outside:
+            reasons.append(f"randomness: {who} ({short}) is also read outside the match; the kernel's numbers "
+                           "would differ from what that reader sees")
+        if short == "inductor_random":
+            kind = rec.args[2] if len(rec.args) > 2 else rec.kwargs.get("generator")
+            if kind not in ("rand", "randn"):
+                reasons.append(f"randomness: {who} draws {kind!r}; the kernel draws rand and randn only")
+        if short == "inductor_lookup_seed":
+            seeds, index = (list(rec.args) + [None, None])[:2]
+            seeds = seeds.get("node") if isinstance(seeds, dict) else None
+            if seeds not in c.inpos:
+                reasons.append(f"randomness: {who} reads a seed vector that is no input of the match")
+                continue
+            if seeds in c.graph_outputs:
+                reasons.append(f"randomness: the seed vector of {who} is a graph output (another graph could "
+                               "draw the same numbers again)")
+            again = [r.name for r in c.graph.nodes if r.name != rec.name and short_name(r.target) ==
+                     "inductor_lookup_seed" and r.args and r.args[0] == rec.args[0] and list(r.args[1:2]) == [index]]
+            if again:
+                reasons.append(f"randomness: seed {index} of {who} is looked up again outside the match "
+                               f"({again[0]}): the same numbers drawn twice must stay one stream")
     return Finding(tuple(reasons))
 
 
 def check_kernel(occ: Occurrence, graph: CapturedGraph, *, ctx: _Ctx | None = None, **_) -> Finding:
     """The generated kernel's shape contract (``launch.shape_contract``) on the occurrence's metas."""
     c = ctx or _Ctx(occ, graph)
-    if any(rec.category not in ("pointwise", "reduction") and rec.target != "operator.getitem" for rec in c.recs):
+    if any(rec.category not in ("pointwise", "reduction", "random") and rec.target != "operator.getitem"
+           for rec in c.recs):
         return Finding()  # views, matmuls, ...: outside the row-kernel model (codegen refuses them with its reason)
+    seeds, randoms = [], []
+    for rec in c.recs:
+        if short_name(rec.target) == "inductor_lookup_seed" and rec.inputs() and rec.inputs()[0][1] in c.inpos:
+            seeds.append(c.inpos[rec.inputs()[0][1]])
+        elif short_name(rec.target) == "inductor_random" and rec.meta:
+            randoms.append((c.ref(rec.name), tuple(rec.meta[0].shape)))
     inputs = []
     for name in occ.inputs:
         meta = graph.node(name).meta
@@ -285,7 +346,8 @@ def check_kernel(occ: Occurrence, graph: CapturedGraph, *, ctx: _Ctx | None = No
     kinds = _value_kinds(c)
     outputs = [(c.ref(c.recs[j].name), tuple(c.recs[j].meta[0].shape), kinds[c.recs[j].name])
                for j in occ.outputs if j < len(c.recs) and c.recs[j].meta]
-    return Finding(tuple(f"kernel: {r}" for r in shape_contract(inputs, reductions, outputs)))
+    return Finding(tuple(f"kernel: {r}" for r in shape_contract(inputs, reductions, outputs, seeds=sorted(set(seeds)),
+                                                                randoms=randoms)))
 
 
 def _value_kinds(c: _Ctx) -> dict[str, str]:
@@ -516,10 +578,13 @@ def match_occurrence(match, n_inputs: int) -> Occurrence | None:
                       outputs=outputs)
 
 
-def check_match(match, n_inputs: int, input_kinds: Sequence[str] = ()) -> Verdict:
+def check_match(match, n_inputs: int, input_kinds: Sequence[str] = (), random: bool = False,
+                region: bool = False) -> Verdict:
     """``RULES`` on one compile-time match (no extra outputs: a fusion returns what its pattern does),
-    plus the input kinds the fusion's pattern was traced with ("float" / "bool"). Never raises:
-    an unexpected error is a reason of its own ("error: ...")."""
+    plus the input kinds the fusion's pattern was traced with ("float" / "bool" / "seed").
+    ``random``: the fused op draws its random numbers itself (see :func:`check_randomness`);
+    ``region``: it replaces a whole Inductor kernel (see :func:`check_meta`). Never
+    raises: an unexpected error is a reason of its own ("error: ...")."""
     try:
         occ = match_occurrence(match, n_inputs)
         if occ is None:
@@ -533,7 +598,7 @@ def check_match(match, n_inputs: int, input_kinds: Sequence[str] = ()) -> Verdic
                 reasons.append(f"kernel: in{k} is {dt}; the fusion's pattern takes {kind}")
         ctx = _Ctx(occ, graph)
         for rule in RULES.values():
-            reasons += rule(occ, graph, max_extra_outputs=0, ctx=ctx).reasons
+            reasons += rule(occ, graph, max_extra_outputs=0, ctx=ctx, random=random, region=region).reasons
         return Verdict.of(reasons)
     except Exception as e:  # a decline with its reason, never a crash of the user's compile
         return Verdict.of([f"error: {type(e).__name__}: {e}"])

@@ -10,6 +10,13 @@ They run under ``TRITON_INTERPRET=1`` as well (``tests/test_jit.py`` checks each
   the row's 16-aligned start ``abase``: an input laid out like the rows (``ALIGNED``) is read at
   ``x_ptr + abase + cols`` (vectorizable), any other at its logical column through its strides
   (``x_row + (cols - lead) * x_sc``). ``load_full`` reads a whole chunk without a mask.
+- ``uniform(seed, offset)`` / ``normal(seed, offset)``: ``prims.inductor_random`` ("rand" /
+  "randn") at a row-major element offset, exactly as Inductor's Triton kernels draw it
+  (``tl.rand(seed, offset.to(tl.uint32))``), so a replaced dropout keeps Inductor's mask.
+  ``round_bf16(x)``: float32 rounded to the nearest bfloat16 (ties to even), in integer ops, so
+  the interpreter rounds as the GPU does (its own ``.to(tl.bfloat16)`` truncates).
+  ``fill_random`` (a kernel, not a helper) writes them for a whole tensor: the references'
+  ``miner.runtime.launch.triton_rand``.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["tanh", "pow_rt", "pow_c", "load_masked", "load_full"]
+__all__ = ["tanh", "pow_rt", "pow_c", "load_masked", "load_full", "uniform", "normal", "round_bf16", "fill_random"]
 
 
 @triton.jit
@@ -82,3 +89,35 @@ def load_full(x_ptr, x_row, x_sc, abase, lead, cols, ALIGNED: tl.constexpr):
     else:
         v = tl.load(x_row + (cols - lead) * x_sc)
     return v
+
+
+@triton.jit
+def uniform(seed, offset):
+    """U[0, 1) float32 of ``inductor_random(..., "rand")`` at element ``offset`` (one philox per element)."""
+    return tl.rand(seed, offset.to(tl.uint32))
+
+
+@triton.jit
+def normal(seed, offset):
+    """N(0, 1) float32 of ``inductor_random(..., "randn")`` at element ``offset``."""
+    return tl.randn(seed, offset.to(tl.uint32))
+
+
+@triton.jit
+def round_bf16(x):
+    """``x.to(bfloat16).to(float32)`` with round-to-nearest-even, for finite ``x``."""
+    bits = x.to(tl.uint32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def fill_random(seed_ptr, out_ptr, n, NORMAL: tl.constexpr, BLOCK: tl.constexpr):
+    """``out[i] = uniform(seed, i)`` (``normal`` when ``NORMAL``) for ``i < n``; ``seed = seed_ptr[0]``."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    seed = tl.load(seed_ptr)
+    if NORMAL:
+        r = normal(seed, offs)
+    else:
+        r = uniform(seed, offs)
+    tl.store(out_ptr + offs, r, mask=offs < n)

@@ -59,7 +59,8 @@ def row_shape(shapes: Sequence[Sequence[int]]) -> tuple[int, ...] | None:
 
 def shape_contract(inputs: Sequence[tuple[Sequence[int], str]],
                    reductions: Sequence[tuple[str, Sequence[int], Sequence[int] | None]] = (),
-                   outputs: Sequence[tuple[str, Sequence[int], str]] = ()) -> list[str]:
+                   outputs: Sequence[tuple[str, Sequence[int], str]] = (),
+                   seeds: Sequence[int] = (), randoms: Sequence[tuple[str, Sequence[int]]] = ()) -> list[str]:
     """Why a generated row kernel cannot compute these shapes: an empty list when it can.
 
     The kernel's model: every input is read per element of the inputs' broadcast shape ``full``
@@ -79,6 +80,12 @@ def shape_contract(inputs: Sequence[tuple[Sequence[int], str]],
         Every reduction of the pattern: its operand's shape and its dims (None: all dims).
     outputs : sequence of (who, shape, kind)
         Every output, ``kind`` "vec" or "row".
+    seeds : sequence of int
+        Inputs that are dropout seed vectors (``inductor_seeds``, int64, 1-D): read at one index per
+        program, never per element, so they take no part in the broadcast.
+    randoms : sequence of (who, shape)
+        Every random op (``inductor_random``): the kernel draws one number per element of the rows
+        at the element's row-major offset, so its shape must be the rows' full shape.
 
     Returns
     -------
@@ -86,11 +93,17 @@ def shape_contract(inputs: Sequence[tuple[Sequence[int], str]],
         One clause per violation: inputs that do not broadcast, a dtype the kernel does not
         load, a reduction over another dim than the last or over fewer elements than a row (a
         size-1 dim broadcast to wider rows later: the kernel would reduce ``n_cols`` copies), a
-        per-element output that is not ``full``, a per-row output that is not one value per row.
+        per-element output that is not ``full``, a per-row output that is not one value per row, a
+        seed input that is no 1-D int64 vector, a random op whose shape is not ``full``.
     """
     out = []
+    for k in seeds:
+        shape, dtype = inputs[k]
+        if dtype != "int64" or len(shape) != 1:
+            out.append(f"in{k} is {dtype}{list(shape)}; a seed input is a 1-D int64 vector")
+    inputs = [x for k, x in enumerate(inputs) if k not in set(seeds)]
     if not inputs:
-        return ["no tensor inputs"]
+        return out + ["no tensor inputs"]
     for k, (shape, dtype) in enumerate(inputs):
         if dtype not in KERNEL_DTYPES:
             out.append(f"in{k} is {dtype}; the kernel loads {', '.join(KERNEL_DTYPES)}")
@@ -110,6 +123,10 @@ def shape_contract(inputs: Sequence[tuple[Sequence[int], str]],
         elif shape[-1] != n_cols:
             out.append(f"{who} reduces {shape[-1]} element(s) per row of {list(shape)}, but the kernel's rows "
                        f"are {n_cols} wide ({list(full)}): it would reduce {n_cols} broadcast copies")
+    for who, shape in randoms:
+        if _squeeze_leading(shape) != _squeeze_leading(full):
+            out.append(f"{who} draws {list(shape)} random numbers, but the kernel draws one per element of the "
+                       f"rows {list(full)}")
     rows = _squeeze_leading(full[:-1])
     for who, shape, kind in outputs:
         shape = _squeeze_leading(shape)
@@ -143,7 +160,7 @@ def _reduction_dims(func, args, kwargs):
 
 @functools.lru_cache(maxsize=1024)
 def traced_contract(reference: Callable, shapes: tuple, dtypes: tuple, scalars: tuple,
-                    output_kinds: tuple) -> tuple[str, ...]:
+                    output_kinds: tuple, seeds: tuple = ()) -> tuple[str, ...]:
     """:func:`shape_contract` of ``reference`` (the pattern) on inputs of these shapes and dtypes.
 
     Runs ``reference`` on meta tensors (no device work, safe inside a CUDA-graph capture) and
@@ -152,11 +169,13 @@ def traced_contract(reference: Callable, shapes: tuple, dtypes: tuple, scalars: 
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    reductions = []
+    reductions, randoms = [], []
 
     class Record(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
+            if func.__name__.startswith("inductor_random"):
+                randoms.append((f"inductor_random#{len(randoms)}", tuple(args[0])))
             if torch.Tag.reduction in func.tags and args and isinstance(args[0], torch.Tensor):
                 reductions.append((f"{func.__name__}#{len(reductions)}", tuple(args[0].shape),
                                    _reduction_dims(func, args, kwargs)))
@@ -166,18 +185,18 @@ def traced_contract(reference: Callable, shapes: tuple, dtypes: tuple, scalars: 
     with Record():
         outs = reference(*xs, *scalars)
     outputs = [(f"out{i}", tuple(o.shape), kind) for i, (o, kind) in enumerate(zip(outs, output_kinds))]
-    return tuple(shape_contract(list(zip(shapes, dtypes)), reductions, outputs))
+    return tuple(shape_contract(list(zip(shapes, dtypes)), reductions, outputs, seeds=seeds, randoms=randoms))
 
 
 def check_contract(pattern_id: str, reference: Callable, xs: Sequence, scalars: Sequence,
-                   output_kinds: Sequence[str]) -> None:
+                   output_kinds: Sequence[str], seeds: Sequence[int] = ()) -> None:
     """Raise :class:`ContractError` when the kernel of ``pattern_id`` cannot compute these inputs."""
     devices = {x.device for x in xs}
     if len(devices) > 1:
         raise ContractError(f"{pattern_id}: inputs on several devices {sorted(map(str, devices))}")
     reasons = traced_contract(reference, tuple(tuple(x.shape) for x in xs),
                               tuple(str(x.dtype).removeprefix("torch.") for x in xs),
-                              tuple(scalars), tuple(output_kinds))
+                              tuple(scalars), tuple(output_kinds), tuple(seeds))
     if reasons:
         raise ContractError(f"{pattern_id}: the kernel cannot compute these inputs: " + "; ".join(reasons))
 
@@ -289,10 +308,15 @@ def pick(key: tuple, candidates: list[tuple[int, int, int]], launch: Callable[[t
 
 def run(one_pass_kernel, looped_kernel, reference: Callable, xs: Sequence, scalars: Sequence,
         output_kinds: Sequence[str], *, pattern_id: str, levels: int, variant: str | None = None,
-        out_meta: Callable | None = None, config: tuple[int, int, int] | None = None) -> tuple:
+        out_meta: Callable | None = None, config: tuple[int, int, int] | None = None,
+        seeds: Sequence[int] = (), columns: Sequence[int] = ()) -> tuple:
     """Run a generated pattern on ``xs`` (tensors) and ``scalars``; returns fresh contiguous outputs.
 
     ``variant`` forces ``one_pass`` or ``looped``; ``config`` forces (ROWS, BLOCK, num_warps).
+    ``seeds``: the inputs that are dropout seed vectors: passed as plain pointers (the kernel
+    reads one seed per program), outside the rows' layout and strides. ``columns``: inputs the
+    one-pass kernel can read once per program as a ``[1, BLOCK]`` per-column vector (flag
+    ``X<k>_COL``, set here when the input is broadcast over every row: a norm's weight).
     """
     import torch
     import triton
@@ -300,9 +324,11 @@ def run(one_pass_kernel, looped_kernel, reference: Callable, xs: Sequence, scala
     device = xs[0].device
     if device.type == "cpu" and not interpreting():
         raise RuntimeError(f"{pattern_id}: CPU tensors need TRITON_INTERPRET=1 set before triton is imported")
-    check_contract(pattern_id, reference, xs, scalars, output_kinds)
+    check_contract(pattern_id, reference, xs, scalars, output_kinds, seeds)
     metas = out_meta(tuple(tuple(x.shape) for x in xs), tuple(x.dtype for x in xs), tuple(scalars))
     outs = tuple(torch.empty(s, dtype=d, device=device) for s, d in metas)
+    seed_ptrs = [x for k, x in enumerate(xs) if k in set(seeds)]
+    xs = [x for k, x in enumerate(xs) if k not in set(seeds)]
     shape = row_shape([x.shape for x in xs])
     n_cols = shape[-1]
     n_rows = math.prod(shape[:-1])
@@ -316,23 +342,63 @@ def run(one_pass_kernel, looped_kernel, reference: Callable, xs: Sequence, scala
     (d1, d2), strides, xs = layout(shape, xs)
     variant = variant or ("one_pass" if n_cols <= ONE_PASS_MAX else "looped")
     dtypes = tuple(str(x.dtype) for x in xs)
+    keep = [k for k in range(len(xs) + len(seed_ptrs)) if k not in set(seeds)]  # kernel names: original k
     if variant == "one_pass":
+        cols = {f"X{k}_COL": strides[4 * i:4 * i + 3] == [0, 0, 0] for i, k in enumerate(keep) if k in set(columns)}
+
         def launch(cfg):
             rows, block, warps = cfg
-            one_pass_kernel[(triton.cdiv(n_rows, rows),)](*xs, *outs, *scalars, n_rows, n_cols, d1, d2, *strides,
-                                                          ROWS=rows, BLOCK=block, num_warps=warps)
-        flags: tuple = ()
+            one_pass_kernel[(triton.cdiv(n_rows, rows),)](*seed_ptrs, *xs, *outs, *scalars, n_rows, n_cols, d1, d2, *strides,
+                                                          ROWS=rows, BLOCK=block, num_warps=warps, **cols)
+        flags: tuple = tuple(cols.values())
     else:
         # inputs laid out exactly like the rows (contiguous, full shape) are read from the row's
         # ALIGN-aligned start, so their loads vectorize even when n_cols is not a multiple of 16
-        aligned = {f"X{k}_ALIGNED": tuple(x.shape) == shape and x.is_contiguous() for k, x in enumerate(xs)}
+        aligned = {f"X{keep[i]}_ALIGNED": tuple(x.shape) == shape and x.is_contiguous() for i, x in enumerate(xs)}
         flags = tuple(aligned.values())
 
         def launch(cfg):
             _, block, warps = cfg
-            looped_kernel[(n_rows,)](*xs, *outs, *scalars, n_rows, n_cols, d1, d2, *strides,
+            looped_kernel[(n_rows,)](*seed_ptrs, *xs, *outs, *scalars, n_rows, n_cols, d1, d2, *strides,
                                      ROWS=1, BLOCK=block, num_warps=warps, **aligned)
-    key = (pattern_id, variant, n_rows, n_cols, dtypes, flags, tuple(scalars))
+    # int scalars are runtime seed indices (one per dropout layer): they do not change the best tile
+    key = (pattern_id, variant, n_rows, n_cols, dtypes, flags, tuple(s for s in scalars if not isinstance(s, int)))
     cfg = config or pick(key, configs(n_rows, n_cols, variant), launch, device.type)
     launch(cfg)
     return outs
+
+
+def triton_rand(shape: Sequence[int], seed, kind: str = "rand"):
+    """``prims.inductor_random(shape, seed, kind)`` drawn as a generated kernel draws it (float32).
+
+    Element ``i`` of the row-major ``shape`` is ``tl.rand(seed, i)`` (``tl.randn`` for "randn"):
+    the numbers Inductor's own Triton kernels draw for ``inductor_random`` (``tl.rand(seed,
+    offset.to(tl.uint32))``). The generated kernel.py's ``reference`` calls this instead of the
+    prim, so a float64 reference sees the kernel's random numbers. On meta tensors it is the prim
+    itself (shapes only; ``traced_contract`` records it there).
+    """
+    import torch
+
+    if seed.device.type == "meta":
+        return torch.ops.prims.inductor_random.default(list(shape), seed, kind)
+    if kind not in ("rand", "randn"):
+        raise ContractError(f"inductor_random of kind {kind!r}: the kernel draws rand and randn only")
+    if seed.device.type == "cpu" and not interpreting():
+        raise RuntimeError("triton_rand on CPU tensors needs TRITON_INTERPRET=1 set before triton is imported")
+    out = torch.empty(tuple(shape), dtype=torch.float32, device=seed.device)
+    n = out.numel()
+    if n:
+        import triton
+
+        from miner.runtime.jit import fill_random
+
+        seeds = seed.reshape(1).to(torch.int64)
+        fill_random[(triton.cdiv(n, 1024),)](seeds, out, n, NORMAL=kind == "randn", BLOCK=1024)
+    return out
+
+
+def round_to(x, dtype):
+    """``x`` rounded to ``dtype`` and kept in ``x``'s dtype: a random number a kernel rounds to
+    bf16/fp16 and then compares in float32 (Inductor's compute type), unlike eager, which
+    compares in the narrow dtype (the scalar ``0.1`` rounded too)."""
+    return x.to(dtype).to(x.dtype)

@@ -41,6 +41,7 @@ from types import ModuleType
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
+import torch._inductor.inductor_prims  # noqa: F401 - prims.inductor_random & co., which region patterns call
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from miner.core import dtypes
@@ -160,17 +161,19 @@ def device_reasons(vals: Sequence[torch.Tensor]) -> list[str]:
     return []
 
 
-def match_reasons(match, n_inputs: int, input_kinds: Sequence[str]) -> list[str]:
+def match_reasons(match, n_inputs: int, input_kinds: Sequence[str], random: bool = False,
+                  region: bool = False) -> list[str]:
     """Why the fused op must not replace this match ([] when it may): devices, then
     ``miner.mine.safety.check_match`` (the rules mining applies, the kernel's shape contract
-    included). Never raises."""
+    included; ``random``: the kernel draws the match's random numbers itself; ``region``: it replaces
+    a whole Inductor kernel). Never raises."""
     from miner.mine import safety
 
     vals = match_vals(match, n_inputs)
     if vals is None:
         return ["meta: an input is not a tensor"]
     reasons = device_reasons(vals)
-    return reasons or list(safety.check_match(match, n_inputs, input_kinds).reasons)
+    return reasons or list(safety.check_match(match, n_inputs, input_kinds, random=random, region=region).reasons)
 
 
 # the FusionPass applying its patterns now and the fusion it applies (declines are counted there)
@@ -185,10 +188,13 @@ def record_decline(name: str, reason: str, label: str = "") -> None:
     log.debug("%s decline %s: %s", name, label, reason)
 
 
-def match_ok(match, op_name: str, n_inputs: int, input_kinds: Sequence[str]) -> bool:
+def match_ok(match, op_name: str, n_inputs: int, input_kinds: Sequence[str], random: bool = False,
+             region: bool = False) -> bool:
     """The safety part of every ``extra_check``: :func:`match_reasons`, each reason of a declined
-    match counted (:func:`record_decline`). ``op_name`` is the pattern module's ``OP_NAME``."""
-    reasons = match_reasons(match, n_inputs, input_kinds)
+    match counted (:func:`record_decline`). ``op_name`` is the pattern module's ``OP_NAME``;
+    ``random``: a region kernel that draws its dropout numbers itself; ``region``: a kernel that
+    replaces a whole Inductor kernel (``miner.mine.safety.check_meta``)."""
+    reasons = match_reasons(match, n_inputs, input_kinds, random, region)
     if reasons:
         vals = match_vals(match, n_inputs) or ()
         # str() of a symbolic size reads it without specializing it (int() would add a guard)

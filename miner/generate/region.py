@@ -1,0 +1,155 @@
+"""A whole Inductor region (``mined/regions.json``) as a pattern the row-kernel generator can lower.
+
+A region pattern (``miner.mine.regions``) is everything Inductor put into one kernel, so a
+candidate made from it never splits an Inductor kernel. Two things in a region are no row-kernel
+values, and ``prepare`` rewrites them before lowering:
+
+- a **view of an input** (``reshape``/``view`` of a matmul result ``[B*S, N] -> [B, S, N]``): the
+  view stays in the graph and the pattern reads its result, so the pattern's input ``k`` becomes
+  the view (its shape is the view's, its stride the row-major one when the source was
+  contiguous). Only views whose source no other pattern node reads are taken out.
+- the **shape of a random op** (``inductor_random([16, 512, 3072], seed, "rand")`` holds it as
+  a literal): it becomes ``{"shape_of": k}``, the shape of the input ``k`` with the same shape in
+  the observed occurrences, so the pattern (and the custom op's fake implementation) follows the
+  shapes it is called with. No such input: ``Unsupported``.
+- the **index of a dropout seed** (``inductor_lookup_seed(seeds, 4)``, a const slot since every
+  layer reads its own seed) becomes ``{"int_const": c}``: rendered ``int(c<c>)``, since const
+  slots are passed as floats.
+
+Inputs observed only as per-column vectors (a norm's weight) are read once per program by the
+one-pass kernel (``column_inputs``; ``eviction_policy="evict_last"``).
+
+The candidate keeps the region pattern's id (the profile's row), and ``candidate.json`` records
+where it came from (``source``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from miner.core.pattern import Pattern, PatternNode
+from miner.core.tensors import TensorSpec, contiguous_strides
+from miner.generate.lower import Unsupported
+
+VIEW_TARGETS = ("aten.reshape.default", "aten.view.default", "aten._unsafe_view.default")
+RANDOM_TARGET = "prims.inductor_random.default"
+SEED_TARGET = "prims.inductor_lookup_seed.default"
+
+
+def is_region(pattern: Pattern) -> bool:
+    """Whether ``pattern`` came from ``mined/regions.json`` (its occurrences say so)."""
+    return any("region: not safety-checked" in o.verdict.notes for o in pattern.occurrences)
+
+
+def prepare(pattern: Pattern) -> Pattern:
+    """The region pattern with its input views taken out and its random shapes tied to inputs.
+
+    Parameters
+    ----------
+    pattern : Pattern
+        A region pattern (``RegionPattern.pattern``).
+
+    Returns
+    -------
+    Pattern
+        The same id and occurrences (their ``input_meta`` now the views' metas); nodes renumbered.
+
+    Raises
+    ------
+    Unsupported
+        A random op whose shape no input has.
+    """
+    nodes = list(pattern.nodes)
+    occs = list(pattern.occurrences)
+    for j in reversed(range(len(nodes))):
+        k = _hoistable_view(nodes, j)
+        if k is None:
+            continue
+        shape = nodes[j].args[1]
+        occs = [replace(o, input_meta=_view_meta(o.input_meta, k, shape)) for o in occs]
+        nodes, remap = _drop(nodes, j, {"input": k})
+        pattern = replace(pattern, outputs=tuple(remap[o] for o in pattern.outputs),
+                          extra_outputs=tuple(remap[o] for o in pattern.extra_outputs))
+    metas = next((o.input_meta for o in occs if all(m is not None for m in o.input_meta)), ())
+    for j, node in enumerate(nodes):
+        if node.target == SEED_TARGET and isinstance(node.args[1], dict) and set(node.args[1]) == {"const"}:
+            nodes[j] = node = replace(node, args=(node.args[0], {"int_const": node.args[1]["const"]}))
+        if node.target == RANDOM_TARGET and isinstance(node.args[0], (list, tuple)):
+            k = next((k for k, m in enumerate(metas) if list(m.shape) == list(node.args[0])), None)
+            if k is None:
+                raise Unsupported(f"inductor_random of shape {list(node.args[0])}: no input has that shape")
+            nodes[j] = replace(node, args=({"shape_of": k},) + tuple(node.args[1:]))
+    return replace(pattern, nodes=tuple(nodes), occurrences=tuple(occs))
+
+
+def column_inputs(pattern: Pattern) -> tuple[int, ...]:
+    """Float inputs observed only as per-column vectors (``[N]``, a norm's weight): the one-pass
+    kernel reads them once per program (``X<k>_COL``, decided at launch from the strides)."""
+    out = []
+    for k in range(pattern.n_inputs):
+        metas = [o.input_meta[k] for o in pattern.occurrences if k < len(o.input_meta) and o.input_meta[k] is not None]
+        if metas and all(len(m.shape) == 1 and m.dtype != "int64" for m in metas):
+            out.append(k)
+    return tuple(out)
+
+
+def _hoistable_view(nodes: list[PatternNode], j: int) -> int | None:
+    """The input ``k`` when node ``j`` is a view of input ``k`` that nothing else reads."""
+    node = nodes[j]
+    if node.target not in VIEW_TARGETS or not node.args or not (isinstance(node.args[0], dict)
+                                                                and set(node.args[0]) == {"input"}):
+        return None
+    k = node.args[0]["input"]
+    readers = [i for i, n in enumerate(nodes) if i != j and {"input": k} in _refs(n)]
+    return None if readers else k
+
+
+def _refs(node: PatternNode) -> list[Any]:
+    out = []
+
+    def walk(v):
+        if isinstance(v, dict):
+            out.append(v)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+    walk(list(node.args))
+    walk(list(node.kwargs.values()))
+    return out
+
+
+def _drop(nodes: list[PatternNode], j: int, by: dict) -> tuple[list[PatternNode], dict[int, int]]:
+    """Nodes without node ``j``; references to it become ``by``, later nodes renumbered."""
+    remap = {i: (i if i < j else i - 1) for i in range(len(nodes)) if i != j}
+
+    def sub(v):
+        if isinstance(v, dict) and set(v) == {"node"}:
+            return dict(by) if v["node"] == j else {"node": remap[v["node"]]}
+        if isinstance(v, list):
+            return [sub(x) for x in v]
+        if isinstance(v, tuple):
+            return tuple(sub(x) for x in v)
+        return v
+    out = [replace(n, args=tuple(sub(a) for a in n.args), kwargs={k: sub(v) for k, v in n.kwargs.items()})
+           for i, n in enumerate(nodes) if i != j]
+    return out, remap
+
+
+def _view_meta(metas: tuple, k: int, shape: list) -> tuple:
+    """``metas`` with input ``k`` replaced by its view to ``shape`` (row-major when it was contiguous)."""
+    m = metas[k]
+    if m is None:
+        return metas
+    numel = 1
+    for s in m.shape:
+        numel *= s
+    known = 1
+    for s in shape:
+        known *= s if s != -1 else 1
+    new = tuple(numel // known if s == -1 else s for s in shape)
+    stride = contiguous_strides(new) if m.contiguous is not False else None
+    return metas[:k] + (TensorSpec(new, m.dtype, stride, m.device),) + metas[k + 1:]
+
+
+__all__ = ["prepare", "is_region", "column_inputs", "VIEW_TARGETS"]

@@ -1,0 +1,354 @@
+"""Whole-region candidates with dropout (miner.generate.region, random ops in lower/emit, the randomness rule).
+
+The region is t5's relu + dropout forward kernel from the H200 profile (``pf4693d7449`` of
+reports/gpu/2026-12-03-h200-profile/mined/regions.json), generated as the committed candidate is.
+The kernel draws Inductor's numbers (``tl.rand(seed, element offset)``): its mask equals the
+reference's element for element; keep rate and scaling are checked statistically.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import torch._inductor.inductor_prims  # noqa: F401 - prims.inductor_random & co.
+from hypothesis import given, settings, strategies as st
+
+from miner.core import candidate as candidates
+from miner.core.workspace import Workspace
+from miner.generate import generate as gen, lower, region
+from miner.mine import regions
+
+REPO = Path(__file__).resolve().parents[1]
+PROFILE = REPO / "reports/gpu/2026-12-03-h200-profile"
+RELU_DROPOUT, RMS_DROPOUT = "pf4693d7449", "p010eaa2cbb"
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter tests")
+
+
+@pytest.fixture(scope="module")
+def rps():
+    return {rp.id: rp for rp in regions.load(PROFILE)}
+
+
+@pytest.fixture(scope="module")
+def cand(tmp_path_factory, rps):
+    ws = Workspace(tmp_path_factory.mktemp("region"))
+    r = gen.generate_one(rps[RELU_DROPOUT].pattern, ws, "test", {"regions": "x"})
+    assert isinstance(r, gen.Generated), r
+    return candidates.load(ws, RELU_DROPOUT)
+
+
+def test_prepare_takes_the_input_view_out_and_ties_the_random_shape(rps):
+    p = region.prepare(rps[RELU_DROPOUT].pattern)
+    targets = [n.target for n in p.nodes]
+    assert "aten.reshape.default" not in targets
+    rand = p.nodes[targets.index("prims.inductor_random.default")]
+    assert rand.args[0] == {"shape_of": 1}
+    assert p.occurrences[0].input_meta[1].shape == (16, 512, 3072)  # the view's shape, not mm's [8192, 3072]
+    seed = p.nodes[targets.index("prims.inductor_lookup_seed.default")]
+    assert seed.args[1] == {"int_const": 0}
+    assert [p.nodes[j].target for j in sorted(p.all_outputs)] == ["aten.gt.Scalar", "aten.mul.Tensor"]  # mask + result
+
+
+def test_lower_marks_seed_inputs_and_runtime_seed_index(rps):
+    prog = lower.lower(gen.spec_from_pattern(region.prepare(rps[RELU_DROPOUT].pattern)))
+    assert prog.seed_inputs == (0,) and prog.seed_consts == (0,) and prog.random
+    assert prog.output_kinds == ("vec", "vec")
+
+
+def test_a_random_op_whose_shape_no_input_has_is_unsupported(rps):
+    from dataclasses import replace
+
+    p = rps[RELU_DROPOUT].pattern
+    nodes = list(p.nodes)
+    j = [n.target for n in nodes].index("prims.inductor_random.default")
+    nodes[j] = replace(nodes[j], args=([3, 5, 7],) + tuple(nodes[j].args[1:]))
+    with pytest.raises(lower.Unsupported, match="no input has that shape"):
+        region.prepare(replace(p, nodes=tuple(nodes)))
+
+
+def _inputs(shape, seed_index=3, dtype=torch.bfloat16):
+    g = torch.Generator().manual_seed(1)
+    seeds = torch.randint(0, 2 ** 31, (8,), generator=g, dtype=torch.int64)
+    x = torch.randn(shape, generator=g).to(dtype)
+    return seeds, x, seed_index
+
+
+@pytest.mark.parametrize("shape,variant", [((2, 3, 64), None), ((2, 37), None), ((2, 37), "looped"),
+                                           ((1, 3, 50), "looped")])
+def test_kernel_equals_reference_mask_included(cand, shape, variant):
+    seeds, x, i = _inputs(shape)
+    mask, out = cand.kernel_module.launch(seeds, x, i, 0.1, 1 / 0.9, variant=variant)
+    rmask, rout = cand.kernel_module.reference(seeds, x.double(), i, 0.1, 1 / 0.9)
+    assert torch.equal(mask, rmask)
+    torch.testing.assert_close(out.double(), rout.double(), rtol=1e-2, atol=1e-2)
+    assert mask.dtype == torch.bool and out.dtype == torch.bfloat16
+
+
+def test_one_pass_and_looped_draw_the_same_numbers(cand):
+    seeds, x, i = _inputs((3, 45))
+    a = cand.kernel_module.launch(seeds, x, i, 0.1, 1 / 0.9, variant="one_pass")
+    b = cand.kernel_module.launch(seeds, x, i, 0.1, 1 / 0.9, variant="looped")
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_keep_rate_and_scaling(cand):
+    """Keep rate 1 - p within 5 sigma, kept values scaled by 1 / (1 - p), dropped ones zero; each layer's seed differs."""
+    p, n = 0.1, 64 * 512
+    seeds, _, _ = _inputs((1,))
+    x = torch.full((64, 512), 2.0, dtype=torch.bfloat16)
+    mask, out = cand.kernel_module.launch(seeds, x, 5, p, 1 / (1 - p))
+    keep = mask.double().mean().item()
+    assert abs(keep - (1 - p)) < 5 * math.sqrt(p * (1 - p) / n), keep
+    assert torch.all(out[mask] == torch.tensor(2.0 / (1 - p), dtype=torch.bfloat16))
+    assert torch.all(out[~mask] == 0)
+    other, _ = cand.kernel_module.launch(seeds, x, 6, p, 1 / (1 - p))
+    agree = (other == mask).double().mean().item()  # independent masks agree on p^2 + (1-p)^2 of the elements
+    assert abs(agree - (p * p + (1 - p) ** 2)) < 0.02
+    # no structure along rows or columns: the keep rate of every 8th column is the same
+    cols = mask[:, ::8].double().mean().item()
+    assert abs(cols - (1 - p)) < 5 * math.sqrt(p * (1 - p) / mask[:, ::8].numel())
+
+
+@settings(max_examples=8, deadline=None)
+@given(rows=st.integers(1, 5), cols=st.integers(1, 70), p=st.sampled_from([0.1, 0.5]))
+def test_mask_matches_reference_for_any_shape(cand, rows, cols, p):
+    seeds, x, i = _inputs((rows, cols))
+    mask, out = cand.kernel_module.launch(seeds, x, i, p, 1 / (1 - p))
+    rmask, rout = cand.kernel_module.reference(seeds, x.double(), i, p, 1 / (1 - p))
+    assert torch.equal(mask, rmask)
+    torch.testing.assert_close(out.double(), rout.double(), rtol=1e-2, atol=1e-2)
+
+
+def test_launch_contract_refuses_a_random_shape_other_than_the_rows(cand):
+    from miner.runtime.launch import ContractError, shape_contract
+
+    assert shape_contract([((8,), "int64"), ((2, 4), "float32")], seeds=[0], randoms=[("r", (2, 4))]) == []
+    why = shape_contract([((8,), "int64"), ((2, 4), "float32")], seeds=[0], randoms=[("r", (3, 4))])
+    assert why and "random" in why[0]
+    assert "seed input" in shape_contract([((8,), "float32"), ((2, 4), "float32")], seeds=[0])[0]
+    seeds, x, i = _inputs((2, 4))
+    with pytest.raises(ContractError, match="several devices|cannot compute"):
+        cand.kernel_module.launch(seeds.to("meta"), x, i, 0.1, 1.1)
+
+
+class DropoutResidualRMSNorm(torch.nn.Module):
+    """t5's LayerFF tail as autocast leaves it: bf16 matmul, dropout, fp32 residual, RMS norm, bf16 out."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(16, 32, bias=False).to(torch.bfloat16)
+        self.weight = torch.nn.Parameter(torch.rand(32) + 0.5)
+
+    def forward(self, x, res, mask=None):
+        d = torch.nn.functional.dropout(self.lin(x), p=0.1, training=True) if mask is None \
+            else self.lin(x) * mask * (1 / 0.9)
+        s = res + d
+        h = s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return (self.weight * h).to(torch.bfloat16), s
+
+
+def _compiled(cand_, model, *xs):
+    from miner.runtime import rewrite
+
+    graph_pass = rewrite.FusionPass([rewrite.entry_for(cand_.path / "pattern.py", cand_.id, cand_.pattern_module)])
+    torch._dynamo.reset()
+    try:
+        with torch._inductor.config.patch(force_disable_caches=True, fallback_random=False):
+            out = torch.compile(model, options=rewrite.inductor_options(graph_pass), dynamic=False)(*xs)
+            out[0].float().sum().backward()
+    finally:
+        torch._dynamo.reset()
+    return graph_pass, out
+
+
+@pytest.fixture(scope="module")
+def rms_cand(tmp_path_factory, rps):
+    ws = Workspace(tmp_path_factory.mktemp("region_rms"))
+    assert isinstance(gen.generate_one(rps[RMS_DROPOUT].pattern, ws, "test", {"regions": "x"}), gen.Generated)
+    return candidates.load(ws, RMS_DROPOUT)
+
+
+def test_rewrite_fires_and_the_backward_uses_the_forward_mask(rms_cand):
+    """Compiled with the dropout+residual+RMS-norm region fusion: it fires, and the gradients are
+    autograd's through the mask the fused forward drew (read back from s = res + mask * a / 0.9)."""
+    torch.manual_seed(0)
+    model = DropoutResidualRMSNorm()
+    x = torch.randn(2, 8, 16, dtype=torch.bfloat16)
+    res = torch.randn(2, 8, 32, requires_grad=True)
+    graph_pass, (y, s) = _compiled(rms_cand, model, x, res)
+    assert graph_pass.total() == 1, (graph_pass.counts, graph_pass.declined)
+    a = model.lin(x).detach().float()
+    mask = ((s.detach() - res.detach()).abs() > 1e-6) | (a == 0)
+    assert 0.8 < mask.double().mean().item() < 0.97
+    got_res, got_w = res.grad.clone(), model.lin.weight.grad.clone()
+    res.grad, model.lin.weight.grad = None, None
+    y2, s2 = model(x, res, mask.to(torch.bfloat16))
+    torch.testing.assert_close(s2.detach(), s.detach(), rtol=1e-2, atol=1e-2)
+    y2.float().sum().backward()
+    torch.testing.assert_close(got_res, res.grad, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(got_w.float(), model.lin.weight.grad.float(), rtol=5e-2, atol=5e-2)
+
+
+def _dropout_graph(again: bool):
+    """An FX graph (fake-traced, ``meta['val']`` set) of a dropout whose seed is looked up ``again`` elsewhere."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(seeds, x):
+        seed = torch.ops.prims.inductor_lookup_seed.default(seeds, 0)
+        r = torch.ops.prims.inductor_random.default(list(x.shape), seed, "rand")
+        keep = torch.ops.aten.gt.Scalar(r, 0.1)
+        y = torch.ops.aten.mul.Tensor(keep, x)
+        if not again:
+            return keep, y
+        seed2 = torch.ops.prims.inductor_lookup_seed.default(seeds, 0)
+        return keep, y, torch.ops.prims.inductor_random.default(list(x.shape), seed2, "rand")
+
+    return make_fx(f, tracing_mode="fake")(torch.zeros(4, dtype=torch.int64), torch.randn(2, 8)).graph
+
+
+@pytest.mark.parametrize("again", [False, True])
+def test_randomness_rule_for_kernels_that_draw_their_own_numbers(again):
+    from miner.mine import safety
+
+    g = _dropout_graph(again)
+    names = [n.name for n in g.nodes if n.op == "call_function"][:4]
+    ins = tuple(n.name for n in g.nodes if n.op == "placeholder")
+    occ = safety.Occurrence(graph=safety.MATCH_KEY, nodes=tuple(names), inputs=ins, outputs=(2, 3))
+    fx = safety.FxGraph(g)
+    plain = safety.check_randomness(occ, fx).reasons
+    assert len(plain) == 2 and all("is a random op" in r for r in plain)  # mined patterns: never
+    drawn = safety.check_randomness(occ, fx, random=True).reasons
+    if again:  # the same seed drawn again outside (a backward regenerating the mask): declined, with the reason
+        assert len(drawn) == 1 and "looked up again" in drawn[0], drawn
+    else:
+        assert drawn == ()
+    kernel = safety.check_kernel(occ, fx).reasons
+    assert kernel == (), kernel  # seeds outside the rows, the random shape is the rows'
+
+
+def test_committed_region_candidates_record_their_source():
+    import json
+
+    for cid in (RELU_DROPOUT, RMS_DROPOUT):
+        meta = json.loads((REPO / "candidates" / cid / "candidate.json").read_text())
+        assert meta["source"] == {"regions": "reports/gpu/2026-12-03-h200-profile/mined/regions.json"}
+        assert meta["label"].startswith("dropout_")
+
+
+def test_bench_checks_a_random_candidate_against_its_own_numbers(rms_cand):
+    """``miner bench``'s numerics gate: the kernel against kernel.py's reference (Inductor's random
+    numbers); eager draws torch's own numbers, so its masks differ and it is reported as such."""
+    from miner.bench.cases import BenchCase
+    from miner.bench.run import bench_case
+    from miner.bench.timing import Env
+    from miner.core.tensors import TensorSpec
+
+    case = BenchCase(inputs=(TensorSpec((32,), "float32"), TensorSpec((2, 4, 32), "float32"),
+                             TensorSpec((8,), "int64"), TensorSpec((2, 4, 32), "bfloat16")),
+                     scalars=(3.0, 0.1, 1 / 0.9, 2.0, 1e-6))
+    env = Env("cpu", "cpu", torch.__version__, "-", "-", 1.0, 1 << 20, interpret=True)
+    row = bench_case(rms_cand, case, env, variants=("candidate", "eager"), replays=1)
+    by = {v.name: v for v in row.variants}
+    assert by["candidate"].numerics_ok and by["candidate"].timing is not None, by["candidate"]
+    assert by["eager"].numerics_ok is False  # torch's CPU generator: other masks (named, not silently timed)
+
+
+@pytest.mark.parametrize("weight_shape", [(32,), (1, 1, 32), (3, 5, 32)])
+@pytest.mark.parametrize("variant", ["one_pass", "looped"])
+def test_a_weight_broadcast_over_rows_is_read_once_per_program(rms_cand, weight_shape, variant):
+    """A norm's weight ([N], per column) takes the one-pass kernel's [1, BLOCK] evict_last load
+    (X0_COL, decided from its strides at launch); a full-size one the per-row load; both equal the reference."""
+    assert rms_cand.kernel_module.COLUMNS == (0,)
+    assert 'eviction_policy="evict_last"' in (rms_cand.path / "kernel.py").read_text()
+    g = torch.Generator().manual_seed(3)
+    w = torch.rand(weight_shape, generator=g) + 0.5
+    res, a = torch.randn(3, 5, 32, generator=g), torch.randn(3, 5, 32, generator=g).to(torch.bfloat16)
+    seeds = torch.randint(0, 2 ** 31, (8,), generator=g)
+    args = (w, res, seeds, a, 2, 0.1, 1 / 0.9, 2.0, 1e-6)
+    outs = rms_cand.kernel_module.launch(*args, variant=variant)
+    refs = rms_cand.kernel_module.reference(w.double(), res.double(), seeds, a.double(), *args[4:])
+    assert torch.equal(outs[0], refs[0])  # the mask
+    for o, r in zip(outs[1:], refs[1:]):
+        torch.testing.assert_close(o.double(), r.double(), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.slow
+def test_fires_in_t5_training_under_bf16_autocast():
+    """The zoo's tiny t5, trained one step under CPU bf16 autocast (the H200 run's precision) with
+    both region candidates: dropout+residual+RMS norm fires at every such site (8 in the tiny t5);
+    relu+dropout does not match there (its relu is also read by the backward's ``le`` mask, which
+    Inductor recomputes elsewhere; the matcher refuses a pattern whose interior is read outside)."""
+    import miner_models as models
+    from miner.runtime import rewrite
+
+    built = models.resolve("t5").build("tiny", "train", "cpu")
+    ws = Workspace(REPO)
+    ents = [rewrite.entry_for(candidates.load(ws, c).path / "pattern.py", c, candidates.load(ws, c).pattern_module)
+            for c in (RMS_DROPOUT, RELU_DROPOUT)]
+    gp = rewrite.FusionPass(ents)
+    torch._dynamo.reset()
+    try:
+        with torch._inductor.config.patch(force_disable_caches=True, fallback_random=False), \
+                torch.autocast("cpu", dtype=torch.bfloat16):
+            out = torch.compile(built.model, options=rewrite.inductor_options(gp), dynamic=False)(**built.inputs)
+            loss = built.loss(out)
+            loss.backward()
+    finally:
+        torch._dynamo.reset()
+    assert gp.counts[RMS_DROPOUT] == 8 and not gp.counts.get(RELU_DROPOUT), (gp.counts, gp.declined)
+    assert torch.isfinite(loss.detach())
+
+
+def test_plain_generate_keeps_region_candidates(tmp_path, rps):
+    """``miner generate`` (from patterns.json) removes stale candidates, but not those generated from a regions.json."""
+    ws = Workspace(tmp_path)
+    assert isinstance(gen.generate_one(rps[RMS_DROPOUT].pattern, ws, "test", {"regions": "x"}), gen.Generated)
+    (ws.candidates / "pdeadbeef00").mkdir(parents=True)
+    (ws.candidates / "pdeadbeef00" / "candidate.json").write_text("{}")
+    assert gen.remove_stale(ws, keep=[]) == ["pdeadbeef00"]
+    assert (ws.candidates / RMS_DROPOUT / "kernel.py").exists()
+
+
+def test_cli_generate_regions(tmp_path):
+    import subprocess
+    import sys
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "miner.cli", "--workspace", str(tmp_path), "generate", *args],
+                              capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+    regions_json = str(PROFILE / "mined" / "regions.json")
+    r = cli("--regions", regions_json)
+    assert r.returncode == 2 and "needs --only" in r.stderr
+    r = cli("--regions", regions_json, "--only", "pzzzz")
+    assert r.returncode == 2 and "no region pattern" in r.stderr
+    r = cli("--regions", regions_json, "--only", RMS_DROPOUT[:6])
+    assert r.returncode == 0, r.stderr
+    assert "dropout_rms_norm" in r.stdout and (tmp_path / "candidates" / RMS_DROPOUT / "kernel.py").exists()
+    assert not (tmp_path / "candidates" / "index.json").exists()  # the index of patterns.json's candidates stays as it was
+
+
+def test_meta_rule_notes_dtype_mixes_inside_a_whole_region():
+    """An add of float32 and bfloat16 operands: declined for a mined pattern (eager rounds in between),
+    a note for a region (the Inductor kernel it replaces computes in float32 too)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from miner.mine import safety
+
+    def f(a, b):
+        return (torch.ops.aten.add.Tensor(a, torch.ops.aten.mul.Tensor(b, 2.0)),)
+
+    g = make_fx(f, tracing_mode="fake")(torch.randn(2, 8), torch.randn(2, 8).to(torch.bfloat16)).graph
+    names = [n.name for n in g.nodes if n.op == "call_function"]
+    ins = tuple(n.name for n in g.nodes if n.op == "placeholder")
+    occ = safety.Occurrence(graph=safety.MATCH_KEY, nodes=tuple(names), inputs=ins, outputs=(1,))
+    fx = safety.FxGraph(g)
+    plain = safety.check_meta(occ, fx)
+    assert any("mixes dtypes" in r for r in plain.reasons)
+    region_ = safety.check_meta(occ, fx, region=True)
+    assert region_.reasons == () and any("mixes dtypes" in n for n in region_.notes)
