@@ -72,3 +72,39 @@ def test_a_config_the_compiler_refuses_is_skipped(monkeypatch):
 
     assert launch.pick(("refused",), [(1, 8192, 16), (1, 4096, 8)], run, "cuda") == (1, 4096, 8)
     launch.TUNED.pop(("refused",), None)
+
+
+def _layer_norm_kernel():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "fusions" / "layer_norm" / "kernel.py"
+    spec = importlib.util.spec_from_file_location("_plan_test_layer_norm_kernel", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("case", ["contiguous", "strided-copied"])
+def test_a_repeated_call_reuses_its_plan_and_computes_the_same(case, monkeypatch):
+    """The first call of a (shapes, strides, dtypes) checks the contract, lays out and picks the
+    tile; later calls only allocate and launch, and give what a first call gives."""
+    k = _layer_norm_kernel()
+    if case == "contiguous":
+        xs = (torch.randn(3, 5, 40), torch.randn(40), torch.randn(40))
+    else:  # four leading dims that do not coalesce: the rows are copied contiguous, on every call
+        xs = (torch.randn(5, 4, 3, 2, 40).permute(3, 2, 1, 0, 4), torch.randn(40), torch.randn(40))
+    monkeypatch.setattr(launch, "PLANS", {})
+    first = k.launch(*xs, 1e-5)
+    [plan] = launch.PLANS.values()
+    assert (plan.copy_shape is not None) == (case != "contiguous")
+    calls = []
+    monkeypatch.setattr(launch, "check_contract", lambda *a, **kw: calls.append(a))  # not called again
+    again = k.launch(*xs, 1e-5)
+    assert not calls and len(launch.PLANS) == 1
+    for a, b in zip(first, again):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    ref = k.reference(*(x.double() for x in xs), 1e-5)
+    torch.testing.assert_close(again[3].double(), ref[3], rtol=1e-4, atol=1e-4)
+    k.launch(xs[0].contiguous(), xs[1], xs[2], 1e-5)  # other strides: a plan of its own
+    assert len(launch.PLANS) == 2 or case == "contiguous"
