@@ -4,7 +4,7 @@ A pattern module (``candidates/<id>/pattern.py`` or ``fusions/<name>/pattern.py`
 ``pattern`` (the subgraph in aten ops), ``replacement`` (a call of its custom op) and
 ``register(pass_dict)``. This module gives them:
 
-- ``define_op``: the replacement as a ``torch.library.custom_op`` (``miner::<name>``) with a fake
+- ``define_op``: the replacement as an op ``miner::<name>`` (``torch.library.Library``) with a fake
   implementation, so the rewritten post-grad graph stays valid and shapes propagate. Outputs are
   always fresh tensors (no aliasing). Defining the same op twice (a module imported under two
   names, e.g. by ``miner bench`` and ``miner validate``) returns the first definition.
@@ -74,6 +74,7 @@ def op_schema(n_inputs: int, n_scalars: int, n_outputs: int) -> str:
 
 
 _OPS: dict[str, Any] = {}
+_LIBS: dict[str, Any] = {}  # namespace -> its torch.library.Library (registrations live as long as it does)
 
 
 def define_op(qualname: str, n_inputs: int, n_scalars: int, n_outputs: int,
@@ -106,8 +107,16 @@ def define_op(qualname: str, n_inputs: int, n_scalars: int, n_outputs: int,
         outs = fake(*args)
         return fresh(tuple(torch.empty_like(o, memory_format=torch.contiguous_format) for o in outs))
 
-    op = torch.library.custom_op(qualname, _impl, mutates_args=(), schema=schema)
-    op.register_fake(_fake)
+    # a plain ``torch.library.Library`` registration, not ``torch.library.custom_op``: the op runs
+    # on the host between Inductor's kernels on every call, and custom_op's Python wrapper costs ~30 us
+    # more per call (measured on the CPU: 43.5 vs 12.5 us for an op that allocates one tensor). The op
+    # only ever appears in post-grad graphs, after autograd, so it needs no autograd formula.
+    if ns not in _LIBS:
+        _LIBS[ns] = torch.library.Library(ns, "FRAGMENT")
+    lib = _LIBS[ns]
+    lib.define(f"{name}{schema}")
+    lib.impl(name, _impl, "CompositeExplicitAutograd")
+    torch.library.register_fake(qualname, _fake, lib=lib)
     _OPS[qualname] = getattr(getattr(torch.ops, ns), name).default
     return _OPS[qualname]
 
