@@ -16,7 +16,8 @@ model is compiled as these variants, all resident at once:
   measured (every match fires: ``all``; none: ``default``).
 
 Timed steps alternate between the variants (round robin, the start rotating each round), so
-drift falls on all alike: median and 20/80% quantiles per variant. Fusion variants compile with
+drift falls on all alike: median and 20/80% quantiles of the step per variant, and the speedup as
+the median of the per-round ratios default/variant (paired; the control's give the noise band). Fusion variants compile with
 Inductor's FX and AOT caches off (a cache hit would skip the pass and its counters). Each variant
 then runs a few steps under torch.profiler (``miner.scan.profile.kernel_times``) and
 ``miner.check.explain`` lists the kernels it removed, added and the neighbours that changed.
@@ -316,15 +317,22 @@ def in_model_record(r: ABResult, v: VariantResult, fusion: str) -> dict:
             "gpu": r.env.get("gpu"), "torch": r.env.get("torch"), "date": r.env.get("date")}
 
 
+def alone_variant(r: ABResult, fusion: str) -> VariantResult | None:
+    """The variant of ``r`` that measured ``fusion`` alone: ``alone:<fusion>``, or ``all`` when it
+    was the only fusion that fired."""
+    v = r.variant(f"alone:{fusion}")
+    if v is None and [g for g, k in r.fires.items() if k] == [fusion]:
+        v = r.variant("all")
+    return v
+
+
 def alone_records(r: ABResult) -> dict[str, dict]:
     """fusion -> its in-model record from ``r`` (the ``alone`` variant; ``all`` when it fired alone)."""
     out = {}
     for f, n in r.fires.items():
         if not n:
             continue
-        v = r.variant(f"alone:{f}")
-        if v is None and [g for g, k in r.fires.items() if k] == [f]:
-            v = r.variant("all")
+        v = alone_variant(r, f)
         if v is not None and v.speedup is not None and v.verdict is not None:
             out[f] = in_model_record(r, v, f)
     return out

@@ -190,9 +190,7 @@ def latest_ab(ws: Workspace) -> tuple[list[Path], list] | None:
     found = []
     for path in sorted(ws.reports.rglob("verify.json")):
         try:
-            if read_json(path).get("kind") != abrun.KIND:
-                continue
-            results, _ = abrun.load(path)
+            results, _ = abrun.load(path)  # UsageError (a MinerError) for a verify.json of another kind
         except (MinerError, OSError, ValueError, KeyError, TypeError):
             continue
         date = next((r.env.get("date") for r in results if r.env.get("date")), "") or ""
@@ -213,7 +211,7 @@ def ab_steps(results: Sequence[tuple[str, object]]) -> dict[str, list[StepChange
     The p20-p80 range is the A/B's own (quantiles of the per-round paired ratios) where the file has
     it, else the default's median over the variant's p80 and p20 step times.
     """
-    from miner.check.ab import alone_records
+    from miner.check.ab import alone_records, alone_variant
 
     out: dict[str, list[StepChange]] = {}
     for source, r in results:
@@ -221,9 +219,9 @@ def ab_steps(results: Sequence[tuple[str, object]]) -> dict[str, list[StepChange
             continue
         d = r.variant("default")
         for f, rec in alone_records(r).items():
-            v = r.variant(f"alone:{f}") or r.variant("all")
+            v = alone_variant(r, f)
             s, base = v.step, d.step if d else None
-            lo, hi, mem = getattr(v, "speedup_p20", None), getattr(v, "speedup_p80", None), None
+            lo, hi, mem = v.speedup_p20, v.speedup_p80, None
             if s is not None and base is not None:
                 if lo is None or hi is None:
                     lo = base.median_ms / s.p80_ms if s.p80_ms > 0 else None
