@@ -204,13 +204,18 @@ def match_ok(match, op_name: str, n_inputs: int, input_kinds: Sequence[str], ran
     ``random``: a region kernel that draws its dropout numbers itself; ``region``: a kernel that
     replaces a whole Inductor kernel (``miner.mine.safety.check_meta``)."""
     reasons = match_reasons(match, n_inputs, input_kinds, random, region)
+    record_declines(match, op_name, n_inputs, reasons)
+    return not reasons
+
+
+def record_declines(match, op_name: str, n_inputs: int, reasons: Sequence[str]) -> None:
+    """Count each reason of a declined match (:func:`record_decline`), labelled by its inputs' metas."""
     if reasons:
         vals = match_vals(match, n_inputs) or ()
         # str() of a symbolic size reads it without specializing it (int() would add a guard)
         label = " ".join(f"{dtypes.name(v.dtype)}[{','.join(map(str, v.shape))}]" for v in vals)
         for r in reasons:
             record_decline(op_name.split("::")[-1], r, label)
-    return not reasons
 
 
 # --------------------------------------------------------------------------- the gate
@@ -369,5 +374,5 @@ def entry_for(pattern_path: str | Path, name: str, module: ModuleType | None = N
 
 __all__ = ["Entry", "FusionPass", "Signature", "WINS_FILE", "decide", "define_op", "entry_for",
            "inductor_options", "interpreter_enabled", "load_module", "load_wins", "match_ok",
-           "match_reasons", "match_vals", "record_decline", "canonicalize_dims",
+           "match_reasons", "match_vals", "record_decline", "record_declines", "canonicalize_dims",
            "measurements", "module_name", "op_schema", "scalar_trace_values", "signature_of", "wins_gate"]
