@@ -94,6 +94,7 @@ class Decision:
     out_target: str | None
     reasons: tuple[str, ...]
     operands: tuple[Upcast | None, ...] = ()
+    applies: bool = True  # a bmm/mm with a float32 output: the rule's subject (others are no candidates)
 
     @property
     def ok(self) -> bool:
@@ -179,18 +180,20 @@ def check(graph: Graph, name: str) -> Decision:
     Returns
     -------
     Decision
-        ``ok`` with both operands' :class:`Upcast`, or every reason it may not (device, output dtype,
-        torch's overload, each operand, mixed source dtypes). Never raises on an unknown op.
+        ``ok`` with both operands' :class:`Upcast`, or every reason it may not (device, torch's
+        overload, each operand, mixed source dtypes). ``applies`` is False for what is no candidate
+        at all (another op, a matmul whose output is not float32). Never raises on an unknown op.
     """
     rec = graph.node(name)
     out_target = MATMULS.get(rec.target)
     if out_target is None:
-        return Decision(name, rec.target, None, (f"{rec.target} is not bmm/mm",))
-    reasons = []
+        return Decision(name, rec.target, None, (f"{rec.target} is not bmm/mm",), applies=False)
     meta = rec.meta[0] if rec.meta else None
     if meta is None or meta.dtype != "float32":
-        reasons.append(f"output is {meta.dtype if meta else 'no tensor'}, not float32")
-    if meta is not None and meta.device.split(":")[0] != "cuda":
+        return Decision(name, rec.target, out_target,
+                        (f"output is {meta.dtype if meta else 'no tensor'}, not float32",), applies=False)
+    reasons = []
+    if meta.device.split(":")[0] != "cuda":
         reasons.append(f"out_dtype matmul needs CUDA (device {meta.device})")
     if not has_overload(out_target):
         reasons.append(f"torch has no {out_target}")
@@ -238,9 +241,11 @@ def find(graph: CapturedGraph) -> list[Found]:
     not candidates and are left out)."""
     out = []
     for rec in graph.nodes:
-        if rec.op != "call_function" or rec.target not in MATMULS or _dtype(rec) != "float32":
+        if rec.op != "call_function" or rec.target not in MATMULS:
             continue
         d = check(graph, rec.name)
+        if not d.applies:
+            continue
         ins = tuple(_spec(graph.node(_ref(a))) for a in rec.args[:2] if _ref(a) is not None)
         srcs = tuple(None if u is None else {"node": u.source, "dtype": u.dtype, "steps": list(u.steps),
                                              "shape": list(graph.node(u.source).meta[0].shape)}
