@@ -17,6 +17,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 from miner.core import candidate as candidates
 from miner.generate import upcast as gen
 from miner.runtime import rewrite
+from miner.scan.profile import time_steps
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -95,15 +96,7 @@ def test_fires_in_compile_and_matches_float64_forward_and_backward():
 
 
 def _median_ms(fn, n=50) -> float:
-    times = []
-    for _ in range(n):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+    return statistics.median(time_steps(fn, n, "cuda"))  # CUDA events around each call
 
 
 def test_gemm_at_t5_shape_fp32_vs_bf16_dtype_printed():

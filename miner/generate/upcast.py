@@ -46,7 +46,6 @@ of the float32 sums differs from the FFMA GEMM it replaces. A declined match cou
 
 import torch
 
-from miner.mine import upcast
 from miner.runtime import rewrite
 
 PATTERN_ID = "${id}"
@@ -58,8 +57,7 @@ TARGETS = ${targets}
 
 def decision(match):
     """``miner.mine.upcast.check`` on the match's matmul (a ``Decision``: ok, reasons, operands)."""
-    node = match.output_node()
-    return upcast.check(upcast.FxNodes(node.graph), node.name)
+    return rewrite.upcast_decision(match.output_node())
 
 
 def extra_check(match):
@@ -71,12 +69,11 @@ def extra_check(match):
 
 def replacement(match, x0, x1):
     """Replace the matmul by the ``.dtype`` overload on the operands' low-precision sources."""
-    node = match.output_node()
-    nodes = upcast.FxNodes(node.graph)
-    d = upcast.check(nodes, node.name)
+    d = decision(match)
     if not d.ok:  # extra_check declined it; never reached through the matcher
         return
-    chains = [[nodes.fx(s) for s in u.steps] for u in d.operands]
+    nodes = {n.name: n for n in match.output_node().graph.nodes}
+    chains = [[nodes[s] for s in u.steps] for u in d.operands]
     op = getattr(torch.ops.aten, d.out_target.split(".")[1]).dtype
 
     def repl(a, b):
@@ -87,7 +84,7 @@ def replacement(match, x0, x1):
             ops.append(t)
         return op(ops[0], ops[1], torch.float32)
 
-    match.replace_by_example(repl, [nodes.fx(u.source) for u in d.operands])
+    match.replace_by_example(repl, [nodes[u.source] for u in d.operands])
 
 
 def register(pass_dict):

@@ -185,6 +185,14 @@ def match_reasons(match, n_inputs: int, input_kinds: Sequence[str], random: bool
     return reasons or list(safety.check_match(match, n_inputs, input_kinds, random=random, region=region).reasons)
 
 
+def upcast_decision(node: torch.fx.Node):
+    """``miner.mine.upcast.check`` on FX matmul ``node``: the rule mining applied to upcast matmuls
+    (a ``Decision``: ``ok``, ``reasons``, ``applies``, per operand its source and layout nodes)."""
+    from miner.mine import upcast
+
+    return upcast.check(upcast.FxNodes(node.graph), node.name)
+
+
 # the FusionPass applying its patterns now and the fusion it applies (declines are counted there)
 _ACTIVE: list[tuple["FusionPass", str]] = []
 
@@ -374,5 +382,5 @@ def entry_for(pattern_path: str | Path, name: str, module: ModuleType | None = N
 
 __all__ = ["Entry", "FusionPass", "Signature", "WINS_FILE", "decide", "define_op", "entry_for",
            "inductor_options", "interpreter_enabled", "load_module", "load_wins", "match_ok",
-           "match_reasons", "match_vals", "record_decline", "record_declines", "canonicalize_dims",
+           "match_reasons", "match_vals", "record_decline", "record_declines", "upcast_decision", "canonicalize_dims",
            "measurements", "module_name", "op_schema", "scalar_trace_values", "signature_of", "wins_gate"]
