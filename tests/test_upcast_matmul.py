@@ -224,3 +224,15 @@ def test_compiled_on_cpu_declines_with_the_cuda_reason_and_matches_eager():
     assert p.counts[CID] == 0
     assert "out_dtype matmul needs CUDA (device cpu)" in p.declined[CID]
     torch.testing.assert_close(out, qk(q, k)[0])
+
+
+def test_mine_and_generate_commands_write_the_candidate(t5_capture, capsys):
+    from miner import cli
+
+    ws = Workspace(t5_capture.root)
+    assert cli.main(["--workspace", str(ws.root), "mine", "--upcasts-only"]) == 0
+    assert "24 of 48 float32 bmm/mm are exact bf16/fp16 upcasts" in capsys.readouterr().out
+    assert cli.main(["--workspace", str(ws.root), "generate", "--upcasts", str(ws.mined / "upcasts.json")]) == 0
+    meta = json.loads((ws.candidates / CID / "candidate.json").read_text())
+    assert meta["source"] == {"upcasts": "mined/upcasts.json"} and meta["counts"] == {"fired": 24, "declined": 24}
+    assert cli.main(["--workspace", str(ws.root), "generate", "--upcasts", "nope.json"]) == 2
