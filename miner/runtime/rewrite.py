@@ -187,10 +187,14 @@ def match_reasons(match, n_inputs: int, input_kinds: Sequence[str], random: bool
 
 def upcast_decision(node: torch.fx.Node):
     """``miner.mine.upcast.check`` on FX matmul ``node``: the rule mining applied to upcast matmuls
-    (a ``Decision``: ``ok``, ``reasons``, ``applies``, per operand its source and layout nodes)."""
+    (a ``Decision``: ``ok``, ``reasons``, ``applies``, per operand its source and layout nodes). A
+    graph the rule cannot read declines with the error as its reason: a compile never fails here."""
     from miner.mine import upcast
 
-    return upcast.check(upcast.FxNodes(node.graph), node.name)
+    try:
+        return upcast.check(upcast.FxNodes(node.graph), node.name)
+    except Exception as e:  # noqa: BLE001
+        return upcast.Decision(node.name, str(node.target), None, (f"rule failed: {type(e).__name__}: {e}",))
 
 
 # the FusionPass applying its patterns now and the fusion it applies (declines are counted there)
