@@ -79,6 +79,10 @@ def run(args) -> int:
     ws = Workspace(args.workspace)
     ids = [c.strip() for c in args.candidates.split(",")] if args.candidates else None
     cands = candidates.load_all(ws, ids)
+    from miner.mine.upcast import LABEL
+    for c in [c for c in cands if c.meta.get("kind") == LABEL]:  # an aten rewrite: no kernel of its own to time
+        print(f"skipping {c.id} ({LABEL}): tests/test_upcast_matmul_gpu.py times its GEMM, `miner verify --ab` its step")
+    cands = [c for c in cands if c.meta.get("kind") != LABEL]
     if not cands:
         raise UsageError(f"no candidates in {ws.candidates} (run `miner generate` first)")
     if not args.include_failed:

@@ -18,6 +18,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="generate whole-Inductor-kernel region patterns from this regions.json (`miner profile` "
                              "writes mined/regions.json) instead of mined/patterns.json; needs --only; keeps the "
                              "other candidates and candidates/index.json")
+    parser.add_argument("--upcasts", metavar="UPCASTS_JSON",
+                        help="write the upcast-matmul candidate (float32 bmm/mm of exact bf16/fp16 upcasts as a "
+                             "bf16/fp16 GEMM with float32 output) from this mined/upcasts.json (`miner mine` writes it)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,6 +34,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--top must be 0 (all) or positive")
     if args.regions:
         return _run_regions(args, ws)
+    if args.upcasts:
+        return _run_upcasts(args, ws)
     patterns = load_patterns(ws)
     if args.only:
         from miner.commands.patterns import find
@@ -92,3 +97,27 @@ def _run_regions(args: argparse.Namespace, ws) -> int:
         print(describe(r))
     print(f"{len(done)} region candidate(s) written to {ws.candidates}, {len(skipped)} not generated", file=sys.stderr)
     return 0 if done else 1
+
+
+def _run_upcasts(args: argparse.Namespace, ws) -> int:
+    """``--upcasts FILE``: the upcast-matmul candidate (``miner.generate.upcast``); keeps the other candidates."""
+    from pathlib import Path
+
+    from miner.core.errors import UsageError
+    from miner.generate import upcast
+
+    path = Path(args.upcasts)
+    if not path.is_file():
+        raise UsageError(f"--upcasts {args.upcasts}: no such file (`miner mine` writes mined/upcasts.json)")
+    try:
+        rel = path.resolve().relative_to(Path(ws.root).resolve())
+    except ValueError:
+        rel = path.resolve()
+    g = upcast.generate(ws, rel, f"miner generate --upcasts {rel}")
+    if g is None:
+        print(f"{args.upcasts}: no float32 bmm/mm there is an exact bf16/fp16 upcast; nothing written", file=sys.stderr)
+        return 1
+    from miner.generate.generate import describe
+
+    print(describe(g))
+    return 0

@@ -30,6 +30,9 @@ def add_arguments(p) -> None:
     p.add_argument("--max-fanout", type=int, default=4, metavar="N",
                    help="a node with more fusable users connects patterns only through its operands (default %(default)s)")
     p.add_argument("--top", type=int, default=10, metavar="N", help="patterns to print (default %(default)s)")
+    p.add_argument("--upcasts-only", action="store_true",
+                   help="only the upcast-matmul step (float32 bmm/mm of exact bf16/fp16 upcasts -> mined/upcasts.json), "
+                        "which every mine run also does")
 
 
 def run(args) -> int:
@@ -50,6 +53,13 @@ def run(args) -> int:
         raise UsageError(f"no captured graphs under {ws.captures}"
                          + (f" for {','.join(models)}; captured models: {', '.join(known) or 'none'}" if models
                             else "; run `miner scan` first"))
+    from miner.mine import upcast
+
+    upcasts = upcast.mine(graphs)
+    if args.upcasts_only:
+        print(upcast.summary(upcasts))
+        print(f"wrote {upcast.save(ws, upcasts)}")
+        return 0
     result = mine(graphs, min_support=args.min_support, min_models=args.min_models, max_nodes=args.max_nodes,
                   max_views=args.max_views, closed_only=not args.all, max_extra_outputs=args.max_extra_outputs,
                   max_stored=args.max_stored, max_fanout=args.max_fanout, support=args.support,
@@ -67,6 +77,7 @@ def run(args) -> int:
           f"missed fusions")
     from miner.commands.patterns import table
     print(table(result.patterns[:args.top]))
+    print(upcast.summary(upcasts) + f" ({upcast.save(ws, upcasts)})")
     print(f"wrote {path}" + (f" ({len(saved)} best-ranked of {s['reported_patterns']} patterns)"
                              if len(saved) < s["reported_patterns"] else ""))
     return 0

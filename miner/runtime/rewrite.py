@@ -185,6 +185,18 @@ def match_reasons(match, n_inputs: int, input_kinds: Sequence[str], random: bool
     return reasons or list(safety.check_match(match, n_inputs, input_kinds, random=random, region=region).reasons)
 
 
+def upcast_decision(node: torch.fx.Node):
+    """``miner.mine.upcast.check`` on FX matmul ``node``: the rule mining applied to upcast matmuls
+    (a ``Decision``: ``ok``, ``reasons``, ``applies``, per operand its source and layout nodes). A
+    graph the rule cannot read declines with the error as its reason: a compile never fails here."""
+    from miner.mine import upcast
+
+    try:
+        return upcast.check(upcast.FxNodes(node.graph), node.name)
+    except Exception as e:  # noqa: BLE001
+        return upcast.Decision(node.name, str(node.target), None, (f"rule failed: {type(e).__name__}: {e}",))
+
+
 # the FusionPass applying its patterns now and the fusion it applies (declines are counted there)
 _ACTIVE: list[tuple["FusionPass", str]] = []
 
@@ -204,13 +216,18 @@ def match_ok(match, op_name: str, n_inputs: int, input_kinds: Sequence[str], ran
     ``random``: a region kernel that draws its dropout numbers itself; ``region``: a kernel that
     replaces a whole Inductor kernel (``miner.mine.safety.check_meta``)."""
     reasons = match_reasons(match, n_inputs, input_kinds, random, region)
+    record_declines(match, op_name, n_inputs, reasons)
+    return not reasons
+
+
+def record_declines(match, op_name: str, n_inputs: int, reasons: Sequence[str]) -> None:
+    """Count each reason of a declined match (:func:`record_decline`), labelled by its inputs' metas."""
     if reasons:
         vals = match_vals(match, n_inputs) or ()
         # str() of a symbolic size reads it without specializing it (int() would add a guard)
         label = " ".join(f"{dtypes.name(v.dtype)}[{','.join(map(str, v.shape))}]" for v in vals)
         for r in reasons:
             record_decline(op_name.split("::")[-1], r, label)
-    return not reasons
 
 
 # --------------------------------------------------------------------------- the gate
@@ -369,5 +386,5 @@ def entry_for(pattern_path: str | Path, name: str, module: ModuleType | None = N
 
 __all__ = ["Entry", "FusionPass", "Signature", "WINS_FILE", "decide", "define_op", "entry_for",
            "inductor_options", "interpreter_enabled", "load_module", "load_wins", "match_ok",
-           "match_reasons", "match_vals", "record_decline", "canonicalize_dims",
+           "match_reasons", "match_vals", "record_decline", "record_declines", "upcast_decision", "canonicalize_dims",
            "measurements", "module_name", "op_schema", "scalar_trace_values", "signature_of", "wins_gate"]

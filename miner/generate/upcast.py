@@ -1,0 +1,216 @@
+"""``miner generate --upcasts``: the upcast-matmul candidate from ``mined/upcasts.json``.
+
+One candidate for every matmul that ``miner.mine.upcast.check`` accepts: a float32 ``bmm``/``mm``
+whose operands are exact upcasts of bf16 (or fp16) values becomes ``aten.bmm.dtype`` /
+``aten.mm.dtype`` on the low-precision sources (a tensor-core GEMM with float32 output). Unlike a
+fusion candidate there is no Triton kernel: the rewrite calls cuBLAS through aten, and Inductor
+lowers the ``.dtype`` overload itself (``tuned_bmm(..., out_dtype)``, ``tuned_mm``).
+
+Files (``candidates/<id>/``, ``<id>`` = ``u`` + a hash of the rule's op sets, so the id changes with
+the rule):
+
+- ``pattern.py``: ``register(pass_dict)`` puts ``CallFunction(aten.bmm.default | aten.mm.default,
+  x0, x1)`` into an Inductor ``PatternMatcherPass``; ``extra_check`` is the rule mining applied
+  (declines counted with their reasons, ``rewrite.record_declines``); the handler replays each
+  operand's layout chain on its bf16/fp16 source and calls the ``.dtype`` overload through
+  ``match.replace_by_example`` (old nodes nobody reads any more go in the pass's dead-code pass;
+  those with other users, e.g. saved for backward, stay).
+- ``kernel.py``: ``launch(x0, x1)`` (the ``.dtype`` GEMM on low-precision operands, CUDA) and
+  ``reference(x0, x1)`` (the float32 matmul it replaces), for ``miner bench``-style timing.
+- ``candidate.json``: where the rule fired and where it declined (with reasons), per model, graph
+  and shapes, and ``source: {"upcasts": path}`` (what the golden test regenerates from).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import string
+from collections import Counter
+from pathlib import Path
+
+from miner import __version__
+from miner.core.workspace import Workspace, write_json, write_text
+from miner.generate.generate import Generated, header
+from miner.mine import upcast
+
+PATTERN_PY = string.Template('''${header}"""Candidate ${id} (upcast_matmul): a float32 bmm/mm of exact bf16/fp16 upcasts as a low-precision GEMM.
+
+``extra_check`` is ``miner.mine.upcast.check``, the rule mining applied: both operands are float32
+upcasts of bf16 (or both of fp16) values through layout ops and multiplications by exactly 1.0, the
+output is float32 on CUDA, and torch has the ``.dtype`` overload. The rewrite replays each operand's
+layout ops on its low-precision source and calls ``aten.bmm.dtype`` / ``aten.mm.dtype`` with
+``torch.float32``: the products of two bf16 (fp16) numbers are exact in float32, so only the order
+of the float32 sums differs from the FFMA GEMM it replaces. A declined match counts its reasons
+(``FusionPass.declined``, ``rewrite.GATE_DECISIONS``) and never raises.
+"""
+
+import torch
+
+from miner.runtime import rewrite
+
+PATTERN_ID = "${id}"
+OP_NAME = "miner::${id}"  # the name decisions are counted under (no custom op: the rewrite calls aten)
+LABEL = "upcast_matmul"
+N_INPUTS = 2  # x0, x1: the float32 operands of the matmul
+TARGETS = ${targets}
+
+
+def decision(match):
+    """``miner.mine.upcast.check`` on the match's matmul (a ``Decision``: ok, reasons, operands)."""
+    return rewrite.upcast_decision(match.output_node())
+
+
+def extra_check(match):
+    d = decision(match)
+    if d.applies:  # a bf16 matmul is no candidate: not counted as declined (mining leaves it out too)
+        rewrite.record_declines(match, OP_NAME, N_INPUTS, d.reasons)
+    return d.ok
+
+
+def replacement(match, x0, x1):
+    """Replace the matmul by the ``.dtype`` overload on the operands' low-precision sources."""
+    d = decision(match)
+    if not d.ok:  # extra_check declined it; never reached through the matcher
+        return
+    nodes = {n.name: n for n in match.output_node().graph.nodes}
+    chains = [[nodes[s] for s in u.steps] for u in d.operands]
+    op = getattr(torch.ops.aten, d.out_target.split(".")[1]).dtype
+
+    def repl(a, b):
+        ops = []
+        for t, chain in zip((a, b), chains):
+            for n in chain:  # layout ops only: the same on a bf16 tensor as on its float32 copy
+                t = n.target(t, *n.args[1:], **n.kwargs)
+            ops.append(t)
+        return op(ops[0], ops[1], torch.float32)
+
+    match.replace_by_example(repl, [nodes[u.source] for u in d.operands])
+
+
+def register(pass_dict):
+    from torch._inductor.pattern_matcher import CallFunction, KeywordArg, register_graph_pattern
+
+    for target in TARGETS:
+        aten_op = getattr(torch.ops.aten, target.split(".")[1]).default
+        register_graph_pattern(CallFunction(aten_op, KeywordArg("x0"), KeywordArg("x1")),
+                               extra_check=extra_check, pass_dict=pass_dict)(replacement)
+''')
+
+KERNEL_PY = string.Template('''${header}"""Candidate ${id} (upcast_matmul): the GEMM the rewrite calls, for timing and numerics.
+
+``launch(x0, x1)``: ``aten.bmm.dtype`` (3-d) or ``aten.mm.dtype`` (2-d) of two bf16/fp16 tensors with a
+float32 output (CUDA only: torch has no CPU kernel for it). ``reference(x0, x1)``: the float32 matmul
+of the upcasts, what the rewrite replaces.
+"""
+
+import torch
+
+
+def _op(x):
+    return torch.ops.aten.bmm if x.dim() == 3 else torch.ops.aten.mm
+
+
+def launch(x0, x1, *, variant=None, config=None):
+    if x0.device.type != "cuda":
+        raise RuntimeError(f"upcast_matmul needs CUDA tensors (got {x0.device}): aten.bmm.dtype has no CPU kernel")
+    if x0.dtype != x1.dtype or x0.dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"upcast_matmul takes two bf16 or two fp16 operands, got {x0.dtype} and {x1.dtype}")
+    return (_op(x0).dtype(x0, x1, torch.float32),)
+
+
+def reference(x0, x1):
+    return (_op(x0).default(x0.float(), x1.float()),)
+''')
+
+
+def candidate_id() -> str:
+    """``u`` + 10 hex digits of the rule's op sets (targets, layout ops, unit multiplications, converts)."""
+    text = repr((sorted(upcast.MATMULS.items()), sorted(upcast.LAYOUT), sorted(upcast.UNIT_MULS),
+                 sorted(upcast.CONVERTS), upcast.LOW))
+    return "u" + hashlib.sha1(text.encode()).hexdigest()[:10]
+
+
+def _sig(f: dict) -> tuple:
+    return (f["model"], f["preset"], f["phase"], f["target"],
+            tuple((tuple(i["shape"]), tuple(i["stride"])) for i in f["inputs"]),
+            tuple(None if s is None else (tuple(s["shape"]), s["dtype"]) for s in f["sources"]))
+
+
+def observed(found: list[dict]) -> list[dict]:
+    """One entry per distinct (model, preset, phase, target, operand shapes and sources) the rule accepted."""
+    groups: dict[tuple, list[dict]] = {}
+    for f in found:
+        if f["ok"]:
+            groups.setdefault(_sig(f), []).append(f)
+    out = []
+    for fs in groups.values():
+        f = fs[0]
+        out.append({"model": f["model"], "preset": f["preset"], "phase": f["phase"], "target": f["target"],
+                    "count": len(fs), "graphs": sorted({x["graph"] for x in fs}),
+                    # what the GEMM receives after the rewrite: the float32 operands' layout in the source dtype
+                    "inputs": [dict(i, dtype=s["dtype"]) for i, s in zip(f["inputs"], f["sources"])],
+                    "float32_inputs": f["inputs"], "outputs": [f["output"]],
+                    "sources": [{"shape": s["shape"], "dtype": s["dtype"]} for s in f["sources"]],
+                    "nodes": [x["node"] for x in fs]})
+    return out
+
+
+def declined(found: list[dict]) -> list[dict]:
+    """One entry per (model, preset, phase, target, reasons) the rule refused, with its nodes."""
+    groups: dict[tuple, list[dict]] = {}
+    for f in found:
+        if not f["ok"]:
+            groups.setdefault((f["model"], f["preset"], f["phase"], f["target"], tuple(f["reasons"])), []).append(f)
+    return [{"model": m, "preset": p, "phase": ph, "target": t, "reasons": list(rs), "count": len(fs),
+             "inputs": fs[0]["inputs"], "nodes": [x["node"] for x in fs]}
+            for (m, p, ph, t, rs), fs in groups.items()]
+
+
+def generate(workspace: Workspace, upcasts_path: str | Path, command: str) -> Generated | None:
+    """Write ``candidates/<id>/`` from a ``mined/upcasts.json``; None when the rule accepted no matmul there.
+
+    Parameters
+    ----------
+    workspace : Workspace
+        Where ``candidates/`` is.
+    upcasts_path : str or Path
+        The ``mined/upcasts.json`` (``miner mine --upcasts``); recorded in candidate.json as given.
+    command : str
+        The regenerating command, written into every file's header.
+    """
+    payload = upcast.load(Path(upcasts_path) if Path(upcasts_path).is_absolute()
+                          else Path(workspace.root) / upcasts_path)
+    found = payload["found"]
+    fired = observed(found)
+    if not fired:
+        return None
+    cid = candidate_id()
+    folder = workspace.candidates / cid
+    targets = tuple(sorted({f["target"] for f in found if f["ok"]} | {"aten.bmm.default", "aten.mm.default"}))
+    write_text(folder / "pattern.py", PATTERN_PY.substitute(
+        header=header(cid, command, "search pattern, rewrite, extra check"), id=cid, targets=repr(targets)))
+    write_text(folder / "kernel.py", KERNEL_PY.substitute(header=header(cid, command, "the GEMM the rewrite calls"),
+                                                          id=cid))
+    occ: dict[str, Counter] = {}
+    for f in found:
+        if f["ok"]:
+            occ.setdefault(f["model"], Counter())[f["phase"]] += 1
+    meta = {
+        "id": cid, "miner_version": __version__, "regenerate": command, "op": "aten.bmm.dtype|aten.mm.dtype",
+        "label": upcast.LABEL, "ops": "upcast -> bmm/mm (float32) => bmm/mm.dtype (bf16/fp16 in, float32 out)",
+        "kind": "upcast_matmul", "rule": "miner.mine.upcast.check",
+        "signature": {"inputs": 2, "scalars": 0, "outputs": 1, "input_kinds": ["float", "float"],
+                      "output_kinds": ["vec"]},
+        "observed": fired,
+        "declined": declined(found),
+        "occurrences": {m: dict(sorted(c.items())) for m, c in sorted(occ.items())},
+        "counts": dict(payload["counts"]),
+        "safety": {"ok": payload["counts"]["fired"], "rejected": payload["counts"]["declined"],
+                   "reasons": dict(payload["reasons"])},
+        "source": {"upcasts": str(upcasts_path)},
+    }
+    write_json(folder / "candidate.json", meta)
+    return Generated(cid, upcast.LABEL, folder, len(fired))
+
+
+__all__ = ["candidate_id", "declined", "generate", "observed"]

@@ -1,0 +1,304 @@
+"""Matmuls whose float32 operands are exact upcasts of bf16/fp16 values: one rule, for mining and the rewrite.
+
+SDPA's math path (taken when an attention bias requires grad, e.g. t5's position bias) converts
+bf16 q/k/v to float32 and runs ``aten.bmm.default`` in float32: a cuBLAS FFMA GEMM without tensor
+cores. When both operands are exact upcasts of bf16 (or both of fp16) values, the product of two
+such numbers is exact in float32, so ``aten.bmm.dtype(a16, b16, torch.float32)`` (a tensor-core GEMM
+with float32 accumulation and output) computes the same result up to the order of the float32 sums.
+
+The rule (:func:`check`) reads a graph through one tiny interface, ``node(name) -> NodeRecord``:
+a ``CapturedGraph`` when mining (:func:`mine`), :class:`FxNodes` (FX nodes converted on demand) at
+compile time (``candidates/<id>/pattern.py``). A matmul may be rewritten iff
+
+- its target is ``aten.bmm.default`` or ``aten.mm.default`` and its output is float32 on CUDA
+  (``aten.*.dtype`` has no CPU kernel) and the running torch has the ``.dtype`` overload;
+- each operand is an exact upcast: walking back from it through :data:`LAYOUT` ops (view, reshape,
+  permute, transpose, t, expand, clone, contiguous, alias) and multiplications by the Python scalar
+  exactly 1.0, it reaches a float32 ``convert_element_type`` (or ``_to_copy`` changing only the
+  dtype) of a bfloat16 or float16 tensor, with no symbolic size on the way;
+- both sources have the same dtype.
+
+Every refusal is a reason string; nothing here raises on a graph it does not understand.
+``mined/upcasts.json`` (``kind: UpcastMatmuls``) holds every float32 matmul of the captured graphs
+with its decision; ``miner generate --upcasts`` turns it into a candidate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Protocol
+
+from miner.core.records import CapturedGraph, NodeRecord
+
+KIND, SCHEMA = "UpcastMatmuls", 1
+UPCASTS_FILE = "upcasts.json"  # under mined/
+LABEL = "upcast_matmul"
+
+# matmul -> its overload taking an out_dtype (cuBLAS low-precision GEMM, float32 accumulate and output)
+MATMULS = {"aten.bmm.default": "aten.bmm.dtype", "aten.mm.default": "aten.mm.dtype"}
+LAYOUT = frozenset({
+    "aten.view.default", "aten.reshape.default", "aten._unsafe_view.default", "aten.permute.default",
+    "aten.transpose.int", "aten.t.default", "aten.expand.default", "aten.clone.default",
+    "aten.contiguous.default", "aten.alias.default",
+})
+UNIT_MULS = frozenset({"aten.mul.Tensor", "aten.mul.Scalar"})
+CONVERTS = frozenset({"prims.convert_element_type.default", "aten._to_copy.default"})
+LOW = ("bfloat16", "float16")
+MAX_STEPS = 32  # a longer chain is declined, not walked
+
+
+class Graph(Protocol):
+    """What the rule reads: a node's record by name (``CapturedGraph`` and :class:`FxNodes` have it)."""
+
+    def node(self, name: str) -> NodeRecord: ...
+
+
+class FxNodes:
+    """A ``torch.fx.Graph`` through ``node(name) -> NodeRecord`` (each FX node converted once, on demand)."""
+
+    def __init__(self, graph):
+        self._fx = {n.name: n for n in graph.nodes}
+        self._recs: dict[str, NodeRecord] = {}
+
+    def node(self, name: str) -> NodeRecord:
+        rec = self._recs.get(name)
+        if rec is None:
+            from miner.mine.safety import fx_record
+
+            rec = self._recs[name] = fx_record(self._fx[name])
+        return rec
+
+    def fx(self, name: str):
+        """The FX node ``name``."""
+        return self._fx[name]
+
+
+@dataclass(frozen=True)
+class Upcast:
+    """One operand as an exact upcast: its bf16/fp16 ``source`` node and the layout ops to replay on it.
+
+    ``steps`` are the node names from the source outwards, the convert and unit multiplications left out.
+    """
+
+    source: str
+    dtype: str
+    steps: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Whether matmul ``node`` may become ``out_target`` on its operands' sources, and why not."""
+
+    node: str
+    target: str
+    out_target: str | None
+    reasons: tuple[str, ...]
+    operands: tuple[Upcast | None, ...] = ()
+    applies: bool = True  # a bmm/mm with a float32 output: the rule's subject (others are no candidates)
+
+    @property
+    def ok(self) -> bool:
+        return not self.reasons
+
+
+def _dtype(rec: NodeRecord) -> str | None:
+    return rec.meta[0].dtype if rec.meta else None
+
+
+def _ref(value: Any) -> str | None:
+    return value["node"] if isinstance(value, dict) and set(value) == {"node"} else None
+
+
+def _is_unit(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and float(value) == 1.0
+
+
+def operand_upcast(graph: Graph, name: str, k: int = 0) -> tuple[Upcast | None, str | None]:
+    """Operand ``name`` (position ``k``) as an exact upcast, or (None, the reason it is not one)."""
+    steps: list[str] = []
+    cur = name
+    for _ in range(MAX_STEPS):
+        rec = graph.node(cur)
+        t = rec.target
+        if rec.op != "call_function":
+            return None, f"operand {k} is {_dtype(rec)} at its source (a graph input, no upcast)"
+        first = _ref(rec.args[0]) if rec.args else None
+        if t in LAYOUT:
+            if first is None:
+                return None, f"operand {k}: {t} of no tensor"
+            if len(rec.inputs()) > 1:
+                return None, f"operand {k}: {t} has a symbolic size"
+            steps.append(cur)
+            cur = first
+        elif t in UNIT_MULS:
+            other = rec.args[1] if len(rec.args) > 1 else None
+            if first is None or rec.kwargs:
+                return None, f"operand {k}: {t} of no tensor"
+            if _ref(other) is not None:
+                return None, f"operand {k}: {t} by a tensor is not exact"
+            if not _is_unit(other):
+                return None, f"operand {k}: {t} by {other!r} is not exact"
+            cur = first  # x * 1.0 == x: left out of the replay
+        elif t in CONVERTS:
+            return _convert(graph, rec, first, steps, k)
+        else:
+            return None, f"operand {k} is {_dtype(rec)} at its source ({t}, no upcast)"
+    return None, f"operand {k}: more than {MAX_STEPS} layout ops"
+
+
+def _convert(graph: Graph, rec: NodeRecord, first: str | None, steps: list[str], k: int):
+    if first is None:
+        return None, f"operand {k}: {rec.target} of no tensor"
+    if rec.target == "aten._to_copy.default" and set(rec.kwargs) - {"dtype"}:
+        return None, f"operand {k}: {rec.target} changes more than the dtype"
+    if _dtype(rec) != "float32":
+        return None, f"operand {k}: converts to {_dtype(rec)}, not float32"
+    src = _dtype(graph.node(first))
+    if src not in LOW:
+        return None, f"operand {k} is {src} at its source ({rec.target} from {src} is no bf16/fp16 upcast)"
+    return Upcast(first, src, tuple(reversed(steps))), None
+
+
+def has_overload(target: str) -> bool:
+    """True when the running torch has ``target`` (``"aten.bmm.dtype"``)."""
+    import torch
+
+    _, op, overload = target.split(".")
+    return hasattr(getattr(torch.ops.aten, op, None), overload)
+
+
+def check(graph: Graph, name: str) -> Decision:
+    """The rule: may matmul ``name`` of ``graph`` run as a bf16/fp16 GEMM with float32 output?
+
+    Parameters
+    ----------
+    graph
+        Anything with ``node(name) -> NodeRecord``: a ``CapturedGraph`` or :class:`FxNodes`.
+    name : str
+        The matmul node.
+
+    Returns
+    -------
+    Decision
+        ``ok`` with both operands' :class:`Upcast`, or every reason it may not (device, torch's
+        overload, each operand, mixed source dtypes). ``applies`` is False for what is no candidate
+        at all (another op, a matmul whose output is not float32). Never raises on an unknown op.
+    """
+    rec = graph.node(name)
+    out_target = MATMULS.get(rec.target)
+    if out_target is None:
+        return Decision(name, rec.target, None, (f"{rec.target} is not bmm/mm",), applies=False)
+    meta = rec.meta[0] if rec.meta else None
+    if meta is None or meta.dtype != "float32":
+        return Decision(name, rec.target, out_target,
+                        (f"output is {meta.dtype if meta else 'no tensor'}, not float32",), applies=False)
+    reasons = []
+    if meta.device.split(":")[0] != "cuda":
+        reasons.append(f"out_dtype matmul needs CUDA (device {meta.device})")
+    if not has_overload(out_target):
+        reasons.append(f"torch has no {out_target}")
+    operands = []
+    for k, arg in enumerate(rec.args[:2]):
+        ref = _ref(arg)
+        up, why = operand_upcast(graph, ref, k) if ref is not None else (None, f"operand {k} is no tensor")
+        operands.append(up)
+        if why:
+            reasons.append(why)
+    srcs = {u.dtype for u in operands if u is not None}
+    if len(srcs) > 1:
+        reasons.append(f"operands from {' and '.join(sorted(srcs))} sources")
+    return Decision(name, rec.target, out_target, tuple(reasons), tuple(operands))
+
+
+# --------------------------------------------------------------------------- mining
+
+@dataclass(frozen=True)
+class Found:
+    """One float32 matmul of a captured graph and the rule's decision on it."""
+
+    model: str
+    preset: str
+    mode: str
+    phase: str
+    graph: str  # the graph's slug, e.g. train-forward-0
+    node: str
+    target: str
+    inputs: tuple[dict, ...]  # the matmul's operands: {shape, dtype, stride}
+    output: dict  # {shape, dtype}
+    sources: tuple[dict | None, ...]  # per operand: {node, dtype, shape, steps} of its upcast source
+    ok: bool
+    reasons: tuple[str, ...] = field(default=())
+    module: str | None = None
+
+
+def _spec(rec: NodeRecord) -> dict:
+    m = rec.meta[0]
+    return {"shape": list(m.shape), "dtype": m.dtype, "stride": list(m.stride)}
+
+
+def find(graph: CapturedGraph) -> list[Found]:
+    """Every bmm/mm with a float32 output in ``graph``, with the rule's decision (low-precision ones are
+    not candidates and are left out)."""
+    out = []
+    for rec in graph.nodes:
+        if rec.op != "call_function" or rec.target not in MATMULS:
+            continue
+        d = check(graph, rec.name)
+        if not d.applies:
+            continue
+        ins = tuple(_spec(graph.node(_ref(a))) for a in rec.args[:2] if _ref(a) is not None)
+        srcs = tuple(None if u is None else {"node": u.source, "dtype": u.dtype, "steps": list(u.steps),
+                                             "shape": list(graph.node(u.source).meta[0].shape)}
+                     for u in d.operands)
+        k = graph.key
+        out.append(Found(k.model, k.preset, k.mode, k.phase, k.slug, rec.name, rec.target, ins,
+                         {"shape": list(rec.meta[0].shape), "dtype": "float32"}, srcs, d.ok, d.reasons, rec.module))
+    return out
+
+
+def mine(graphs: Iterable[CapturedGraph]) -> dict:
+    """``mined/upcasts.json``'s payload for ``graphs``: every float32 matmul and its decision.
+
+    Returns
+    -------
+    dict
+        ``{"schema", "kind", "graphs": [slug paths], "found": [Found as dict], "counts": {"fired",
+        "declined"}, "reasons": {reason: n}}``; the same graphs give the same payload.
+    """
+    graphs = list(graphs)
+    found = [f for g in graphs for f in find(g)]
+    reasons: dict[str, int] = {}
+    for f in found:
+        for r in f.reasons:
+            reasons[r] = reasons.get(r, 0) + 1
+    return {"schema": SCHEMA, "kind": KIND, "graphs": [str(g.key) for g in graphs],
+            "found": [asdict(f) for f in found],
+            "counts": {"fired": sum(f.ok for f in found), "declined": sum(not f.ok for f in found)},
+            "reasons": dict(sorted(reasons.items()))}
+
+
+def save(workspace, payload: dict):
+    """Write ``mined/upcasts.json`` atomically; returns its path."""
+    from miner.core.workspace import write_json
+
+    return write_json(workspace.mined / UPCASTS_FILE, payload)
+
+
+def load(path) -> dict:
+    """A ``mined/upcasts.json`` (``WorkspaceError`` when missing, corrupt or of another schema)."""
+    from miner.core.workspace import read_envelope
+
+    return read_envelope(path, KIND, SCHEMA, "miner mine --upcasts-only")
+
+
+def summary(payload: dict) -> str:
+    """One line: how many float32 matmuls may become bf16/fp16 GEMMs, and the commonest refusal."""
+    c = payload["counts"]
+    top = max(payload["reasons"].items(), key=lambda kv: kv[1], default=None)
+    return (f"upcast matmuls: {c['fired']} of {c['fired'] + c['declined']} float32 bmm/mm are exact bf16/fp16 "
+            f"upcasts" + (f"; commonest refusal ({top[1]}x): {top[0]}" if top else ""))
+
+
+__all__ = ["CONVERTS", "Decision", "Found", "FxNodes", "KIND", "LABEL", "LAYOUT", "MATMULS", "SCHEMA",
+           "UNIT_MULS", "UPCASTS_FILE", "Upcast", "check", "find", "has_overload", "load", "mine",
+           "operand_upcast", "save", "summary"]
