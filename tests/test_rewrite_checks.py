@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from types import SimpleNamespace
 
 import pytest
@@ -95,3 +96,32 @@ def test_dynamic_shapes_still_decline_what_the_contract_refuses():
     run = compiled_run(fn, args, FUSIONS, "softmax_like", backward=False, dynamic=True)
     check(run, eager_run(fn, args), "softmax_like", expect="decline")
     assert "broadcast copies" in " ".join(run.all_reasons()), run.declined
+
+
+def test_a_declined_match_counts_once_per_graph():
+    """The pass runs in both post-grad slots: the second run over the same graph sees the same
+    declined match again and must not count it twice; the same match in another graph counts."""
+
+    class Match:
+        def __init__(self, node):
+            self.node, self.kwargs = node, {}
+
+        def output_node(self):
+            return self.node
+
+    def graph():
+        g = torch.fx.Graph()
+        g.output(g.call_function(torch.relu, (g.placeholder("x"),)))
+        return g
+
+    def counted(g, times):
+        before = Counter(rewrite.GATE_DECISIONS)
+        node = next(n for n in g.nodes if n.op == "call_function")
+        for _ in range(times):
+            rewrite.record_declines(Match(node), "miner::once_test", 0, ["a reason"])
+        return sum((Counter(rewrite.GATE_DECISIONS) - before).values())
+
+    g = graph()
+    assert counted(g, 2) == 1
+    assert counted(g, 1) == 0
+    assert counted(graph(), 1) == 1

@@ -419,8 +419,8 @@ def run_ab(build: Callable[[], Any], *, model: str, mode: str, compile_mode: str
     if len(fired) == 1:
         every.res.note = f"only {fired[0]} fires: this is {fired[0]} alone"
     elif not fired:
-        every.res.note = "no fusion fires" + (" (dynamic shapes: the fusions need static sizes)"
-                                              if compile_mode == "dynamic" else "")
+        every.res.note = "no fusion fires" + ("" if every.res.gate_decisions else
+                                              ": no pattern matched the graph (nothing declined)")
     for f in (fired if len(fired) > 1 else []):
         if late():
             r.variants.append(VariantResult(f"alone:{f}", [f], GATE_OPEN, error="not compiled: --time-budget spent"))

@@ -30,6 +30,7 @@ value and passes it to the op.
 from __future__ import annotations
 
 import hashlib
+import weakref
 import importlib.util
 import logging
 import os
@@ -220,9 +221,21 @@ def match_ok(match, op_name: str, n_inputs: int, input_kinds: Sequence[str], ran
     return not reasons
 
 
+_DECLINED: "weakref.WeakKeyDictionary[torch.fx.Graph, set[tuple[str, str]]]" = weakref.WeakKeyDictionary()
+
+
 def record_declines(match, op_name: str, n_inputs: int, reasons: Sequence[str]) -> None:
-    """Count each reason of a declined match (:func:`record_decline`), labelled by its inputs' metas."""
+    """Count each reason of a declined match (:func:`record_decline`), labelled by its inputs' metas.
+
+    A match is counted once per graph: the pass runs in both post-grad slots (``inductor_options``),
+    and the second run sees the same declined match again.
+    """
     if reasons:
+        node = match.output_node()
+        seen = _DECLINED.setdefault(node.graph, set())
+        if (node.name, op_name) in seen:
+            return
+        seen.add((node.name, op_name))
         vals = match_vals(match, n_inputs) or ()
         # str() of a symbolic size reads it without specializing it (int() would add a guard)
         label = " ".join(f"{dtypes.name(v.dtype)}[{','.join(map(str, v.shape))}]" for v in vals)
