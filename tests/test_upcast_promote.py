@@ -1,0 +1,99 @@
+"""The upcast-matmul candidate through the pipeline's own verbs: ``miner validate`` (what runs on a CPU,
+what is recorded as not run), ``miner promote`` (refused without an in-model win, a gated fusion with
+one), and the review's decision table (``miner candidates``). CPU, fast; the CUDA half of ``validate``
+is ``test_validate_on_cuda`` (``-m gpu``)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from miner.check import upcast as checks
+from miner.check.validate import validate
+from miner.core import candidate as candidates
+from miner.core.workspace import Workspace
+from miner.generate import upcast as gen
+from miner.mine import upcast
+
+REPO = Path(__file__).resolve().parents[1]
+CID = gen.candidate_id()
+
+
+@pytest.fixture
+def ws(tmp_path) -> Workspace:
+    """A workspace holding a copy of the committed upcast candidate (nothing else)."""
+    (tmp_path / "candidates").mkdir()
+    shutil.copytree(REPO / "candidates" / CID, tmp_path / "candidates" / CID)
+    return Workspace(tmp_path)
+
+
+# --------------------------------------------------------------------------- validate
+
+def test_validate_on_cpu_runs_the_graph_checks_and_marks_the_cuda_ones_not_run(ws):
+    v = validate(ws, CID, device="cpu")
+    data = json.loads((ws.candidates / CID / "validation.json").read_text())
+    assert data["ok"] is True and data["model"] is False and data["device"] == "cpu" and data["failure"] is None
+    by_kind = {}
+    for c in data["checks"]:
+        by_kind.setdefault(c["kind"], []).append(c)
+    # no CUDA check claimed on the CPU: the .dtype GEMM and the compiled model did not run
+    assert by_kind["numerics"] and all(c["ok"] is None and c["device"] == "cpu" for c in by_kind["numerics"])
+    assert [c["ok"] for c in by_kind["rewrite"]] == [None] and "not proven on cpu" in by_kind["rewrite"][0]["detail"]
+    graph = by_kind["graph"]
+    assert [c["ok"] for c in graph] == [True, True], graph
+    assert graph[0]["matches"] == 1 and "is not exact" in graph[0]["detail"]  # QK^T fires, PV declines
+    assert graph[1]["max_abs"] == 0.0  # the emulated GEMM computes exactly what the chain did
+    assert candidates.status(ws, candidates.load(ws, CID)) == "validated" and v.ok
+
+
+def test_validate_fails_when_the_rewrite_does_not_fire_on_the_mined_chain(ws, monkeypatch):
+    monkeypatch.setattr(upcast, "UNIT_MULS", frozenset())  # k's multiplication by 1.0 no longer passes the rule
+    v = validate(ws, CID, device="cpu", model=False)
+    assert not v.ok and v.failure.startswith("graph ") and "0 matches, expected 1" in v.failure
+    assert candidates.status(ws, candidates.load(ws, CID)) == "failed"
+
+
+def test_validate_command_validates_the_upcast_candidate(ws, capsys):
+    from miner import cli
+
+    assert cli.main(["--workspace", str(ws.root), "validate", CID, "--device", "cpu", "--no-model"]) == 0
+    out = capsys.readouterr().out
+    assert "skip numerics" in out and "ok   graph" in out and "not run on cpu" in out
+    assert "is not validated here" not in out
+
+
+def test_gemm_verdict_allows_the_replaced_gemms_error_and_no_more():
+    ref = torch.linspace(-1, 1, 64, dtype=torch.float64).reshape(8, 8)
+    exact = ref.float()
+    assert checks.compare_gemm(exact, exact, ref)[0]
+    fp32 = ref.float() + 1e-4  # the float32 GEMM it replaces is off by 1e-4
+    assert checks.compare_gemm(ref.float() + 1.5e-4, fp32, ref)[0]
+    ok, max_abs, _, detail = checks.compare_gemm(ref.float() + 5e-4, fp32, ref)
+    assert not ok and max_abs == pytest.approx(5e-4, rel=1e-2) and "max abs 1.00e-04" in detail
+    assert not checks.compare_gemm(ref.double(), fp32, ref)[0]  # a float64 output is not what the rewrite makes
+
+
+def test_numeric_entries_cover_observed_fp16_and_mm():
+    meta = candidates.at(REPO / "candidates" / CID).meta
+    labels = [label for label, _ in checks.numeric_entries(meta)]
+    assert len(labels) == len(meta["observed"]) + 2
+    assert labels[-2].endswith("float16") and labels[-1].startswith("mm [512,64]x[64,512]")
+
+
+def test_a_chain_the_shapes_do_not_describe_is_not_run():
+    entry = {"sources": [{"shape": [2, 3], "dtype": "bfloat16"}] * 2, "float32_inputs": [{"shape": [2, 3]}] * 2}
+    assert checks.attention_chain(entry) is None
+    cand = candidates.at(REPO / "candidates" / CID)
+    assert checks.check_graph(cand.pattern_module, CID, entry).ok is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_validate_on_cuda(ws):
+    v = validate(ws, CID, device="cuda")
+    assert v.ok and v.model, v.failure
+    assert all(c.ok is True for c in v.checks), [(c.case, c.detail) for c in v.checks if c.ok is not True]
