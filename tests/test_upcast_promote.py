@@ -97,3 +97,115 @@ def test_validate_on_cuda(ws):
     v = validate(ws, CID, device="cuda")
     assert v.ok and v.model, v.failure
     assert all(c.ok is True for c in v.checks), [(c.case, c.detail) for c in v.checks if c.ok is not True]
+
+
+# --------------------------------------------------------------------------- promote
+
+def _cuda_validation(ws: Workspace) -> None:
+    """A validation.json as `miner validate --device cuda` writes it when every check passed (synthetic)."""
+    from miner.core.workspace import write_json
+
+    checks_ = [{"kind": "numerics", "case": "t5 forward", "ok": True, "device": "cuda"},
+               {"kind": "graph", "case": "t5 attention chain", "ok": True, "device": "cpu (fake cuda tensors)"},
+               {"kind": "rewrite", "case": "t5/tiny/train (cuda)", "ok": True, "matches": 4, "device": "cuda"}]
+    write_json(ws.candidates / CID / "validation.json",
+               {"id": CID, "ok": True, "failure": None, "device": "cuda", "model": True, "checks": checks_,
+                "sources": candidates.sources_digest(ws.candidates / CID)})
+
+
+def _record(verdict: str, speedup: float, contexts: dict | None = None, model: str = "t5") -> dict:
+    return {"model": model, "mode": "train", "compile": "default", "preset": "base", "speedup": speedup,
+            "band": 0.004, "verdict": verdict, "matches": 24, "contexts": contexts or {}, "gpu": "synthetic",
+            "date": "2026-12-03T00:00:00+00:00"}
+
+
+def test_promote_refuses_a_cpu_validation_naming_the_cuda_command(ws):
+    from miner.core.errors import UsageError
+    from miner.promote import promote
+
+    validate(ws, CID, device="cpu")
+    with pytest.raises(UsageError, match=rf"not proven on cpu.*miner validate {CID} --device cuda"):
+        promote(ws, CID, "upcast_matmul")
+    assert not (ws.root / "fusions").exists()
+
+
+def test_promote_refuses_without_in_model_evidence_and_with_a_loss(ws):
+    from miner.check.promotion import write_evidence
+    from miner.core.errors import UsageError
+    from miner.promote import promote
+
+    _cuda_validation(ws)
+    with pytest.raises(UsageError, match=rf"no in-model GPU evidence.*--candidates {CID}"):
+        promote(ws, CID, "upcast_matmul")
+    write_evidence(ws, CID, [_record("win", 1.04), _record("loss", 0.97, model="llama")])
+    with pytest.raises(UsageError, match=r"makes the step slower where it fires: llama train/default: 0.970x"):
+        promote(ws, CID, "upcast_matmul")
+    assert not (ws.root / "fusions").exists()
+
+
+def _fusion_context(module, entry) -> tuple:
+    """(Context the gate saw for the chain's QK^T match, fired) running the promoted fusion on the chain."""
+    from collections import Counter
+
+    from miner.runtime import gate
+
+    before = Counter(gate.OBSERVED)
+    _, p, _, _ = checks.rewrite_chain(module, "upcast_matmul", entry)
+    (ctx,) = {c for (n, c, f), k in gate.OBSERVED.items() if n == "upcast_matmul" and k > before[(n, c, f)]}
+    return ctx, p.counts["upcast_matmul"]
+
+
+def test_promote_with_a_win_writes_a_gated_fusion_that_fires_only_where_it_won(ws):
+    from miner.check.promotion import write_evidence
+    from miner.promote import promote
+    from miner.runtime import fusions, gate, rewrite
+
+    _cuda_validation(ws)
+    write_evidence(ws, CID, [_record("win", 1.04)])  # a win, no context measured yet
+    done = promote(ws, CID, "upcast_matmul")
+    folder = ws.root / "fusions" / "upcast_matmul"
+    assert {p.name for p in done.files} >= {"pattern.py", "kernel.py", "fusion.json", "wins.json", "__init__.py",
+                                            "test_upcast_matmul.py"}
+    fusion = json.loads((folder / "fusion.json").read_text())
+    assert fusion["pattern_id"] == CID and fusion["validation"]["device"] == "cuda"
+    assert rewrite.load_wins(folder / "wins.json")["in_model"]["records"][0]["speedup"] == 1.04
+    assert candidates.status(ws, candidates.load(ws, CID)) == "promoted"
+    module = fusions.load(ws.root, "upcast_matmul")
+    assert module.OP_NAME == "miner::upcast_matmul" and module.PATTERN_ID == CID
+    assert module.WINS["in_model"]["records"][0]["verdict"] == "win"
+    # the candidate's own pattern.py stays ungated: the fusion differs from it by the gate alone
+    cand_src = (ws.candidates / CID / "pattern.py").read_text()
+    assert "wins_gate" not in cand_src and "rewrite.wins_gate(match, WINS, N_INPUTS)" in (folder / "pattern.py").read_text()
+
+    entry = candidates.load(ws, CID).meta["observed"][0]
+    ctx, fired = _fusion_context(module, entry)
+    assert fired == 0  # no in-model record covers this context: unmeasured, declined
+    module.WINS = gate.merge_records(module.WINS, "upcast_matmul", [_record("win", 1.04, {ctx.site: 24})])
+    assert _fusion_context(module, entry)[1] == 1  # measured as a win there: fires
+    module.WINS = gate.merge_records(module.WINS, "upcast_matmul", [_record("loss", 0.98, {ctx.site: 24})])
+    assert _fusion_context(module, entry)[1] == 0  # re-measured as a loss: declines again
+    with gate.forced_open():
+        assert _fusion_context(module, entry)[1] == 1
+
+
+def test_promoted_fusion_is_cache_safe_and_its_generated_test_passes(ws, tmp_path):
+    import subprocess
+    import sys
+
+    from miner.check.promotion import write_evidence
+    from miner.promote import promote
+    from miner.runtime import fusions
+
+    _cuda_validation(ws)
+    write_evidence(ws, CID, [_record("win", 1.04)])
+    promote(ws, CID, "upcast_matmul")
+    uuid = fusions.graph_pass(ws.root).uuid()
+    write_evidence(ws, CID, [_record("win", 1.06)])
+    promote(ws, CID, "upcast_matmul")  # re-measured: new evidence in wins.json, so a new cache key
+    assert fusions.graph_pass(ws.root).uuid() != uuid
+    test = ws.root / "tests" / "fusions" / "test_upcast_matmul.py"
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test)],
+                         cwd=ws.root, capture_output=True, text=True, timeout=300,
+                         env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert " passed" in run.stdout and "failed" not in run.stdout

@@ -164,18 +164,25 @@ def rewrite_chain(module, name: str, entry: dict, *, gate_open: bool = False):
     Returns ``(gm, pass, fn, specs)``, or None when ``entry`` is no attention chain. ``gate_open``
     holds a promoted fusion's in-model gate open (``miner.runtime.gate.forced_open``).
     """
-    from miner.runtime import gate
-
     built = attention_chain(entry)
     if built is None:
         return None
     fn, specs = built
     gm = trace(fn, specs)
     p = _pass(module, name)
-    with gate.forced_open(gate_open):
+    with _open(gate_open):
         p(gm.graph)
     gm.recompile()
     return gm, p, fn, specs
+
+
+def _open(gate_open: bool):
+    """``miner.runtime.gate.forced_open`` when ``gate_open``; else the gate as the caller left it."""
+    import contextlib
+
+    from miner.runtime import gate
+
+    return gate.forced_open() if gate_open else contextlib.nullcontext()
 
 
 def _label(entry: dict) -> str:
@@ -261,13 +268,13 @@ def compiled_step(built, mode: str, graph_pass, device: str, *, gate_open: bool 
     import torch
 
     from miner.check.verify import _first_tensor, make_step
-    from miner.runtime import gate, rewrite
+    from miner.runtime import rewrite
 
     torch._dynamo.reset()
     model = copy.deepcopy(built.model)
     try:
         options = rewrite.inductor_options(graph_pass) if graph_pass is not None else None
-        with torch._inductor.config.patch(force_disable_caches=True, fallback_random=True), gate.forced_open(gate_open):
+        with torch._inductor.config.patch(force_disable_caches=True, fallback_random=True), _open(gate_open):
             step = make_step(torch.compile(model, options=options, dynamic=False), built.inputs, built.loss, mode, device)
             torch.manual_seed(0)
             if device == "cuda":
