@@ -209,3 +209,70 @@ def test_promoted_fusion_is_cache_safe_and_its_generated_test_passes(ws, tmp_pat
                          env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert " passed" in run.stdout and "failed" not in run.stdout
+
+
+# --------------------------------------------------------------------------- review
+
+def _ab(model: str, speedup: float, band: float = 0.004, date: str = "2026-12-04T10:00:00Z"):
+    """A `miner verify --ab --candidates <id>` result (synthetic): the candidate alone (``all``) in a t5 step."""
+    from miner.check import ab
+    from miner.check.verify import Parity, StepStats
+
+    base = StepStats(100.0, 99.5, 100.5, 15, 10 * 2**30, 1.0)
+    fused = StepStats(100.0 / speedup, 99.5 / speedup, 100.5 / speedup, 15, 10 * 2**30, 1.0)
+    return ab.ABResult(model, "train", "default", "base", 16, 512, variants=[
+        ab.VariantResult("default", [], "-", step=base, speedup=1.0),
+        ab.VariantResult("control", [], "-", step=base, speedup=1.0, verdict="noise"),
+        ab.VariantResult("all", [CID], "open", step=fused, speedup=speedup, verdict=ab.verdict(speedup, band),
+                         parity=Parity(1.0, 1.0, 0.0, 0.0, 0.0, None, None, True), matches={CID: 24},
+                         contexts={CID: {"float32[192,512,64] float32[192,64,512] | x": 24}})],
+        noise_band=band, fires={CID: 24}, env={"gpu": "NVIDIA H200", "date": date, "device": "cuda"})
+
+
+def _row(ws: Workspace):
+    from miner.rank import decision, rank
+
+    dec = decision.decide(rank.review(ws), ws)
+    rows = [d for d in dec.rows if d.id == CID or d.name == "upcast_matmul"]
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+def test_review_lists_the_upcast_candidate_with_its_in_model_verdict(ws, capsys):
+    from miner import cli
+    from miner.check import abrun
+    from miner.rank.decision import ADOPT, ONLY, UNMEASURED
+
+    d = _row(ws)
+    assert (d.verdict, d.name, d.promoted, d.status) == (UNMEASURED, "upcast_matmul", False, "generated")
+    abrun.save([_ab("t5", 1.06)], ws.reports / "gpu" / "ab-t5")
+    d = _row(ws)
+    assert d.verdict == ADOPT and [s.where for s in d.steps] == ["t5 train/default"]
+    assert d.steps[0].speedup == pytest.approx(1.06) and d.steps[0].source == "reports/gpu/ab-t5/verify.json"
+    assert d.where == "not promoted (won in t5 train/default)"
+    abrun.save([_ab("llama", 0.97, date="2026-12-04T11:00:00Z")], ws.reports / "gpu" / "ab-llama")
+    assert _row(ws).verdict == ONLY
+    assert cli.main(["--workspace", str(ws.root), "candidates"]) == 0
+    out = capsys.readouterr().out
+    assert CID in out and "upcast_matmul" in out and "t5 train 1.060x" in out
+    assert cli.main(["--workspace", str(ws.root), "candidates", "--csv"]) == 0
+    row = next(r for r in __import__("csv").DictReader(__import__("io").StringIO(capsys.readouterr().out))
+               if r["id"] == CID)
+    assert row["verdict"] == ONLY and row["status"] == "generated"
+
+
+def test_review_marks_a_failed_validation_unsafe_and_a_promoted_fusion_once(ws, monkeypatch):
+    from miner.check.promotion import write_evidence
+    from miner.promote import promote
+    from miner.rank.decision import ADOPT, UNSAFE
+
+    monkeypatch.setattr(upcast, "UNIT_MULS", frozenset())
+    validate(ws, CID, device="cpu", model=False)
+    monkeypatch.undo()
+    assert _row(ws).verdict == UNSAFE and "0 matches, expected 1" in _row(ws).reason
+    _cuda_validation(ws)
+    write_evidence(ws, CID, [_record("win", 1.04)])
+    promote(ws, CID, "upcast_matmul")
+    d = _row(ws)  # the fusion's row, from its wins.json (no A/B file here): one row, not two
+    assert (d.verdict, d.name, d.promoted, d.status) == (ADOPT, "upcast_matmul", True, "promoted")
+    assert d.steps[0].source == "fusions/upcast_matmul/wins.json" and d.where == "nowhere"  # no context measured

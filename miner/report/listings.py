@@ -100,7 +100,7 @@ def decision_csv(dec: Decisions, review: Review) -> list[dict[str, Any]]:
                     "step_speedup_max": best.speedup if best else None, "step_where_max": best.where if best else None,
                     "steps": [step_text(s) for s in d.steps], "memory_mib": [s.mem_mib for s in d.steps],
                     "ab_source": dec.ab_source, "reason": d.reason,
-                    "status": r.status if r else "promoted", "ops": d.ops,
+                    "status": r.status if r else (d.status or "promoted"), "ops": d.ops,
                     "predicted_speedup": _pred(r.speedup) if r else None,
                     "predicted_saved_us_per_step": _pred(r.saved_ms, 1e3) if r else None})
     return out
