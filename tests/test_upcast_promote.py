@@ -276,3 +276,15 @@ def test_review_marks_a_failed_validation_unsafe_and_a_promoted_fusion_once(ws, 
     d = _row(ws)  # the fusion's row, from its wins.json (no A/B file here): one row, not two
     assert (d.verdict, d.name, d.promoted, d.status) == (ADOPT, "upcast_matmul", True, "promoted")
     assert d.steps[0].source == "fusions/upcast_matmul/wins.json" and d.where == "nowhere"  # no context measured
+
+
+def test_candidates_show_explains_the_upcast_candidate(ws, capsys):
+    from miner import cli
+
+    validate(ws, CID, device="cpu")
+    assert cli.main(["--workspace", str(ws.root), "candidates", "show", CID[:5]]) == 0
+    out = capsys.readouterr().out
+    assert "not measured" in out and "24  t5 forward aten.bmm.default" in out and "is not exact" in out
+    assert "overall: ok (4 check(s) not run: ?)" in out and "not proven on cpu" in out
+    assert cli.main(["--workspace", str(ws.root), "candidates", "show", CID, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["decision"]["verdict"] == "not measured"
