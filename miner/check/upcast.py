@@ -189,6 +189,10 @@ def _label(entry: dict) -> str:
     return f"{entry.get('model', '?')} attention chain q/k/v {entry['sources'][0]['dtype']}{entry['sources'][0]['shape']}"
 
 
+def _not_a_chain(label: str) -> Check:
+    return Check("graph", label, None, "not run: the observed shapes are no [B,H,S,D] attention chain", device="cpu")
+
+
 def check_graph(module, name: str, entry: dict, *, gate_open: bool = False) -> Check:
     """The pass on the chain at ``entry``'s shapes (fake CUDA tensors): QK^T becomes ``.dtype`` on
     low-precision operands, PV declines with "... is not exact"."""
@@ -198,8 +202,7 @@ def check_graph(module, name: str, entry: dict, *, gate_open: bool = False) -> C
     label = _label(entry) + " (fake CUDA tensors)"
     done = rewrite_chain(module, name, entry, gate_open=gate_open)
     if done is None:
-        return Check("graph", label, None, "not run: the observed shapes are no [B,H,S,D] attention chain",
-                     device="cpu")
+        return _not_a_chain(label)
     gm, p, _, _ = done
     problems = []
     if p.counts[name] != 1:
@@ -243,8 +246,7 @@ def check_emulated(module, name: str, entry: dict, *, gate_open: bool = False) -
     label = _label(small) + " rewritten, run on CPU with the GEMM emulated"
     done = rewrite_chain(module, name, small, gate_open=gate_open)
     if done is None:
-        return Check("graph", label, None, "not run: the observed shapes are no [B,H,S,D] attention chain",
-                     device="cpu")
+        return _not_a_chain(label)
     gm, p, fn, specs = done
     if not p.counts[name]:
         return Check("graph", label, False, "the rewrite did not fire", matches=0, device="cpu",
