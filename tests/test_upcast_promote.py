@@ -91,6 +91,32 @@ def test_a_chain_the_shapes_do_not_describe_is_not_run():
     assert checks.check_graph(cand.pattern_module, CID, entry).ok is None
 
 
+def test_model_check_compiles_steps_and_compares_and_fails_when_nothing_fires(monkeypatch):
+    """check_model's plumbing on the CPU (the CUDA path with a stand-in model): the candidate declines every
+    CPU matmul, so 0 matches is a failed check, while the two compiled steps agree."""
+    import warnings
+
+    from miner_models.base import Built
+
+    class Tiny(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(2, 4, 3))
+
+        def forward(self, q):
+            return torch.bmm(q.float(), self.w)
+
+    torch.manual_seed(0)
+    built = Built(Tiny(), {"q": torch.randn(2, 5, 4).to(torch.bfloat16)}, lambda out: out.float().square().mean())
+    monkeypatch.setattr(checks, "models_build", lambda model, mode, device: built)
+    cand = candidates.at(REPO / "candidates" / CID)
+    with warnings.catch_warnings():  # CUDA autocast asked for on CPU tensors (or without CUDA): no effect
+        warnings.simplefilter("ignore")
+        c = checks.check_model(cand.pattern_module, CID, "tiny", "train", "cuda")
+    assert c.ok is False and c.matches == 0 and c.detail.startswith("the rewrite did not fire (0 matches)")
+    assert c.max_rel == 0.0 and c.device == "cuda"
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_validate_on_cuda(ws):
