@@ -81,6 +81,11 @@ def promote(workspace: Workspace, cid: str, name: str, root: Path | None = None)
         raise UsageError(f"candidate {cand.id} is already promoted as fusions/{existing}/; refresh it with "
                          f"`miner promote {cand.id} --name {existing}`, or remove that folder first")
     evidence = require_in_model_win(workspace, cand.id)  # a measured in-model step win, or a refusal
+    tests_root = (root or workspace.root) / "tests" / "fusions"
+    clash = sorted(p for p in tests_root.parent.rglob(f"test_{name}.py") if p != tests_root / f"test_{name}.py")
+    if clash:  # pytest (rootdir imports) refuses two test modules of one basename: the whole suite would not collect
+        raise UsageError(f"fusion {name!r}: its test tests/fusions/test_{name}.py would share its module name with "
+                         f"{clash[0]}; choose another --name or rename that file")
     meta = cand.meta
     command = f"miner promote {meta['id']} --name {name}"
     folder = workspace.fusions / name
@@ -99,7 +104,6 @@ def promote(workspace: Workspace, cid: str, name: str, root: Path | None = None)
     carried = carry_into(folder / rewrite.WINS_FILE, name, evidence)  # the gate's in-model evidence
     files += [] if wins else [carried]
     files.append(write_registry(workspace))
-    tests_root = (root or workspace.root) / "tests" / "fusions"
     test = (gen_upcast.render_fusion_test(header(meta["id"], command, f"test of fusion {name}"), name, meta,
                                           pick_model(meta)) if is_upcast else render_test(workspace, name, meta, command))
     files.append(write_text(tests_root / f"test_{name}.py", test))

@@ -181,6 +181,21 @@ def _fusion_context(module, entry) -> tuple:
     return ctx, p.counts["upcast_matmul"]
 
 
+def test_promote_refuses_a_name_whose_test_module_name_is_taken(ws):
+    from miner.check.promotion import write_evidence
+    from miner.core.errors import UsageError
+    from miner.promote import promote
+
+    _cuda_validation(ws)
+    write_evidence(ws, CID, [_record("win", 1.04)])
+    (ws.root / "tests").mkdir()
+    (ws.root / "tests" / "test_upcast_matmul.py").write_text("")
+    with pytest.raises(UsageError, match=r"would share its module name with .*tests/test_upcast_matmul.py"):
+        promote(ws, CID, "upcast_matmul")
+    assert not (ws.root / "fusions").exists()
+    assert promote(ws, CID, "upcast_gemm").name == "upcast_gemm"
+
+
 def test_promote_with_a_win_writes_a_gated_fusion_that_fires_only_where_it_won(ws):
     from miner.check.promotion import write_evidence
     from miner.promote import promote
