@@ -330,22 +330,28 @@ def validate(cand, device: str, model: bool = True, log: Callable[[str], None] =
     """Every check of upcast candidate ``cand`` on ``device`` (``cuda`` or ``cpu``); ``validation.json`` is
     written by the caller (``miner.check.validate.validate``)."""
     v = Validation(cand.id, True, device, model)
-    checks = [check_numerics(cand.kernel_module, label, entry, device) for label, entry in numeric_entries(cand.meta)]
+    checks: list[Check] = []
+
+    def add(c: Check) -> None:
+        log(_line(c))
+        checks.append(c)
+
+    for label, entry in numeric_entries(cand.meta):
+        add(check_numerics(cand.kernel_module, label, entry, device))
     for entry in cand.meta.get("observed", ())[:1]:  # the chain's checks do not depend on which shape
-        checks += [check_graph(cand.pattern_module, cand.id, entry), check_emulated(cand.pattern_module, cand.id, entry)]
+        add(check_graph(cand.pattern_module, cand.id, entry))
+        add(check_emulated(cand.pattern_module, cand.id, entry))
     if not checks:
-        checks.append(Check("numerics", "observed shapes", False, "no observed shape to check", device=device))
+        add(Check("numerics", "observed shapes", False, "no observed shape to check", device=device))
     if model:
         pick = pick_model(cand.meta)
-        checks.append(Check("rewrite", "model", False, "no model to prove the rewrite in", device=device)
-                      if pick is None else check_model(cand.pattern_module, cand.id, *pick, device=device))
-    for c in checks:
-        log(_line(c))
+        add(Check("rewrite", "model", False, "no model to prove the rewrite in", device=device)
+            if pick is None else check_model(cand.pattern_module, cand.id, *pick, device=device))
     v.checks = checks
     v.model = model and any(c.kind == "rewrite" and c.ok is not None for c in checks)
     return v
 
 
 __all__ = ["CUDA_ONLY", "DROPOUT_SCALE", "SHRUNK", "SLACK", "attention_chain", "check_emulated", "check_graph",
-           "check_model", "check_numerics", "compare_gemm", "compiled_step", "emulated_run", "numeric_entries", "rewrite_chain",
-           "shrunk", "trace", "validate"]
+           "check_model", "check_numerics", "compare_gemm", "compiled_step", "emulated_run", "numeric_entries",
+           "rewrite_chain", "shrunk", "trace", "validate"]

@@ -422,4 +422,5 @@ def show_csv(r: Ranked) -> list[dict]:
 
 
 __all__ = ["accuracy_line", "candidates_json", "decision_cells", "decision_csv", "decision_listing", "mem_text",
-           "ranking_csv", "ranking_listing", "row_json", "show_csv", "show_listings", "steps_listing", "unranked_show_listings", "step_text"]
+           "ranking_csv", "ranking_listing", "row_json", "show_csv", "show_listings", "steps_listing",
+           "unranked_show_listings", "step_text"]
