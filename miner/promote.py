@@ -10,6 +10,12 @@ its latest run in ``candidates/<id>/bench.json``); the fusion's extra check read
 (``miner.runtime.rewrite.wins_gate``) so that on CUDA it fires only where it was measured to win.
 Without a bench.json there is no wins.json and the fusion fires as unmeasured;
 ``miner promote`` again refreshes it (``miner bench --import`` says when).
+
+An upcast-matmul candidate (``kind: upcast_matmul``, an aten rewrite with no Triton kernel) is
+rendered by ``miner.generate.upcast`` instead: its pattern.py is the candidate's rule and rewrite with
+the in-model gate added to ``extra_check`` (``rewrite.wins_gate`` on ``WINS``), its kernel.py the GEMM,
+its test ``miner.check.upcast``'s checks. Its validation must have proven the rewrite in a model on
+CUDA, and the same in-model promotion rule applies.
 """
 
 from __future__ import annotations
@@ -31,6 +37,9 @@ from miner.generate.generate import (KERNEL_IMPORT, example_shapes, header, rend
                             spec_from_pattern)
 from miner.check.cases import fusion_cases
 from miner.check.promotion import carry_into, require_in_model_win
+from miner.check.validate import pick_model
+from miner.generate import upcast as gen_upcast
+from miner.mine import upcast as upcast_rule
 from miner.core.workspace import Workspace, read_json, write_json, write_text
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -55,8 +64,10 @@ def check_promotable(workspace: Workspace, cid: str) -> tuple[Candidate, dict]:
         raise UsageError(f"candidate {cand.id} is not validated (status failed: {validation.get('failure')}); "
                          f"fix it and run `miner validate {cand.id}`")
     if not any(c["kind"] == "rewrite" and c["ok"] for c in validation.get("checks", [])):
+        why = next((c.get("detail") for c in validation.get("checks", []) if c["kind"] == "rewrite" and c["ok"] is None),
+                   None)  # a check recorded as not run where it was asked to (an upcast candidate on a CPU)
         raise UsageError(f"candidate {cand.id} was validated without proving the rewrite in a model "
-                         f"(--no-model); run `miner validate {cand.id}`")
+                         + (f"({why})" if why else f"(--no-model); run `miner validate {cand.id}`"))
     return cand, validation
 
 
@@ -70,20 +81,19 @@ def promote(workspace: Workspace, cid: str, name: str, root: Path | None = None)
         raise UsageError(f"candidate {cand.id} is already promoted as fusions/{existing}/; refresh it with "
                          f"`miner promote {cand.id} --name {existing}`, or remove that folder first")
     evidence = require_in_model_win(workspace, cand.id)  # a measured in-model step win, or a refusal
+    tests_root = (root or workspace.root) / "tests" / "fusions"
+    clash = sorted(p for p in tests_root.parent.rglob(f"test_{name}.py") if p != tests_root / f"test_{name}.py")
+    if clash:  # pytest (rootdir imports) refuses two test modules of one basename: the whole suite would not collect
+        raise UsageError(f"fusion {name!r}: its test tests/fusions/test_{name}.py would share its module name with "
+                         f"{clash[0]}; choose another --name or rename that file")
     meta = cand.meta
-    from miner.core.pattern import pattern_from_json
-
-    pattern = pattern_from_json(meta["pattern"])
-    spec = spec_from_pattern(pattern)
-    prog = lower.lower(spec)
     command = f"miner promote {meta['id']} --name {name}"
     folder = workspace.fusions / name
     what = f"fusion {name}, promoted from a validated candidate"
-    files = [
-        write_text(folder / "kernel.py", render_kernel_py(prog, header(meta["id"], command, what))),
-        write_text(folder / "pattern.py", render_pattern_py(
-            prog, header(meta["id"], command, what), f"miner::{name}", KERNEL_IMPORT,
-            example_shapes(meta["observed"], spec.n_inputs), f"Fusion {name}: {meta['ops']}.", gated=True)),
+    is_upcast = meta.get("kind") == upcast_rule.LABEL  # an aten rewrite (no Triton kernel): its own renderer
+    files = _upcast_sources(folder, name, meta, header(meta["id"], command, what)) if is_upcast else \
+        _sources(folder, name, meta, header(meta["id"], command, what))
+    files += [
         write_json(folder / "fusion.json", {
             "name": name, "pattern_id": meta["id"], "ops": meta["ops"], "miner_version": __version__,
             "promoted_by": command, "observed": meta["observed"], "occurrences": meta["occurrences"],
@@ -94,12 +104,32 @@ def promote(workspace: Workspace, cid: str, name: str, root: Path | None = None)
     carried = carry_into(folder / rewrite.WINS_FILE, name, evidence)  # the gate's in-model evidence
     files += [] if wins else [carried]
     files.append(write_registry(workspace))
-    tests_root = (root or workspace.root) / "tests" / "fusions"
-    files.append(write_text(tests_root / f"test_{name}.py", render_test(workspace, name, meta, command)))
+    test = (gen_upcast.render_fusion_test(header(meta["id"], command, f"test of fusion {name}"), name, meta,
+                                          pick_model(meta)) if is_upcast else render_test(workspace, name, meta, command))
+    files.append(write_text(tests_root / f"test_{name}.py", test))
     if not any((d / "conftest.py").exists() for d in (tests_root, tests_root.parent)):
         # a user's workspace has no conftest: without one the GPU cases fail on a CPU instead of skipping
         files.append(write_text(tests_root / "conftest.py", CONFTEST.format(version=__version__)))
     return Promoted(name, meta["id"], tuple(files))
+
+
+def _sources(folder: Path, name: str, meta: dict, head: str) -> list[Path]:
+    """kernel.py and pattern.py of a fusion, rendered from the candidate's pattern by the Triton generator."""
+    from miner.core.pattern import pattern_from_json
+
+    spec = spec_from_pattern(pattern_from_json(meta["pattern"]))
+    prog = lower.lower(spec)
+    return [write_text(folder / "kernel.py", render_kernel_py(prog, head)),
+            write_text(folder / "pattern.py", render_pattern_py(
+                prog, head, f"miner::{name}", KERNEL_IMPORT, example_shapes(meta["observed"], spec.n_inputs),
+                f"Fusion {name}: {meta['ops']}.", gated=True))]
+
+
+def _upcast_sources(folder: Path, name: str, meta: dict, head: str) -> list[Path]:
+    """kernel.py (the GEMM) and pattern.py (the rule, the rewrite and the in-model gate) of an upcast fusion."""
+    targets = sorted({o["target"] for o in meta["observed"]} | set(upcast_rule.MATMULS))
+    return [write_text(folder / "kernel.py", gen_upcast.render_kernel(head, meta["id"])),
+            write_text(folder / "pattern.py", gen_upcast.render_pattern(head, meta["id"], targets, fusion=name))]
 
 
 CONFTEST = '''# Written by miner {version} (`miner promote`) where no conftest.py was: the fusion tests' markers.
@@ -204,7 +234,6 @@ def render_test(workspace: Workspace, name: str, meta: dict, command: str) -> st
     """tests/fusions/test_<name>.py: the fusion's cases table (``miner.generate.fusion_test``), with the
     training step's matches measured here on the CPU (``miner.check.fusion_harness.train_matches``)."""
     from miner.check import fusion_harness
-    from miner.check.validate import pick_model
 
     cases = fusion_cases(meta)
     matches = fusion_harness.train_matches(workspace.fusions, name, meta["signature"]["input_kinds"], cases[0][:2])

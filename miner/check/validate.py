@@ -41,14 +41,15 @@ MODEL_ORDER = ("gpt2", "bert", "llama", "t5")  # cheapest compile first
 
 @dataclass
 class Check:
-    kind: str  # numerics | rewrite
+    kind: str  # numerics | rewrite | graph (an upcast candidate's rewrite on a traced graph)
     case: str
-    ok: bool
+    ok: bool | None  # None: not run where it was asked to (``detail`` says why); never counted as passed
     detail: str = ""
     max_abs: float | None = None
     max_rel: float | None = None
     matches: int | None = None
     seconds: float = 0.0
+    device: str | None = None  # where it ran
 
 
 @dataclass
@@ -228,11 +229,19 @@ def models_build(model_name: str, mode: str, device: str):
 
 def validate(workspace: Workspace, cid: str, device: str | None = None, model: bool = True,
              log=lambda s: None) -> Validation:
-    """Run every check of one candidate; writes validation.json (nothing else)."""
+    """Run every check of one candidate; writes validation.json (nothing else).
+
+    An upcast-matmul candidate (``kind: upcast_matmul``) runs ``miner.check.upcast.validate``'s checks
+    instead; the file has the same format.
+    """
     import torch
 
     cand = candidates.load(workspace, cid)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if cand.meta.get("kind") == "upcast_matmul":
+        from miner.check import upcast
+
+        return _finish(cand, upcast.validate(cand, device, model, log))
     v = Validation(cand.id, True, device, model)
     for label, entry, variant in numeric_cases(cand.meta, on_cpu=device == "cpu"):
         c = check_numerics(cand, label, entry, variant, device)
@@ -248,7 +257,14 @@ def validate(workspace: Workspace, cid: str, device: str | None = None, model: b
             c = check_rewrite(cand, *pick, device="cpu")
             log(_line(c))
             v.checks.append(c)
-    failed = [c for c in v.checks if not c.ok]
+    for c in v.checks:
+        c.device = c.device or (device if c.kind == "numerics" else "cpu")
+    return _finish(cand, v)
+
+
+def _finish(cand: Candidate, v: Validation) -> Validation:
+    """``v``'s verdict (a check that did not run fails nothing) written to the candidate's validation.json."""
+    failed = [c for c in v.checks if c.ok is False]
     v.ok = not failed
     v.failure = f"{failed[0].kind} {failed[0].case}: {failed[0].detail}" if failed else None
     write_json(cand.path / "validation.json", {**v.to_json(), "sources": candidates.sources_digest(cand.path)})
@@ -256,6 +272,6 @@ def validate(workspace: Workspace, cid: str, device: str | None = None, model: b
 
 
 def _line(c: Check) -> str:
-    mark = "ok  " if c.ok else "FAIL"
+    mark = "ok  " if c.ok else "FAIL" if c.ok is False else "skip"
     extra = f" max_abs={c.max_abs:.2e}" if c.max_abs is not None and math.isfinite(c.max_abs) else ""
     return f"  {mark} {c.kind:<8} {c.case}{extra} {c.detail} ({c.seconds:.1f}s)".rstrip()

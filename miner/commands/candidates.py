@@ -43,6 +43,13 @@ def run(args: argparse.Namespace) -> int:
         raise unreadable(review.problems)
     dec = decide(review, ws)
     if args.action == "show":
+        u = next((x for x in dec.rows if x.status and (x.id.startswith(args.id) or x.name == args.id)), None)
+        if u is not None:  # no ranked row: an upcast-matmul candidate (miner.rank.decision.upcast_rows)
+            from miner.core import candidate as candidates
+
+            return emit(args, L.unranked_show_listings(u, candidates.load(ws, u.id)),
+                        {"decision": u.to_json(), "ab_source": dec.ab_source}, [u.to_json()],
+                        f"`miner verify --ab --candidates {u.id}` (in model steps, GPU); `miner report`")
         r = review.find(args.id)
         d = next((x for x in dec.rows if x.id == r.id), None)
         return emit(args, L.show_listings(review, r, d), {**L.row_json(review, r, d), "ab_source": dec.ab_source},

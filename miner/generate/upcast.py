@@ -33,7 +33,7 @@ from miner.core.workspace import Workspace, write_json, write_text
 from miner.generate.generate import Generated, header
 from miner.mine import upcast
 
-PATTERN_PY = string.Template('''${header}"""Candidate ${id} (upcast_matmul): a float32 bmm/mm of exact bf16/fp16 upcasts as a low-precision GEMM.
+PATTERN_PY = string.Template('''${header}"""${title}: a float32 bmm/mm of exact bf16/fp16 upcasts as a low-precision GEMM.
 
 ``extra_check`` is ``miner.mine.upcast.check``, the rule mining applied: both operands are float32
 upcasts of bf16 (or both of fp16) values through layout ops and multiplications by exactly 1.0, the
@@ -42,18 +42,18 @@ layout ops on its low-precision source and calls ``aten.bmm.dtype`` / ``aten.mm.
 ``torch.float32``: the products of two bf16 (fp16) numbers are exact in float32, so only the order
 of the float32 sums differs from the FFMA GEMM it replaces. A declined match counts its reasons
 (``FusionPass.declined``, ``rewrite.GATE_DECISIONS``) and never raises.
-"""
+${gate_doc}"""
 
-import torch
+${imports}import torch
 
 from miner.runtime import rewrite
 
 PATTERN_ID = "${id}"
-OP_NAME = "miner::${id}"  # the name decisions are counted under (no custom op: the rewrite calls aten)
+OP_NAME = "miner::${op_name}"  # the name decisions are counted under (no custom op: the rewrite calls aten)
 LABEL = "upcast_matmul"
 N_INPUTS = 2  # x0, x1: the float32 operands of the matmul
 TARGETS = ${targets}
-
+${wins}
 
 def decision(match):
     """``miner.mine.upcast.check`` on the match's matmul (a ``Decision``: ok, reasons, operands)."""
@@ -64,7 +64,7 @@ def extra_check(match):
     d = decision(match)
     if d.applies:  # a bf16 matmul is no candidate: not counted as declined (mining leaves it out too)
         rewrite.record_declines(match, OP_NAME, N_INPUTS, d.reasons)
-    return d.ok
+    return d.ok${gate}
 
 
 def replacement(match, x0, x1):
@@ -121,6 +121,119 @@ def launch(x0, x1, *, variant=None, config=None):
 def reference(x0, x1):
     return (_op(x0).default(x0.float(), x1.float()),)
 ''')
+
+
+# what a promoted fusion's pattern.py adds: the in-model gate (``miner.runtime.gate``) reading its wins.json
+GATE_DOC = """
+``WINS`` is ``wins.json`` beside this file (the in-model A/B records ``miner verify --ab --record`` and
+``miner promote`` put there); on CUDA ``extra_check`` fires only in a context (input shapes and dtypes,
+neighbourhood, compile mode) that a record measured as a step win beyond noise and none as a loss
+(``miner.runtime.rewrite.wins_gate``); an unmeasured context declines.
+"""
+WINS_LINE = 'WINS = rewrite.load_wins(Path(__file__).with_name("wins.json"))  # the gate\'s evidence; None: unmeasured\n'
+
+
+def render_pattern(head: str, cid: str, targets, fusion: str | None = None) -> str:
+    """``pattern.py`` of the candidate ``cid`` or, with ``fusion``, of the fusion promoted from it (its
+    decisions counted under ``miner::<fusion>``, its ``extra_check`` = the rule and the in-model gate)."""
+    if fusion is None:
+        return PATTERN_PY.substitute(header=head, id=cid, targets=repr(tuple(targets)), title=f"Candidate {cid} "
+                                     f"({upcast.LABEL})", gate_doc="", imports="", op_name=cid, wins="", gate="")
+    return PATTERN_PY.substitute(header=head, id=cid, targets=repr(tuple(targets)),
+                                 title=f"Fusion {fusion}, promoted from candidate {cid} ({upcast.LABEL})",
+                                 gate_doc=GATE_DOC, imports="from pathlib import Path\n\n", op_name=fusion,
+                                 wins=WINS_LINE, gate=" and rewrite.wins_gate(match, WINS, N_INPUTS)")
+
+
+def render_kernel(head: str, cid: str) -> str:
+    """``kernel.py``: the GEMM the rewrite calls (``launch``) and the float32 one it replaces (``reference``)."""
+    return KERNEL_PY.substitute(header=head, id=cid)
+
+
+FUSION_TEST_PY = string.Template('''${header}"""Fusion ${name} (${label}, promoted from candidate ${id}): its tests, ``miner.check.upcast``'s checks.
+
+CPU: t5's attention chain at each observed shape, traced on fake CUDA tensors: with the in-model gate
+held open the fusion rewrites QK^T into the ``.dtype`` GEMM and declines PV (a dropout's scale is no
+exact upcast); with the gate on, it fires exactly where ``miner.runtime.gate.decide_context`` says
+for its ``wins.json``; the rewritten chain run on the CPU (the GEMM emulated) equals the original.
+CUDA (``-m gpu``): the GEMM against float64 per observed shape; with ``-m "gpu and slow"`` the fusion
+inside ``torch.compile`` of the tiny zoo model (gate held open: the tiny shapes are not the measured ones).
+"""
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+from miner.check import upcast as checks
+from miner.runtime import fusions, gate, rewrite
+
+FUSION = "${name}"
+ROOT = Path(__file__).resolve().parents[2]  # the workspace holding fusions/${name}/
+OBSERVED = ${observed}  # what the rule accepted where it was mined (candidate.json ``observed``)
+ZOO = ${zoo}  # (model, mode) it was found in
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+def _module():
+    return fusions.load(ROOT, FUSION)
+
+
+@pytest.mark.parametrize("entry", OBSERVED)
+def test_rewrites_the_mined_chain_and_declines_pv(entry):
+    c = checks.check_graph(_module(), FUSION, entry, gate_open=True)
+    assert c.ok, c.detail
+
+
+@pytest.mark.parametrize("entry", OBSERVED)
+def test_the_gate_decides_from_its_in_model_evidence(entry):
+    module = _module()
+    before = Counter(gate.OBSERVED)
+    _, graph_pass, _, _ = checks.rewrite_chain(module, FUSION, entry)
+    seen = [(ctx, fire) for (name, ctx, fire), n in gate.OBSERVED.items() if name == FUSION and n > before[(name, ctx, fire)]]
+    assert len(seen) == 1, seen  # QK^T reaches the gate; PV was declined by the rule before it
+    ctx, fire = seen[0]
+    assert fire == gate.decide_context(ctx, gate.in_model_records(module.WINS))[0]
+    assert graph_pass.counts[FUSION] == int(fire)
+
+
+@pytest.mark.parametrize("entry", OBSERVED[:1])
+def test_rewritten_chain_equals_the_original_on_cpu(entry):
+    c = checks.check_emulated(_module(), FUSION, entry, gate_open=True)
+    assert c.ok, c.detail
+
+
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize("label, entry", checks.numeric_entries({"observed": OBSERVED}))
+def test_gemm_matches_float64(label, entry):
+    path = ROOT / "fusions" / FUSION / "kernel.py"
+    c = checks.check_numerics(rewrite.load_module(path, rewrite.module_name(path, "kernel")), label, entry, "cuda")
+    assert c.ok, c.detail
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@cuda
+def test_fires_in_its_zoo_model():
+    c = checks.check_model(_module(), FUSION, *ZOO, "cuda", gate_open=True)
+    assert c.ok, c.detail
+''')
+
+
+def render_fusion_test(head: str, name: str, meta: dict, zoo: tuple[str, str] | None) -> str:
+    """``tests/fusions/test_<name>.py`` of the fusion promoted from upcast candidate ``meta``; ``zoo``: the
+    (model, mode) its in-model test compiles."""
+    keep = ("model", "preset", "phase", "target", "inputs", "float32_inputs", "sources")
+    observed = [{k: o[k] for k in keep if k in o} for o in meta["observed"]]
+    return FUSION_TEST_PY.substitute(header=head, name=name, label=upcast.LABEL, id=meta["id"],
+                                     observed=_literal(observed), zoo=repr(zoo))
+
+
+def _literal(value: list) -> str:
+    """``value`` as a Python list literal, one entry per line."""
+    return "[\n" + "".join(f"    {v!r},\n" for v in value) + "]"
 
 
 def candidate_id() -> str:
@@ -187,10 +300,9 @@ def generate(workspace: Workspace, upcasts_path: str | Path, command: str) -> Ge
     cid = candidate_id()
     folder = workspace.candidates / cid
     targets = tuple(sorted({f["target"] for f in found if f["ok"]} | {"aten.bmm.default", "aten.mm.default"}))
-    write_text(folder / "pattern.py", PATTERN_PY.substitute(
-        header=header(cid, command, "search pattern, rewrite, extra check"), id=cid, targets=repr(targets)))
-    write_text(folder / "kernel.py", KERNEL_PY.substitute(header=header(cid, command, "the GEMM the rewrite calls"),
-                                                          id=cid))
+    write_text(folder / "pattern.py", render_pattern(header(cid, command, "search pattern, rewrite, extra check"),
+                                                     cid, targets))
+    write_text(folder / "kernel.py", render_kernel(header(cid, command, "the GEMM the rewrite calls"), cid))
     occ: dict[str, Counter] = {}
     for f in found:
         if f["ok"]:
@@ -213,4 +325,5 @@ def generate(workspace: Workspace, upcasts_path: str | Path, command: str) -> Ge
     return Generated(cid, upcast.LABEL, folder, len(fired))
 
 
-__all__ = ["candidate_id", "declined", "generate", "observed"]
+__all__ = ["candidate_id", "declined", "generate", "observed", "render_fusion_test", "render_kernel",
+           "render_pattern"]

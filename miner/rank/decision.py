@@ -30,7 +30,7 @@ The verdict, first rule that applies:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -90,6 +90,7 @@ class Decision:
     won: tuple[str, ...] = ()  # "model mode/compile" where the A/B measured a win
     steps: tuple[StepChange, ...] = ()
     kernel: KernelRange | None = None
+    status: str = ""  # the candidate's status where no ranked row has it (an upcast candidate), else ""
 
     @property
     def label(self) -> str:
@@ -374,6 +375,9 @@ def decide(review: Review, ws: Workspace) -> Decisions:
                               "validation failed: " + str((c.validation or {}).get("failure") or "see validation.json")
                               if c.status == "failed" else None, kernel_range(c, review.runs),
                               silent.get(fusion or "", []) + silent.get(c.id, [])))
+    for row in upcast_rows(ws, review.only_model, measured, silent):  # not ranked: no mined pattern
+        seen_fusions.add(row.name if row.promoted else None)
+        rows.append(row)
     extra = sorted(ws.fusions.glob("*/fusion.json")) if ws.fusions.is_dir() and not review.only_model else ()
     for d in extra:  # a promoted fusion whose candidate is not in this workspace (with --model: not in that model)
         name = d.parent.name
@@ -385,6 +389,39 @@ def decide(review: Review, ws: Workspace) -> Decisions:
                              -(d.kernel.hi if d.kernel else 0.0), d.id))
     together, tsource = _together(ws)
     return Decisions(tuple(rows), ab_source, ab_date, together, tsource)
+
+
+def upcast_rows(ws: Workspace, only_model: str | None, measured: dict[str, list[StepChange]],
+                silent: dict[str, list[str]]) -> list[Decision]:
+    """The decision on every upcast-matmul candidate (``miner.mine.upcast``) of ``ws``.
+
+    They have no mined pattern, so the ranking has no row for them; their evidence is the same as any
+    candidate's: in-model A/B files (``measured``, by candidate id or by the fusion's name), the gate's
+    records (``candidates/<id>/in_model.json`` or, once promoted, ``fusions/<name>/wins.json``), a
+    failed validation. ``only_model``: only those observed in that model.
+    """
+    from miner.core import candidate as candidates
+    from miner.mine.upcast import LABEL
+
+    promoted = candidates.fusions_by_candidate(ws)
+    rows = []
+    for folder in candidates.folders(ws):
+        try:
+            cand = candidates.at(folder)
+            validation = candidates.validation(folder)
+        except MinerError:
+            continue  # the ranking's reader reports a corrupt candidate
+        if cand.meta.get("kind") != LABEL or (only_model and only_model not in cand.meta.get("occurrences", {})):
+            continue
+        fusion = promoted.get(cand.id)
+        failed = (f"validation failed: {validation.get('failure') or 'see validation.json'}"
+                  if validation is not None and not validation.get("ok") else None)
+        rec_path = ws.fusions / fusion / "wins.json" if fusion else ws.candidates / cand.id / "in_model.json"
+        d = _decision(cand.id, fusion or LABEL, str(cand.meta.get("ops", "")), bool(fusion), rec_path, ws,
+                      measured.get(fusion or "", []) + measured.get(cand.id, []), failed, None,
+                      silent.get(fusion or "", []) + silent.get(cand.id, []))
+        rows.append(replace(d, status=candidates.status_of(validation, fusion, candidates.timed(folder))))
+    return rows
 
 
 def _decision(ident: str, name: str, ops: str, promoted: bool, rec_path: Path, ws: Workspace,
@@ -403,4 +440,4 @@ def _decision(ident: str, name: str, ops: str, promoted: bool, rec_path: Path, w
 
 __all__ = ["ADOPT", "NOT_WORTH", "ONLY", "ORDER", "UNMEASURED", "UNSAFE", "VERDICTS", "Decision", "Decisions",
            "KernelRange", "StepChange", "ab_steps", "decide", "gate_fires", "kernel_range", "latest_ab", "record_steps",
-           "run_name", "silent_in", "verdict_of"]
+           "run_name", "silent_in", "upcast_rows", "verdict_of"]

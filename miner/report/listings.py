@@ -100,7 +100,7 @@ def decision_csv(dec: Decisions, review: Review) -> list[dict[str, Any]]:
                     "step_speedup_max": best.speedup if best else None, "step_where_max": best.where if best else None,
                     "steps": [step_text(s) for s in d.steps], "memory_mib": [s.mem_mib for s in d.steps],
                     "ab_source": dec.ab_source, "reason": d.reason,
-                    "status": r.status if r else "promoted", "ops": d.ops,
+                    "status": r.status if r else (d.status or "promoted"), "ops": d.ops,
                     "predicted_speedup": _pred(r.speedup) if r else None,
                     "predicted_saved_us_per_step": _pred(r.saved_ms, 1e3) if r else None})
     return out
@@ -287,14 +287,7 @@ def show_listings(review: Review, r: Ranked, d: Decision | None) -> list[Listing
                                                                             p.to_source("pattern").splitlines()],
                    empty="")]
     if d is not None and d.steps:
-        out.append(Listing("in-model A/B (the fusion alone vs the default compile)",
-                           [Column("where", "model mode/compile", wrap=False), Column("speedup", "step x", justify="right"),
-                            Column("range", "p20-p80", justify="right"), Column("band", "noise", justify="right"),
-                            Column("verdict", "verdict"), Column("mem", "memory", justify="right"),
-                            Column("source", "from", ratio=1)],
-                           [{"where": s.where, "speedup": f"{s.speedup:.3f}x",
-                             "range": "-" if s.lo is None else f"{s.lo:.3f}-{s.hi:.3f}", "band": f"±{100 * s.band:.1f}%",
-                             "verdict": s.verdict, "mem": mem_text(s), "source": s.source} for s in d.steps]))
+        out.append(steps_listing(d))
     if p.inductor.splits:
         out.append(Listing("where Inductor splits it", [], [], [f"  {k}: {v}" for k, v in p.inductor.splits.items()],
                            empty=""))
@@ -323,6 +316,48 @@ def show_listings(review: Review, r: Ranked, d: Decision | None) -> list[Listing
         occ.append(f"  ... {len(p.occurrences) - 12} more in the sample")
     out.append(Listing("where it occurs (sample)", [], [], occ + ["", LEGEND], empty=""))
     return out
+
+
+def steps_listing(d: Decision) -> Listing:
+    """The in-model A/B measurements a decision stands on, one row each."""
+    return Listing("in-model A/B (the fusion alone vs the default compile)",
+                   [Column("where", "model mode/compile", wrap=False), Column("speedup", "step x", justify="right"),
+                    Column("range", "p20-p80", justify="right"), Column("band", "noise", justify="right"),
+                    Column("verdict", "verdict"), Column("mem", "memory", justify="right"),
+                    Column("source", "from", ratio=1)],
+                   [{"where": s.where, "speedup": f"{s.speedup:.3f}x",
+                     "range": "-" if s.lo is None else f"{s.lo:.3f}-{s.hi:.3f}", "band": f"±{100 * s.band:.1f}%",
+                     "verdict": s.verdict, "mem": mem_text(s), "source": s.source} for s in d.steps])
+
+
+def unranked_show_listings(d: Decision, cand) -> list[Listing]:
+    """``miner candidates show <id>`` of a candidate the ranking has no row for (an upcast matmul): its
+    decision, where its rule fired and declined, its in-model A/B and its validation."""
+    meta = cand.meta
+    facts = [f"ops: {d.ops}", f"status: {d.status}" + (f" (fusion {d.name})" if d.promoted else ""),
+             f"verdict: {d.label}: {d.reason}", f"fires on CUDA: {d.where}", f"candidate files: {cand.path}",
+             f"  regenerate: {meta.get('regenerate')}", f"  rule: {meta.get('rule')}"]
+    fired = [f"  {o['count']:5d}  {o['model']} {o['phase']} {o['target']} "
+             + " x ".join(f"{i['dtype']}{i['shape']}" for i in o.get("inputs", ())) for o in meta.get("observed", ())]
+    declined = [f"  {x['count']:5d}  {x['model']} {x['phase']}: {'; '.join(x['reasons'])}"
+                for x in meta.get("declined", ())]
+    out = [Listing(f"{d.id}  {d.name}", [], [], facts, empty=""),
+           Listing("where the rule fires (the GEMM's inputs after the rewrite)", [], [], fired, empty=""),
+           Listing("where it declines", [], [], declined, empty="")]
+    if d.steps:
+        out.append(steps_listing(d))
+    return out + [validation_listing(candidate_validation(cand))]
+
+
+def candidate_validation(cand) -> dict | None:
+    """The candidate's current validation.json (None when absent, stale or unreadable)."""
+    from miner.core import candidate as candidates
+    from miner.core.errors import MinerError
+
+    try:
+        return candidates.validation(cand.path)
+    except MinerError:
+        return None
 
 
 CALL_COLS = [Column("model", "model", wrap=False), Column("phase", "phase", wrap=False), Column("inputs", "inputs", ratio=1),
@@ -362,7 +397,9 @@ def validation_listing(v: dict | None) -> Listing:
     if not isinstance(v, dict):
         return Listing("validation", [], [], ["not validated"], empty="")
     where = ", ".join(f"{k} {v[k]}" for k in ("device", "torch", "triton", "date") if v.get(k))
+    not_run = sum(isinstance(c, dict) and c.get("ok", False) is None for c in v.get("checks", ()) or ())
     head = f"overall: {'ok' if v.get('ok') else 'FAILED'}" + (f" ({v['failure']})" if v.get("failure") else "") + (
+        f" ({not_run} check(s) not run: ?)" if not_run else "") + (
         f"  [{where}]" if where else "")
     rows = [{"ok": cell("ok", "green") if ok else cell("FAIL", "red") if ok is False else "?", "what": w, "detail": det}
             for w, ok, det in validation_rows(v)]
@@ -385,4 +422,5 @@ def show_csv(r: Ranked) -> list[dict]:
 
 
 __all__ = ["accuracy_line", "candidates_json", "decision_cells", "decision_csv", "decision_listing", "mem_text",
-           "ranking_csv", "ranking_listing", "row_json", "show_csv", "show_listings", "step_text"]
+           "ranking_csv", "ranking_listing", "row_json", "show_csv", "show_listings", "steps_listing",
+           "unranked_show_listings", "step_text"]
