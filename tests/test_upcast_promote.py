@@ -25,9 +25,11 @@ CID = gen.candidate_id()
 
 @pytest.fixture
 def ws(tmp_path) -> Workspace:
-    """A workspace holding a copy of the committed upcast candidate (nothing else)."""
+    """A workspace holding the committed upcast candidate as ``miner generate`` wrote it (nothing else:
+    not the validation, GPU evidence or bench files later stages added in the checkout)."""
     (tmp_path / "candidates").mkdir()
-    shutil.copytree(REPO / "candidates" / CID, tmp_path / "candidates" / CID)
+    shutil.copytree(REPO / "candidates" / CID, tmp_path / "candidates" / CID,
+                    ignore=shutil.ignore_patterns("validation.json", "in_model.json", "bench.json"))
     return Workspace(tmp_path)
 
 
