@@ -1,5 +1,6 @@
 """The in-model gate: a promoted fusion fires on CUDA only in contexts an in-model A/B showed faster."""
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -172,4 +173,23 @@ def test_uuid_covers_the_evidence(tmp_path):
     p = rewrite.FusionPass([rewrite.entry_for(pattern, "f", module=SimpleNamespace())])
     before = p.uuid()
     (tmp_path / "f" / "wins.json").write_text('{"in_model": {"records": []}}')
+    assert p.uuid() != before
+
+
+def test_uuid_covers_the_shared_rules(tmp_path, monkeypatch):
+    """The extra checks apply miner/mine/safety.py and upcast.py: editing a rule changes the uuid
+    (Inductor's FX graph cache key), so a cached graph made under the old rule is not reused."""
+    from miner.runtime import rewrite
+
+    assert {Path(f).name for f in rewrite.RULE_FILES} == {"safety.py", "upcast.py"}
+    assert all(Path(f).is_file() for f in rewrite.RULE_FILES)
+    pattern = tmp_path / "f" / "pattern.py"
+    pattern.parent.mkdir()
+    pattern.write_text("x = 1\n")
+    rule = tmp_path / "rule.py"
+    rule.write_text("A = 1\n")
+    monkeypatch.setattr(rewrite, "RULE_FILES", (str(rule),))
+    p = rewrite.FusionPass([rewrite.entry_for(pattern, "f", module=SimpleNamespace())])
+    before = p.uuid()
+    rule.write_text("A = 2\n")
     assert p.uuid() != before

@@ -207,7 +207,27 @@ def check(graph: Graph, name: str) -> Decision:
     srcs = {u.dtype for u in operands if u is not None}
     if len(srcs) > 1:
         reasons.append(f"operands from {' and '.join(sorted(srcs))} sources")
+    reasons += _gemm_size_reasons(graph, rec, meta)
     return Decision(name, rec.target, out_target, tuple(reasons), tuple(operands))
+
+
+def _gemm_size_reasons(graph: Graph, rec: NodeRecord, meta) -> list[str]:
+    """M, N and K must be known and above 1: Inductor decomposes a GEMM with a size-1 dim into a
+    pointwise product (``torch/_inductor/decomposition.py`` ``bmm``/``mm`` under ``pw_cast_for_opmath``)
+    whose result it casts back to the inputs' dtype: the float32 output would come back rounded to
+    bf16 (found by the property test: K = 1 gave a bf16-rounded product)."""
+    ref = _ref(rec.args[0]) if rec.args else None
+    a = graph.node(ref).meta[0] if ref is not None and graph.node(ref).meta else None
+    if a is None or len(meta.shape) < 2 or not a.shape:
+        return ["the GEMM's sizes are unknown"]
+    sizes = {"M": meta.shape[-2], "N": meta.shape[-1], "K": a.shape[-1]}
+    out = []
+    for dim, v in sizes.items():
+        if not isinstance(v, int):
+            out.append(f"GEMM size {dim} is symbolic ({v})")
+        elif v == 1:
+            out.append(f"GEMM size {dim} = 1: Inductor decomposes it into a product cast back to the inputs' dtype")
+    return out
 
 
 # --------------------------------------------------------------------------- mining

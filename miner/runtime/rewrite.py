@@ -369,7 +369,7 @@ class FusionPass(CustomGraphPass):
         # edit within one process would keep the old hash.
         # A listed file may be absent (a fusion's wins.json before any GPU run): hashed as absent, so
         # the measurement appearing later changes the uuid too.
-        files = tuple(sorted({f for e in self.entries for f in e.files} | {__file__}))
+        files = tuple(sorted({f for e in self.entries for f in e.files} | {__file__} | set(RULE_FILES)))
         h = hashlib.sha256(",".join(e.name for e in self.entries).encode())
         for f in files:
             path = Path(f)
@@ -381,6 +381,11 @@ class FusionPass(CustomGraphPass):
 
     def total(self) -> int:
         return sum(self.counts.values())
+
+
+# The rules every extra check applies (``match_ok`` -> safety, ``upcast_decision`` -> upcast): a change
+# to them must change the pass's uuid, or Inductor's FX graph cache would serve graphs the old rule made.
+RULE_FILES = tuple(str(Path(__file__).resolve().parents[1] / "mine" / f) for f in ("safety.py", "upcast.py"))
 
 
 def inductor_options(graph_pass: FusionPass) -> dict[str, Any]:
