@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch._inductor.config
 import torch._inductor.inductor_prims  # noqa: F401 - prims.inductor_random & co.
 from hypothesis import given, settings, strategies as st
 
@@ -229,6 +230,31 @@ def test_randomness_rule_for_kernels_that_draw_their_own_numbers(again):
         assert drawn == ()
     kernel = safety.check_kernel(occ, fx).reasons
     assert kernel == (), kernel  # seeds outside the rows, the random shape is the rows'
+
+
+def test_the_random_numbers_cast_is_elided_as_inductor_computes_it(rps):
+    """The region casts its random number to bf16 before dropout's comparison; Inductor computes that
+    intermediate in float32 and elides the cast (``emulate_precision_casts`` off), so the kernel and its
+    reference compare the unrounded number (rounding it flipped the mask near the threshold on the H200)."""
+    from miner.generate import emit
+
+    prog = lower.lower(gen.spec_from_pattern(region.prepare(rps[RELU_DROPOUT].pattern)))
+    casts = [v for v in prog.values.values() if v.op == "prims.convert_element_type"]
+    assert casts and all(v.expr == v.deps[0] and prog.values[v.deps[0]].random for v in casts)  # the number itself
+    text = emit.render_kernel_py(prog, "# test\n")
+    assert "round_bf16" not in text and "_launch.elided_cast(" in text
+
+
+def test_randomness_rule_declines_when_inductor_emulates_precision_casts():
+    from miner.mine import safety
+
+    g = _dropout_graph(False)
+    names = [n.name for n in g.nodes if n.op == "call_function"][:4]
+    ins = tuple(n.name for n in g.nodes if n.op == "placeholder")
+    occ = safety.Occurrence(graph=safety.MATCH_KEY, nodes=tuple(names), inputs=ins, outputs=(2, 3))
+    with torch._inductor.config.patch(emulate_precision_casts=True):
+        drawn = safety.check_randomness(occ, safety.FxGraph(g), random=True).reasons
+    assert len(drawn) == 1 and "emulate_precision_casts" in drawn[0], drawn
 
 
 def test_committed_region_candidates_record_their_source():

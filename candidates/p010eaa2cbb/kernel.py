@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from miner.runtime import launch as _launch
-from miner.runtime.jit import load_full, load_masked, pow_c, round_bf16, uniform
+from miner.runtime.jit import load_full, load_masked, pow_c, uniform
 import torch._inductor.inductor_prims  # noqa: F401 - registers prims.inductor_random & co.
 
 PATTERN_ID = "p010eaa2cbb"
@@ -31,7 +31,7 @@ RANDOM = True  # draws inductor_random's numbers in the kernel (reference: the s
 def reference(x0, x1, x2, x3, c0, c1, c2, c3, c4):
     v0 = torch.ops.prims.inductor_lookup_seed.default(x2, int(c0))
     v1 = _launch.triton_rand(list(x1.shape), v0, 'rand')
-    v2 = _launch.round_to(v1, torch.bfloat16)
+    v2 = _launch.elided_cast(v1, torch.bfloat16)
     v3 = torch.ops.aten.gt.Scalar(v2, c1)
     v4 = torch.ops.aten.mul.Tensor(v3, x3)
     v5 = torch.ops.aten.mul.Tensor(v4, c2)
@@ -74,7 +74,7 @@ def one_pass_kernel(
     a1 = tl.load(x1_row + cols * x1_sc, mask=mask, other=0).to(tl.float32)
     a3 = tl.load(x3_row + cols * x3_sc, mask=mask, other=0).to(tl.float32)
     v1 = uniform(v0, lin)  # prims.inductor_random
-    v2 = round_bf16(v1)  # prims.convert_element_type
+    v2 = v1  # prims.convert_element_type
     v3 = (v2 > c1)  # aten.gt
     v4 = (v3 * a3)  # aten.mul
     v5 = (v4 * c2)  # aten.mul
@@ -125,7 +125,7 @@ def looped_kernel(
     a1 = load_masked(x1_ptr, x1_row, x1_sc, abase, lead, cols, mask, X1_ALIGNED).to(tl.float32)
     a3 = load_masked(x3_ptr, x3_row, x3_sc, abase, lead, cols, mask, X3_ALIGNED).to(tl.float32)
     v1 = uniform(v0, lin)  # prims.inductor_random
-    v2 = round_bf16(v1)  # prims.convert_element_type
+    v2 = v1  # prims.convert_element_type
     v3 = (v2 > c1)  # aten.gt
     v4 = (v3 * a3)  # aten.mul
     v5 = (v4 * c2)  # aten.mul
@@ -138,7 +138,7 @@ def looped_kernel(
         a1 = load_full(x1_ptr, x1_row, x1_sc, abase, lead, cols, X1_ALIGNED).to(tl.float32)
         a3 = load_full(x3_ptr, x3_row, x3_sc, abase, lead, cols, X3_ALIGNED).to(tl.float32)
         v1 = uniform(v0, lin)  # prims.inductor_random
-        v2 = round_bf16(v1)  # prims.convert_element_type
+        v2 = v1  # prims.convert_element_type
         v3 = (v2 > c1)  # aten.gt
         v4 = (v3 * a3)  # aten.mul
         v5 = (v4 * c2)  # aten.mul
@@ -152,7 +152,7 @@ def looped_kernel(
         a1 = load_masked(x1_ptr, x1_row, x1_sc, abase, lead, cols, mask, X1_ALIGNED).to(tl.float32)
         a3 = load_masked(x3_ptr, x3_row, x3_sc, abase, lead, cols, mask, X3_ALIGNED).to(tl.float32)
         v1 = uniform(v0, lin)  # prims.inductor_random
-        v2 = round_bf16(v1)  # prims.convert_element_type
+        v2 = v1  # prims.convert_element_type
         v3 = (v2 > c1)  # aten.gt
         v4 = (v3 * a3)  # aten.mul
         v5 = (v4 * c2)  # aten.mul
@@ -170,7 +170,7 @@ def looped_kernel(
     a1 = load_masked(x1_ptr, x1_row, x1_sc, abase, lead, cols, mask, X1_ALIGNED).to(tl.float32)
     a3 = load_masked(x3_ptr, x3_row, x3_sc, abase, lead, cols, mask, X3_ALIGNED).to(tl.float32)
     v1 = uniform(v0, lin)  # prims.inductor_random
-    v2 = round_bf16(v1)  # prims.convert_element_type
+    v2 = v1  # prims.convert_element_type
     v3 = (v2 > c1)  # aten.gt
     v4 = (v3 * a3)  # aten.mul
     v5 = (v4 * c2)  # aten.mul
@@ -188,7 +188,7 @@ def looped_kernel(
         a1 = load_full(x1_ptr, x1_row, x1_sc, abase, lead, cols, X1_ALIGNED).to(tl.float32)
         a3 = load_full(x3_ptr, x3_row, x3_sc, abase, lead, cols, X3_ALIGNED).to(tl.float32)
         v1 = uniform(v0, lin)  # prims.inductor_random
-        v2 = round_bf16(v1)  # prims.convert_element_type
+        v2 = v1  # prims.convert_element_type
         v3 = (v2 > c1)  # aten.gt
         v4 = (v3 * a3)  # aten.mul
         v5 = (v4 * c2)  # aten.mul
@@ -207,7 +207,7 @@ def looped_kernel(
         a1 = load_masked(x1_ptr, x1_row, x1_sc, abase, lead, cols, mask, X1_ALIGNED).to(tl.float32)
         a3 = load_masked(x3_ptr, x3_row, x3_sc, abase, lead, cols, mask, X3_ALIGNED).to(tl.float32)
         v1 = uniform(v0, lin)  # prims.inductor_random
-        v2 = round_bf16(v1)  # prims.convert_element_type
+        v2 = v1  # prims.convert_element_type
         v3 = (v2 > c1)  # aten.gt
         v4 = (v3 * a3)  # aten.mul
         v5 = (v4 * c2)  # aten.mul

@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from miner.runtime import launch as _launch
-from miner.runtime.jit import load_full, load_masked, round_bf16, uniform
+from miner.runtime.jit import load_full, load_masked, uniform
 import torch._inductor.inductor_prims  # noqa: F401 - registers prims.inductor_random & co.
 
 PATTERN_ID = "pf4693d7449"
@@ -31,7 +31,7 @@ RANDOM = True  # draws inductor_random's numbers in the kernel (reference: the s
 def reference(x0, x1, c0, c1, c2):
     v0 = torch.ops.prims.inductor_lookup_seed.default(x0, int(c0))
     v1 = _launch.triton_rand(list(x1.shape), v0, 'rand')
-    v2 = _launch.round_to(v1, torch.bfloat16)
+    v2 = _launch.elided_cast(v1, torch.bfloat16)
     v3 = torch.ops.aten.gt.Scalar(v2, c1)
     v4 = torch.ops.aten.relu.default(x1)
     v5 = torch.ops.aten.mul.Tensor(v3, v4)
@@ -57,7 +57,7 @@ def one_pass_kernel(
     lin = rows * n_cols + cols  # row-major element offset (the random numbers' counter)
     a1 = tl.load(x1_row + cols * x1_sc, mask=mask, other=0).to(tl.float32)
     v1 = uniform(v0, lin)  # prims.inductor_random
-    v2 = round_bf16(v1)  # prims.convert_element_type
+    v2 = v1  # prims.convert_element_type
     v3 = (v2 > c1)  # aten.gt
     v4 = tl.maximum(a1, 0.0)  # aten.relu
     v5 = (v3 * v4)  # aten.mul
@@ -92,7 +92,7 @@ def looped_kernel(
     lin = abase + cols  # row-major element offset: row_start + (cols - lead)
     a1 = load_masked(x1_ptr, x1_row, x1_sc, abase, lead, cols, mask, X1_ALIGNED).to(tl.float32)
     v1 = uniform(v0, lin)  # prims.inductor_random
-    v2 = round_bf16(v1)  # prims.convert_element_type
+    v2 = v1  # prims.convert_element_type
     v3 = (v2 > c1)  # aten.gt
     v4 = tl.maximum(a1, 0.0)  # aten.relu
     v5 = (v3 * v4)  # aten.mul
@@ -104,7 +104,7 @@ def looped_kernel(
         lin = abase + cols  # row-major element offset: row_start + (cols - lead)
         a1 = load_full(x1_ptr, x1_row, x1_sc, abase, lead, cols, X1_ALIGNED).to(tl.float32)
         v1 = uniform(v0, lin)  # prims.inductor_random
-        v2 = round_bf16(v1)  # prims.convert_element_type
+        v2 = v1  # prims.convert_element_type
         v3 = (v2 > c1)  # aten.gt
         v4 = tl.maximum(a1, 0.0)  # aten.relu
         v5 = (v3 * v4)  # aten.mul
@@ -117,7 +117,7 @@ def looped_kernel(
         lin = abase + cols  # row-major element offset: row_start + (cols - lead)
         a1 = load_masked(x1_ptr, x1_row, x1_sc, abase, lead, cols, mask, X1_ALIGNED).to(tl.float32)
         v1 = uniform(v0, lin)  # prims.inductor_random
-        v2 = round_bf16(v1)  # prims.convert_element_type
+        v2 = v1  # prims.convert_element_type
         v3 = (v2 > c1)  # aten.gt
         v4 = tl.maximum(a1, 0.0)  # aten.relu
         v5 = (v3 * v4)  # aten.mul

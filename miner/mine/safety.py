@@ -284,6 +284,9 @@ def check_randomness(occ: Occurrence, graph: CapturedGraph, *, ctx: _Ctx | None 
     if not random:
         return Finding(tuple(f"randomness: {c.ref(rec.name)} is a random op" for rec in randoms))
     reasons = []
+    if randoms and _emulating_precision_casts():
+        reasons.append("randomness: torch._inductor.config.emulate_precision_casts is on; the kernel draws "
+                       "the numbers of Inductor's default (a random number's bf16 cast elided)")
     for rec in randoms:
         who = c.ref(rec.name)
         short = short_name(rec.target)
@@ -422,6 +425,15 @@ def _is_mutating(category: str, op: str, target: str) -> bool:
         return True
     schema = getattr(resolve_target(target), "_schema", None)
     return bool(schema is not None and schema.is_mutable)
+
+
+def _emulating_precision_casts() -> bool:
+    """Inductor's ``emulate_precision_casts`` (rounds bf16/fp16 intermediates as eager does), if torch has it."""
+    try:
+        from torch._inductor import config
+    except ImportError:  # pragma: no cover - torch without Inductor
+        return False
+    return bool(getattr(config, "emulate_precision_casts", False))
 
 
 def is_random(rec: NodeRecord) -> bool:

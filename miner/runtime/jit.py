@@ -13,8 +13,6 @@ They run under ``TRITON_INTERPRET=1`` as well (``tests/test_jit.py`` checks each
 - ``uniform(seed, offset)`` / ``normal(seed, offset)``: ``prims.inductor_random`` ("rand" /
   "randn") at a row-major element offset, exactly as Inductor's Triton kernels draw it
   (``tl.rand(seed, offset.to(tl.uint32))``), so a replaced dropout keeps Inductor's mask.
-  ``round_bf16(x)``: float32 rounded to the nearest bfloat16 (ties to even), in integer ops, so
-  the interpreter rounds as the GPU does (its own ``.to(tl.bfloat16)`` truncates).
   ``fill_random`` (a kernel, not a helper) writes them for a whole tensor: the references'
   ``miner.runtime.launch.triton_rand``.
 """
@@ -24,7 +22,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["tanh", "pow_rt", "pow_c", "load_masked", "load_full", "uniform", "normal", "round_bf16", "fill_random"]
+__all__ = ["tanh", "pow_rt", "pow_c", "load_masked", "load_full", "uniform", "normal", "fill_random"]
 
 
 @triton.jit
@@ -101,14 +99,6 @@ def uniform(seed, offset):
 def normal(seed, offset):
     """N(0, 1) float32 of ``inductor_random(..., "randn")`` at element ``offset``."""
     return tl.randn(seed, offset.to(tl.uint32))
-
-
-@triton.jit
-def round_bf16(x):
-    """``x.to(bfloat16).to(float32)`` with round-to-nearest-even, for finite ``x``."""
-    bits = x.to(tl.uint32, bitcast=True)
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    return bits.to(tl.float32, bitcast=True)
 
 
 @triton.jit

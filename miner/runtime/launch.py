@@ -461,8 +461,9 @@ def triton_rand(shape: Sequence[int], seed, kind: str = "rand"):
     return out
 
 
-def round_to(x, dtype):
-    """``x`` rounded to ``dtype`` and kept in ``x``'s dtype: a random number a kernel rounds to
-    bf16/fp16 and then compares in float32 (Inductor's compute type), unlike eager, which
-    compares in the narrow dtype (the scalar ``0.1`` rounded too)."""
-    return x.to(dtype).to(x.dtype)
+def elided_cast(x, dtype):
+    """``x`` itself: a random number cast to bf16/fp16 (``dtype``) in the graph, as Inductor computes
+    it: in float32, the cast elided (``torch._inductor.config.emulate_precision_casts`` off, its
+    default), so dropout's comparison sees the unrounded number (eager would round it)."""
+    del dtype
+    return x
