@@ -241,3 +241,29 @@ def test_colour_only_on_a_terminal(ws):
     assert p.wait(timeout=300) == 0, p.stderr.read()
     text = out.decode(errors="replace")
     assert "\x1b[" in text and "next: " in text
+
+
+def test_a_region_candidate_without_a_ranked_row_is_decided_and_shown(tmp_path, capsys):
+    """A whole-region candidate comes from no mined pattern: the decision table and `candidates show`
+    still list it, with the verdict of its in-model evidence."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from miner import cli
+    from miner.check.promotion import write_evidence
+
+    repo = Path(__file__).resolve().parents[1]
+    cid = "p010eaa2cbb"
+    (tmp_path / "candidates").mkdir()
+    shutil.copytree(repo / "candidates" / cid, tmp_path / "candidates" / cid,
+                    ignore=shutil.ignore_patterns("in_model.json", "bench.json"))
+    assert cli.main(["--workspace", str(tmp_path), "candidates", "--json"]) == 0
+    row = next(r for r in json.loads(capsys.readouterr().out)["decisions"]["decisions"] if r["id"] == cid)
+    assert row["verdict"] == "not measured"
+    write_evidence(tmp_path, cid, [{"model": "t5", "mode": "train", "compile": "default", "preset": "base",
+                                    "batch": None, "seq": None, "speedup": 0.95, "band": 0.006, "verdict": "loss",
+                                    "matches": 56, "contexts": {"x": 56}, "gpu": "NVIDIA H200", "date": "2026-12-04"}])
+    assert cli.main(["--workspace", str(tmp_path), "candidates", "show", cid]) == 0
+    out = capsys.readouterr().out
+    assert "not worth it" in out and "where it was observed" in out and "56  t5 forward" in out

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     dec = decide(review, ws)
     if args.action == "show":
         u = next((x for x in dec.rows if x.status and (x.id.startswith(args.id) or x.name == args.id)), None)
-        if u is not None:  # no ranked row: an upcast-matmul candidate (miner.rank.decision.upcast_rows)
+        if u is not None:  # no ranked row: an upcast or region candidate (miner.rank.decision.unranked_rows)
             from miner.core import candidate as candidates
 
             return emit(args, L.unranked_show_listings(u, candidates.load(ws, u.id)),

@@ -375,7 +375,8 @@ def decide(review: Review, ws: Workspace) -> Decisions:
                               "validation failed: " + str((c.validation or {}).get("failure") or "see validation.json")
                               if c.status == "failed" else None, kernel_range(c, review.runs),
                               silent.get(fusion or "", []) + silent.get(c.id, [])))
-    for row in upcast_rows(ws, review.only_model, measured, silent):  # not ranked: no mined pattern
+    ranked = {r.candidate.id for r in review.rows if r.candidate is not None}
+    for row in unranked_rows(ws, ranked, review.only_model, measured, silent):  # no mined pattern
         seen_fusions.add(row.name if row.promoted else None)
         rows.append(row)
     extra = sorted(ws.fusions.glob("*/fusion.json")) if ws.fusions.is_dir() and not review.only_model else ()
@@ -391,17 +392,17 @@ def decide(review: Review, ws: Workspace) -> Decisions:
     return Decisions(tuple(rows), ab_source, ab_date, together, tsource)
 
 
-def upcast_rows(ws: Workspace, only_model: str | None, measured: dict[str, list[StepChange]],
-                silent: dict[str, list[str]]) -> list[Decision]:
-    """The decision on every upcast-matmul candidate (``miner.mine.upcast``) of ``ws``.
+def unranked_rows(ws: Workspace, ranked: set[str], only_model: str | None, measured: dict[str, list[StepChange]],
+                  silent: dict[str, list[str]]) -> list[Decision]:
+    """The decision on every candidate of ``ws`` the ranking has no row for (``ranked``: the ids it has).
 
-    They have no mined pattern, so the ranking has no row for them; their evidence is the same as any
-    candidate's: in-model A/B files (``measured``, by candidate id or by the fusion's name), the gate's
-    records (``candidates/<id>/in_model.json`` or, once promoted, ``fusions/<name>/wins.json``), a
-    failed validation. ``only_model``: only those observed in that model.
+    Upcast-matmul candidates (``miner.mine.upcast``) and whole-region candidates (``miner generate
+    --regions``) come from no mined pattern, so the ranking has no row for them; their evidence is
+    the same as any candidate's: in-model A/B files (``measured``, by candidate id or by the fusion's
+    name), the gate's records (``candidates/<id>/in_model.json`` or, once promoted,
+    ``fusions/<name>/wins.json``), a failed validation. ``only_model``: only those observed in that model.
     """
     from miner.core import candidate as candidates
-    from miner.mine.upcast import LABEL
 
     promoted = candidates.fusions_by_candidate(ws)
     rows = []
@@ -411,13 +412,13 @@ def upcast_rows(ws: Workspace, only_model: str | None, measured: dict[str, list[
             validation = candidates.validation(folder)
         except MinerError:
             continue  # the ranking's reader reports a corrupt candidate
-        if cand.meta.get("kind") != LABEL or (only_model and only_model not in cand.meta.get("occurrences", {})):
+        if cand.id in ranked or (only_model and only_model not in cand.meta.get("occurrences", {})):
             continue
         fusion = promoted.get(cand.id)
         failed = (f"validation failed: {validation.get('failure') or 'see validation.json'}"
                   if validation is not None and not validation.get("ok") else None)
         rec_path = ws.fusions / fusion / "wins.json" if fusion else ws.candidates / cand.id / "in_model.json"
-        d = _decision(cand.id, fusion or LABEL, str(cand.meta.get("ops", "")), bool(fusion), rec_path, ws,
+        d = _decision(cand.id, fusion or cand.label, str(cand.meta.get("ops", "")), bool(fusion), rec_path, ws,
                       measured.get(fusion or "", []) + measured.get(cand.id, []), failed, None,
                       silent.get(fusion or "", []) + silent.get(cand.id, []))
         rows.append(replace(d, status=candidates.status_of(validation, fusion, candidates.timed(folder))))
@@ -440,4 +441,4 @@ def _decision(ident: str, name: str, ops: str, promoted: bool, rec_path: Path, w
 
 __all__ = ["ADOPT", "NOT_WORTH", "ONLY", "ORDER", "UNMEASURED", "UNSAFE", "VERDICTS", "Decision", "Decisions",
            "KernelRange", "StepChange", "ab_steps", "decide", "gate_fires", "kernel_range", "latest_ab", "record_steps",
-           "run_name", "silent_in", "upcast_rows", "verdict_of"]
+           "run_name", "silent_in", "unranked_rows", "verdict_of"]

@@ -331,18 +331,20 @@ def steps_listing(d: Decision) -> Listing:
 
 
 def unranked_show_listings(d: Decision, cand) -> list[Listing]:
-    """``miner candidates show <id>`` of a candidate the ranking has no row for (an upcast matmul): its
-    decision, where its rule fired and declined, its in-model A/B and its validation."""
+    """``miner candidates show <id>`` of a candidate the ranking has no row for (an upcast matmul, a whole
+    region): its decision, where it fires and declines, its in-model A/B and its validation."""
     meta = cand.meta
     facts = [f"ops: {d.ops}", f"status: {d.status}" + (f" (fusion {d.name})" if d.promoted else ""),
              f"verdict: {d.label}: {d.reason}", f"fires on CUDA: {d.where}", f"candidate files: {cand.path}",
-             f"  regenerate: {meta.get('regenerate')}", f"  rule: {meta.get('rule')}"]
-    fired = [f"  {o['count']:5d}  {o['model']} {o['phase']} {o['target']} "
+             f"  regenerate: {meta.get('regenerate')}"]
+    facts += [f"  {k}: {meta[k]}" for k in ("rule", "source") if meta.get(k)]
+    fired = [f"  {o.get('count', 0):5d}  {o.get('model', '?')} {o.get('phase', '?')} {o.get('target', '')} ".rstrip() + " "
              + " x ".join(f"{i['dtype']}{i['shape']}" for i in o.get("inputs", ())) for o in meta.get("observed", ())]
     declined = [f"  {x['count']:5d}  {x['model']} {x['phase']}: {'; '.join(x['reasons'])}"
                 for x in meta.get("declined", ())]
     out = [Listing(f"{d.id}  {d.name}", [], [], facts, empty=""),
-           Listing("where the rule fires (the GEMM's inputs after the rewrite)", [], [], fired, empty=""),
+           Listing("where the rule fires (the GEMM's inputs after the rewrite)" if meta.get("rule")
+                   else "where it was observed (its inputs)", [], [], fired, empty=""),
            Listing("where it declines", [], [], declined, empty="")]
     if d.steps:
         out.append(steps_listing(d))
