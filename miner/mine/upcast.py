@@ -217,7 +217,8 @@ def _gemm_size_reasons(graph: Graph, rec: NodeRecord, meta) -> list[str]:
     whose result it casts back to the inputs' dtype: the float32 output would come back rounded to
     bf16 (found by the property test: K = 1 gave a bf16-rounded product)."""
     ref = _ref(rec.args[0]) if rec.args else None
-    a = graph.node(ref).meta[0] if ref is not None and graph.node(ref).meta else None
+    metas = graph.node(ref).meta if ref is not None else ()
+    a = metas[0] if metas else None
     if a is None or len(meta.shape) < 2 or not a.shape:
         return ["the GEMM's sizes are unknown"]
     sizes = {"M": meta.shape[-2], "N": meta.shape[-1], "K": a.shape[-1]}
