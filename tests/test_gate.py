@@ -193,3 +193,41 @@ def test_uuid_covers_the_shared_rules(tmp_path, monkeypatch):
     before = p.uuid()
     rule.write_text("A = 2\n")
     assert p.uuid() != before
+
+
+def symbolic_fake(device):
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    with FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True) as mode:
+        real = torch.empty(4, 8)
+        return mode.from_tensor(real, symbolic_context=None).new_empty(
+            (mode.shape_env.create_unbacked_symint(), 8), device=device)
+
+
+def test_symbolic_sizes_on_cuda_decline_with_their_reason_and_fire_when_held_open():
+    """dynamic=True on CUDA: no in-model evidence covers a symbolic context. The match declines with
+    a reason, counted in GATE_DECISIONS and the pass's ``declined`` (before: silently, no count)."""
+    from miner.runtime import rewrite
+
+    v = symbolic_fake("cuda")
+    assert not all(isinstance(s, int) for s in v.shape)
+    node = SimpleNamespace(name="out", graph=object.__new__(torch.fx.Graph))
+    m = match_of(v)
+    m.output_node = lambda: node
+    p = rewrite.FusionPass([])
+    rewrite._ACTIVE.append((p, "layer_norm"))
+    before = dict(GATE_DECISIONS)
+    try:
+        assert not wins_gate(m, wins_with(record("win", 1.5)), 1)
+        with gate.forced_open():
+            assert wins_gate(m, wins_with(), 1)
+    finally:
+        rewrite._ACTIVE.pop()
+    new = {k: n - before.get(k, 0) for k, n in GATE_DECISIONS.items() if n != before.get(k, 0)}
+    assert any(k.startswith("layer_norm decline ") and gate.SYMBOLIC_REASON in k for k in new), new
+    assert any(k.startswith("layer_norm fire symbolic") and "forced open" in k for k in new), new
+    assert p.declined["layer_norm"][gate.SYMBOLIC_REASON] == 1
+
+
+def test_symbolic_sizes_on_cpu_pass():
+    assert wins_gate(match_of(symbolic_fake("cpu")), wins_with(record("loss", 0.5)), 1)

@@ -179,8 +179,9 @@ def decide(signature, wins: dict | None, *, producer_fusable: bool = False, cons
 def wins_gate(match, wins: dict | None, n_inputs: int, decisions: Counter | None = None) -> bool:
     """The gate part of a fusion's ``extra_check`` (``rewrite.wins_gate`` delegates here).
 
-    CPU tensors pass (interpreter; the timings are GPU timings). On CUDA: non-static inputs
-    decline; otherwise ``decide_context`` on the match's context, or fire anyway while the A/B
+    CPU tensors pass (interpreter; the timings are GPU timings). On CUDA: inputs with symbolic
+    sizes (``dynamic=True``) decline with :data:`SYMBOLIC_REASON`, counted like a safety decline
+    (no A/B measures a size-generic context), or fire while the gate is held open; otherwise ``decide_context`` on the match's context, or fire anyway while the A/B
     harness holds the gate open (``forced_open``). Every decision is counted in ``decisions``
     (``rewrite.GATE_DECISIONS``) as ``"<fusion> fire|decline <context>: <reason>"`` and in
     ``OBSERVED``.
@@ -190,9 +191,11 @@ def wins_gate(match, wins: dict | None, n_inputs: int, decisions: Counter | None
     vals = match_vals(match, n_inputs)
     if vals is None:
         return False
-    if not all(isinstance(s, int) for v in vals for s in v.shape):
-        return any(v.device.type != "cuda" for v in vals)
     name = (wins or {}).get("name", "?")
+    if not all(isinstance(s, int) for v in vals for s in v.shape):
+        if any(v.device.type != "cuda" for v in vals):
+            return True
+        return _symbolic(match, name, n_inputs, decisions)
     try:
         ctx = context_of(match, vals)
     except Exception as e:  # never break a compile over the neighbourhood: the context says it is unknown
@@ -209,6 +212,23 @@ def wins_gate(match, wins: dict | None, n_inputs: int, decisions: Counter | None
         decisions[f"{name} {'fire' if fire else 'decline'} {ctx.key}: {reason}{' [gate forced open]' if forced else ''}"] += 1
     log.debug("%s %s %s: %s", name, "fire" if fire else "decline", ctx.key, reason)
     return True if forced else fire
+
+
+SYMBOLIC_REASON = ("symbolic sizes (dynamic shapes): in-model evidence is per static shape, "
+                   "none measures a size-generic context")
+
+
+def _symbolic(match, name: str, n_inputs: int, decisions: Counter | None) -> bool:
+    """A CUDA match with symbolic sizes: no A/B measured it, so it declines with that reason
+    (counted like a safety decline); with the gate held open it fires (the kernels are size-generic)."""
+    from miner.runtime import rewrite
+
+    if FORCE_OPEN["on"]:
+        if decisions is not None:
+            decisions[f"{name} fire symbolic sizes: {SYMBOLIC_REASON} [gate forced open]"] += 1
+        return True
+    rewrite.record_declines(match, name, n_inputs, [SYMBOLIC_REASON])
+    return False
 
 
 def observe(match, name: str, n_inputs: int) -> bool:
