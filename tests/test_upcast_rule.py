@@ -242,7 +242,7 @@ def test_mine_and_generate_commands_write_the_candidate(t5_capture, capsys):
 def test_a_graph_the_rule_cannot_read_declines_instead_of_raising(monkeypatch):
     gm = trace(qk, *QK)
     node = next(n for n in gm.graph.nodes if n.target == aten.bmm.default)
-    monkeypatch.setattr(upcast, "check", lambda graph, name: 1 / 0)
+    monkeypatch.setattr(upcast, "check", lambda graph, name, demote=False: 1 / 0)
     d = rewrite.upcast_decision(node)
     assert not d.ok and d.applies and d.reasons == ("rule failed: ZeroDivisionError: division by zero",)
 

@@ -46,14 +46,15 @@ def numeric_entries(meta: dict) -> list[tuple[str, dict]]:
     out = []
     for o in meta.get("observed", ()):
         shapes = "x".join(str(i["shape"]).replace(" ", "") for i in o["inputs"])
-        out.append((f"{o['model']} {o['phase']} {shapes} {o['inputs'][0]['dtype']}", {"inputs": o["inputs"]}))
+        low = next((i["dtype"] for i in o["inputs"] if i["dtype"] != "float32"), "float32")
+        out.append((f"{o['model']} {o['phase']} {shapes} {low}", {"inputs": o["inputs"]}))
     if out:
         first = meta["observed"][0]["inputs"]
-        out.append((f"{out[0][0].rsplit(' ', 1)[0]} float16",
-                    {"inputs": [dict(i, dtype="float16") for i in first]}))
+        out.append((f"{out[0][0].rsplit(' ', 1)[0]} float16",  # a demoted operand stays float32
+                    {"inputs": [i if i["dtype"] == "float32" else dict(i, dtype="float16") for i in first]}))
         if len(first[0]["shape"]) == 3:
             mm = [{"shape": i["shape"][1:], "dtype": i["dtype"], "stride": i["stride"][1:]} for i in first]
-            out.append((f"mm {'x'.join(str(i['shape']).replace(' ', '') for i in mm)} {mm[0]['dtype']}",
+            out.append((f"mm {'x'.join(str(i['shape']).replace(' ', '') for i in mm)} {out[0][0].rsplit(' ', 1)[1]}",
                         {"inputs": mm}))
     return out
 
@@ -77,7 +78,11 @@ def check_numerics(kernel, label: str, entry: dict, device: str) -> Check:
     except Exception as e:  # noqa: BLE001 - any failure of the GEMM is a failed check
         return Check("numerics", label, False, f"{type(e).__name__}: {str(e).splitlines()[0][:300]}",
                      seconds=time.perf_counter() - t0, device=device)
-    ok, max_abs, max_rel, detail = compare_gemm(out, fp32, ref)
+    low = [x.dtype for x in xs if x.dtype != torch.float32]
+    if len(low) == 1:  # the demoting rule: one float32 operand rounded, the output seen rounded to ``low``
+        ok, max_abs, max_rel, detail = compare_demoted(out, fp32, ref, low[0])
+    else:
+        ok, max_abs, max_rel, detail = compare_gemm(out, fp32, ref)
     return Check("numerics", label, ok, detail, max_abs, max_rel, seconds=time.perf_counter() - t0, device=device)
 
 
@@ -91,6 +96,20 @@ def compare_gemm(out, fp32, ref) -> tuple[bool, float, float, str]:
     if not ok and math.isfinite(max_abs) and out.shape == ref.shape and max_abs <= SLACK * fp32_abs:
         ok, detail = True, f"outside the float32 element tolerance, within {SLACK:g}x the replaced GEMM's error"
     return ok, max_abs, max_rel, "; ".join(d for d in (detail, f"float32 GEMM it replaces: max abs {fp32_abs:.2e}") if d)
+
+
+def compare_demoted(out, fp32, ref, low) -> tuple[bool, float, float, str]:
+    """(ok, max abs, max rel, detail) of a demoted GEMM's ``out`` once rounded to ``low`` (what its
+    users see) against the float64 ``ref``: within ``low``'s element tolerance, or off by at most
+    ``SLACK`` times the replaced float32 GEMM's output rounded to ``low`` (both reported)."""
+    ok, max_abs, max_rel, detail = _compare(out.to(low), ref, low)
+    before = float((fp32.to(low).double() - ref.double()).abs().max()) if fp32.numel() else 0.0
+    ratio = max_abs / before if before else math.inf
+    if not ok and math.isfinite(max_abs) and out.shape == ref.shape and max_abs <= SLACK * before:
+        ok, detail = True, f"outside the {low} element tolerance, within {SLACK:g}x the replaced GEMM's error"
+    return ok, max_abs, max_rel, "; ".join(d for d in (
+        detail, f"rounded to {str(low).split('.')[-1]}: max abs {max_abs:.2e} vs the float32 GEMM's {before:.2e} "
+                f"({ratio:.2f}x)") if d)
 
 
 # --------------------------------------------------------------------------- the chain on fake CUDA tensors
@@ -109,11 +128,23 @@ def attention_chain(entry: dict) -> tuple[Callable, list[tuple[list[int], Any]]]
 
     aten = torch.ops.aten
     try:
-        (qs, ks), (a32, b32) = [s["shape"] for s in entry["sources"]], [i["shape"] for i in entry["float32_inputs"]]
-        dtype = getattr(torch, entry["sources"][0]["dtype"])
-    except (KeyError, TypeError, ValueError, AttributeError):
+        srcs, (a32, b32) = entry["sources"], [i["shape"] for i in entry["float32_inputs"]]
+        demoted = [s.get("demote") for s in srcs]
+        exact = [s for s in srcs if not s.get("demote")]
+        qs = exact[0]["shape"]
+        dtype = getattr(torch, exact[0]["dtype"])
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError):
         return None
-    if len(qs) != 4 or qs != ks or len(a32) != 3 or a32 != [qs[0] * qs[1], qs[2], qs[3]] or b32 != [a32[0], a32[2], a32[1]]:
+    if len(qs) != 4 or len(a32) != 3 or len(b32) != 3:
+        return None
+    bh, s_, d_ = qs[0] * qs[1], qs[2], qs[3]
+    if demoted == [None, None]:  # QK^T: [B*H, S, D] x [B*H, D, S], k's source as q's
+        if srcs[1]["shape"] != qs or a32 != [bh, s_, d_] or b32 != [bh, d_, s_]:
+            return None
+    elif demoted[0] and not demoted[1]:  # PV: [B*H, S, S] (rounded) x [B*H, S, D] (v's source)
+        if a32 != [bh, s_, s_] or b32 != [bh, s_, d_]:
+            return None
+    else:
         return None
 
     def operand(x, shape, unit: bool):
@@ -128,15 +159,24 @@ def attention_chain(entry: dict) -> tuple[Callable, list[tuple[list[int], Any]]]
         a = operand(q, [q.shape[0] * q.shape[1], q.shape[2], q.shape[3]], False)
         b = operand(k, [k.shape[0] * k.shape[1], k.shape[3], k.shape[2]], True)
         probs = aten.mul.Tensor(torch.softmax(aten.bmm.default(a, b), -1), DROPOUT_SCALE)
-        return aten.bmm.default(probs, v.float().reshape(-1, v.shape[2], v.shape[3])), a  # ``a`` saved for backward
+        pv = aten.bmm.default(probs, v.float().reshape(-1, v.shape[2], v.shape[3]))
+        return pv.to(q.dtype), a  # SDPA's math path rounds its output to the inputs' dtype; ``a`` saved for backward
 
     return fn, [(list(qs), dtype)] * 3
 
 
+def _qkv(entry: dict) -> dict:
+    """The ``[B, H, S, D]`` bf16/fp16 source of ``entry`` (q for QK^T, v for PV)."""
+    return next(s for s in entry["sources"] if not s.get("demote"))
+
+
 def shrunk(entry: dict) -> dict:
     """``entry`` with ``[B, H, S, D]`` cut to at most :data:`SHRUNK`'s sizes (same layout): for CPU runs."""
-    b, h, s, d = entry["sources"][0]["shape"]
+    b, h, s, d = _qkv(entry)["shape"]
     b, h, s, d = (min(b, SHRUNK["batch"]), min(h, SHRUNK["heads"]), min(s, SHRUNK["seq"]), min(d, SHRUNK["dim"]))
+    if entry["sources"][0].get("demote"):  # PV: the rounded probabilities [B*H, S, S], v's source
+        src = [dict(entry["sources"][0], shape=[b * h, s, s]), dict(entry["sources"][1], shape=[b, h, s, d])]
+        return dict(entry, sources=src, float32_inputs=[{"shape": [b * h, s, s]}, {"shape": [b * h, s, d]}])
     src = [dict(x, shape=[b, h, s, d]) for x in entry["sources"]]
     return dict(entry, sources=src, float32_inputs=[{"shape": [b * h, s, d]}, {"shape": [b * h, d, s]}])
 
@@ -186,7 +226,8 @@ def _open(gate_open: bool):
 
 
 def _label(entry: dict) -> str:
-    return f"{entry.get('model', '?')} attention chain q/k/v {entry['sources'][0]['dtype']}{entry['sources'][0]['shape']}"
+    qkv = _qkv(entry)
+    return f"{entry.get('model', '?')} attention chain q/k/v {qkv['dtype']}{qkv['shape']}"
 
 
 def _not_a_chain(label: str) -> Check:
@@ -194,8 +235,10 @@ def _not_a_chain(label: str) -> Check:
 
 
 def check_graph(module, name: str, entry: dict, *, gate_open: bool = False) -> Check:
-    """The pass on the chain at ``entry``'s shapes (fake CUDA tensors): QK^T becomes ``.dtype`` on
-    low-precision operands, PV declines with "... is not exact"."""
+    """The pass on the chain at ``entry``'s shapes (fake CUDA tensors). The exact rule: QK^T becomes
+    ``.dtype`` on low-precision operands, PV declines with "... is not exact". The demoting rule
+    (``module.LABEL == "demote_matmul"``): PV becomes ``.dtype`` on its rounded probabilities and v's
+    source, QK^T (two exact upcasts) is not its candidate."""
     import torch
 
     t0 = time.perf_counter()
@@ -204,19 +247,24 @@ def check_graph(module, name: str, entry: dict, *, gate_open: bool = False) -> C
     if done is None:
         return _not_a_chain(label)
     gm, p, _, _ = done
+    demote = getattr(module, "LABEL", "") == "demote_matmul"
+    which = "PV" if demote else "QK^T"
     problems = []
     if p.counts[name] != 1:
-        problems.append(f"{p.counts[name]} matches, expected 1 (QK^T)")
+        problems.append(f"{p.counts[name]} matches, expected 1 ({which})")
     declined = p.declined.get(name, {})
-    if not any("is not exact" in r for r in declined):
+    if demote and declined:
+        problems.append(f"declined {dict(declined)}: QK^T is no candidate of the demoting rule, PV must fire")
+    if not demote and not any("is not exact" in r for r in declined):
         problems.append(f"PV not declined for its dropout scale (declined: {dict(declined) or 'none'})")
     new = [n for n in gm.graph.nodes if n.target in (torch.ops.aten.bmm.dtype, torch.ops.aten.mm.dtype)]
     low = (torch.bfloat16, torch.float16)
     if len(new) != 1 or any(a.meta["val"].dtype not in low for a in new[0].args[:2]) \
             or new[0].meta["val"].dtype != torch.float32:
         problems.append(f"expected one .dtype GEMM on bf16/fp16 operands with a float32 output, got {len(new)}")
-    detail = "; ".join(problems) or (f"QK^T -> {new[0].target} on {new[0].args[0].meta['val'].dtype} operands; "
-                                     f"PV declined: {'; '.join(declined)}")
+    detail = "; ".join(problems) or (f"{which} -> {new[0].target} on {new[0].args[0].meta['val'].dtype} operands; "
+                                     + (f"PV declined: {'; '.join(declined)}" if not demote else
+                                        f"operand 0 rounded by {new[0].args[0].target}"))
     return Check("graph", label, not problems, detail, matches=p.counts[name], seconds=time.perf_counter() - t0,
                  device="cpu (fake cuda tensors)")
 
@@ -353,5 +401,5 @@ def validate(cand, device: str, model: bool = True, log: Callable[[str], None] =
 
 
 __all__ = ["CUDA_ONLY", "DROPOUT_SCALE", "SHRUNK", "SLACK", "attention_chain", "check_emulated", "check_graph",
-           "check_model", "check_numerics", "compare_gemm", "compiled_step", "emulated_run", "numeric_entries",
+           "check_model", "check_numerics", "compare_demoted", "compare_gemm", "compiled_step", "emulated_run", "numeric_entries",
            "rewrite_chain", "shrunk", "trace", "validate"]

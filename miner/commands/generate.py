@@ -100,7 +100,8 @@ def _run_regions(args: argparse.Namespace, ws) -> int:
 
 
 def _run_upcasts(args: argparse.Namespace, ws) -> int:
-    """``--upcasts FILE``: the upcast-matmul candidate (``miner.generate.upcast``); keeps the other candidates."""
+    """``--upcasts FILE``: the upcast-matmul candidates, exact (``u...``) and demoting (``d...``)
+    (``miner.generate.upcast``); keeps the other candidates."""
     from pathlib import Path
 
     from miner.core.errors import UsageError
@@ -113,11 +114,14 @@ def _run_upcasts(args: argparse.Namespace, ws) -> int:
         rel = path.resolve().relative_to(Path(ws.root).resolve())
     except ValueError:
         rel = path.resolve()
-    g = upcast.generate(ws, rel, f"miner generate --upcasts {rel}")
-    if g is None:
-        print(f"{args.upcasts}: no float32 bmm/mm there is an exact bf16/fp16 upcast; nothing written", file=sys.stderr)
-        return 1
     from miner.generate.generate import describe
 
-    print(describe(g))
+    done = [g for demote in (False, True) if (g := upcast.generate(ws, rel, f"miner generate --upcasts {rel}",
+                                                                   demote=demote)) is not None]
+    if not done:
+        print(f"{args.upcasts}: no float32 bmm/mm there is a bf16/fp16 upcast (exact, or with one operand rounded "
+              f"where the output is rounded anyway); nothing written", file=sys.stderr)
+        return 1
+    for g in done:
+        print(describe(g))
     return 0

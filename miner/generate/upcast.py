@@ -145,6 +145,93 @@ def render_pattern(head: str, cid: str, targets, fusion: str | None = None) -> s
                                  wins=WINS_LINE, gate=" and rewrite.wins_gate(match, WINS, N_INPUTS)")
 
 
+DEMOTE_PATTERN_PY = string.Template('''${header}"""${title}: a float32 bmm/mm of one exact bf16/fp16 upcast and one float32 value whose output is only seen rounded, as a low-precision GEMM.
+
+``extra_check`` is ``miner.mine.upcast.check(..., demote=True)``, the rule mining applied: one
+operand is a float32 upcast of bf16 (fp16) values through layout ops, the other a float32 value,
+and every use of the float32 output (through layout ops) converts it to that bf16 (fp16). The
+rewrite rounds the float32 operand to bf16 (fp16) and calls ``aten.bmm.dtype`` / ``aten.mm.dtype``
+with ``torch.float32`` (``rewrite.upcast_replace``): each product gains at most one bf16 rounding
+before the float32 sum, and the output is rounded to bf16 as before (SDPA's fused bf16 kernels
+compute PV this way). A declined match counts its reasons and never raises.
+${gate_doc}"""
+
+${imports}from miner.runtime import rewrite
+
+PATTERN_ID = "${id}"
+OP_NAME = "miner::${op_name}"  # the name decisions are counted under (no custom op: the rewrite calls aten)
+LABEL = "demote_matmul"
+N_INPUTS = 2  # x0, x1: the float32 operands of the matmul
+TARGETS = ${targets}
+${wins}
+
+def decision(match):
+    """The demoting rule on the match's matmul (a ``Decision``: ok, reasons, operands)."""
+    return rewrite.upcast_decision(match.output_node(), demote=True)
+
+
+def extra_check(match):
+    d = decision(match)
+    if d.applies:  # a matmul of two exact upcasts (or of none) is no candidate: not counted as declined
+        rewrite.record_declines(match, OP_NAME, N_INPUTS, d.reasons)
+    return d.ok${gate}
+
+
+def replacement(match, x0, x1):
+    """Round the float32 operand, replay the other's layout ops on its source, call the ``.dtype`` GEMM."""
+    d = decision(match)
+    if d.ok:  # extra_check declined it otherwise; never reached through the matcher
+        rewrite.upcast_replace(match, d)
+
+
+def register(pass_dict):
+    import torch
+    from torch._inductor.pattern_matcher import CallFunction, KeywordArg, register_graph_pattern
+
+    for target in TARGETS:
+        aten_op = getattr(torch.ops.aten, target.split(".")[1]).default
+        register_graph_pattern(CallFunction(aten_op, KeywordArg("x0"), KeywordArg("x1")),
+                               extra_check=extra_check, pass_dict=pass_dict)(replacement)
+''')
+
+DEMOTE_KERNEL_PY = string.Template('''${header}"""Candidate ${id} (demote_matmul): the GEMM the rewrite calls, for timing and numerics.
+
+``launch(x0, x1)``: the float32 operand rounded to the other's bf16/fp16, then ``aten.bmm.dtype``
+(3-d) or ``aten.mm.dtype`` (2-d) with a float32 output (CUDA only). ``reference(x0, x1)``: the
+float32 matmul it replaces (the low-precision operand upcast).
+"""
+
+import torch
+
+
+def _op(x):
+    return torch.ops.aten.bmm if x.dim() == 3 else torch.ops.aten.mm
+
+
+def launch(x0, x1, *, variant=None, config=None):
+    if x0.device.type != "cuda":
+        raise RuntimeError(f"demote_matmul needs CUDA tensors (got {x0.device}): aten.bmm.dtype has no CPU kernel")
+    low = x1.dtype if x0.dtype == torch.float32 else x0.dtype
+    if low not in (torch.bfloat16, torch.float16) or {x0.dtype, x1.dtype} != {torch.float32, low}:
+        raise ValueError(f"demote_matmul takes one float32 and one bf16/fp16 operand, got {x0.dtype} and {x1.dtype}")
+    return (_op(x0).dtype(x0.to(low), x1.to(low), torch.float32),)
+
+
+def reference(x0, x1):
+    return (_op(x0).default(x0.float(), x1.float()),)
+''')
+
+
+def render_demoted(head: str, cid: str, targets, fusion: str | None = None) -> tuple[str, str]:
+    """(pattern.py, kernel.py) of the demoting candidate ``cid`` (or, with ``fusion``, the fusion promoted from it)."""
+    gated = dict(gate_doc=GATE_DOC, imports="from pathlib import Path\n\n", op_name=fusion, wins=WINS_LINE,
+                 gate=" and rewrite.wins_gate(match, WINS, N_INPUTS)",
+                 title=f"Fusion {fusion}, promoted from candidate {cid} (demote_matmul)") if fusion else \
+        dict(gate_doc="", imports="", op_name=cid, wins="", gate="", title=f"Candidate {cid} (demote_matmul)")
+    return (DEMOTE_PATTERN_PY.substitute(header=head, id=cid, targets=repr(tuple(targets)), **gated),
+            DEMOTE_KERNEL_PY.substitute(header=head, id=cid))
+
+
 def render_kernel(head: str, cid: str) -> str:
     """``kernel.py``: the GEMM the rewrite calls (``launch``) and the float32 one it replaces (``reference``)."""
     return KERNEL_PY.substitute(header=head, id=cid)
@@ -236,17 +323,24 @@ def _literal(value: list) -> str:
     return "[\n" + "".join(f"    {v!r},\n" for v in value) + "]"
 
 
-def candidate_id() -> str:
-    """``u`` + 10 hex digits of the rule's op sets (targets, layout ops, unit multiplications, converts)."""
+def candidate_id(demote: bool = False) -> str:
+    """``u`` (``d`` for the demoting rule) + 10 hex digits of the rule's op sets (targets, layout ops,
+    unit multiplications, converts)."""
     text = repr((sorted(upcast.MATMULS.items()), sorted(upcast.LAYOUT), sorted(upcast.UNIT_MULS),
-                 sorted(upcast.CONVERTS), upcast.LOW))
-    return "u" + hashlib.sha1(text.encode()).hexdigest()[:10]
+                 sorted(upcast.CONVERTS), upcast.LOW) + (("demote",) if demote else ()))
+    return ("d" if demote else "u") + hashlib.sha1(text.encode()).hexdigest()[:10]
 
 
 def _sig(f: dict) -> tuple:
     return (f["model"], f["preset"], f["phase"], f["target"],
             tuple((tuple(i["shape"]), tuple(i["stride"])) for i in f["inputs"]),
             tuple(None if s is None else (tuple(s["shape"]), s["dtype"]) for s in f["sources"]))
+
+
+def as_demoted(found: list[dict]) -> list[dict]:
+    """``found`` as the demoting rule decided it (entries where it applies, its ok/reasons/sources)."""
+    return [dict(f, ok=f["demote"]["ok"], reasons=f["demote"]["reasons"], sources=f["demote"]["sources"])
+            for f in found if f.get("demote")]
 
 
 def observed(found: list[dict]) -> list[dict]:
@@ -262,8 +356,11 @@ def observed(found: list[dict]) -> list[dict]:
                     "count": len(fs), "graphs": sorted({x["graph"] for x in fs}),
                     # what the GEMM receives after the rewrite: the float32 operands' layout in the source dtype
                     "inputs": [dict(i, dtype=s["dtype"]) for i, s in zip(f["inputs"], f["sources"])],
+                    **({"demote": [s.get("demote") for s in f["sources"]]}
+                       if any(s.get("demote") for s in f["sources"]) else {}),
                     "float32_inputs": f["inputs"], "outputs": [f["output"]],
-                    "sources": [{"shape": s["shape"], "dtype": s["dtype"]} for s in f["sources"]],
+                    "sources": [{"shape": s["shape"], "dtype": s["dtype"], **({"demote": s["demote"]} if s.get("demote") else {})}
+                                for s in f["sources"]],
                     "nodes": [x["node"] for x in fs]})
     return out
 
@@ -279,7 +376,7 @@ def declined(found: list[dict]) -> list[dict]:
             for (m, p, ph, t, rs), fs in groups.items()]
 
 
-def generate(workspace: Workspace, upcasts_path: str | Path, command: str) -> Generated | None:
+def generate(workspace: Workspace, upcasts_path: str | Path, command: str, *, demote: bool = False) -> Generated | None:
     """Write ``candidates/<id>/`` from a ``mined/upcasts.json``; None when the rule accepted no matmul there.
 
     Parameters
@@ -290,40 +387,54 @@ def generate(workspace: Workspace, upcasts_path: str | Path, command: str) -> Ge
         The ``mined/upcasts.json`` (``miner mine --upcasts``); recorded in candidate.json as given.
     command : str
         The regenerating command, written into every file's header.
+    demote : bool
+        The demoting rule's candidate (``d...``, from each entry's ``demote`` decision) instead of the exact one.
     """
     payload = upcast.load(Path(upcasts_path) if Path(upcasts_path).is_absolute()
                           else Path(workspace.root) / upcasts_path)
-    found = payload["found"]
+    found = as_demoted(payload["found"]) if demote else payload["found"]
     fired = observed(found)
     if not fired:
         return None
-    cid = candidate_id()
+    cid = candidate_id(demote)
     folder = workspace.candidates / cid
     targets = tuple(sorted({f["target"] for f in found if f["ok"]} | {"aten.bmm.default", "aten.mm.default"}))
-    write_text(folder / "pattern.py", render_pattern(header(cid, command, "search pattern, rewrite, extra check"),
-                                                     cid, targets))
-    write_text(folder / "kernel.py", render_kernel(header(cid, command, "the GEMM the rewrite calls"), cid))
+    head = header(cid, command, "search pattern, rewrite, extra check")
+    if demote:
+        pattern, kernel = render_demoted(head, cid, targets)
+        write_text(folder / "pattern.py", pattern)
+        write_text(folder / "kernel.py", kernel.replace(head, header(cid, command, "the GEMM the rewrite calls")))
+    else:
+        write_text(folder / "pattern.py", render_pattern(head, cid, targets))
+        write_text(folder / "kernel.py", render_kernel(header(cid, command, "the GEMM the rewrite calls"), cid))
     occ: dict[str, Counter] = {}
     for f in found:
         if f["ok"]:
             occ.setdefault(f["model"], Counter())[f["phase"]] += 1
+    rejected = Counter(r for f in found if not f["ok"] for r in f["reasons"])
     meta = {
         "id": cid, "miner_version": __version__, "regenerate": command, "op": "aten.bmm.dtype|aten.mm.dtype",
-        "label": upcast.LABEL, "ops": "upcast -> bmm/mm (float32) => bmm/mm.dtype (bf16/fp16 in, float32 out)",
-        "kind": "upcast_matmul", "rule": "miner.mine.upcast.check",
+        "label": "demote_matmul" if demote else upcast.LABEL,
+        "ops": ("upcast x float32 -> bmm/mm (float32) -> bf16/fp16 => bmm/mm.dtype (float32 operand rounded)"
+                if demote else "upcast -> bmm/mm (float32) => bmm/mm.dtype (bf16/fp16 in, float32 out)"),
+        "kind": "upcast_matmul", "rule": "miner.mine.upcast.check" + ("(demote=True)" if demote else ""),
+        **({"demote": True} if demote else {}),
         "signature": {"inputs": 2, "scalars": 0, "outputs": 1, "input_kinds": ["float", "float"],
                       "output_kinds": ["vec"]},
         "observed": fired,
         "declined": declined(found),
         "occurrences": {m: dict(sorted(c.items())) for m, c in sorted(occ.items())},
-        "counts": dict(payload["counts"]),
-        "safety": {"ok": payload["counts"]["fired"], "rejected": payload["counts"]["declined"],
-                   "reasons": dict(payload["reasons"])},
+        "counts": ({"fired": sum(f["ok"] for f in found), "declined": sum(not f["ok"] for f in found)}
+                   if demote else {k: payload["counts"][k] for k in ("fired", "declined")}),
+        "safety": ({"ok": sum(f["ok"] for f in found), "rejected": sum(not f["ok"] for f in found),
+                    "reasons": dict(sorted(rejected.items()))} if demote else
+                   {"ok": payload["counts"]["fired"], "rejected": payload["counts"]["declined"],
+                    "reasons": dict(payload["reasons"])}),
         "source": {"upcasts": str(upcasts_path)},
     }
     write_json(folder / "candidate.json", meta)
-    return Generated(cid, upcast.LABEL, folder, len(fired))
+    return Generated(cid, meta["label"], folder, len(fired))
 
 
-__all__ = ["candidate_id", "declined", "generate", "observed", "render_fusion_test", "render_kernel",
-           "render_pattern"]
+__all__ = ["as_demoted", "candidate_id", "declined", "generate", "observed", "render_demoted", "render_fusion_test",
+           "render_kernel", "render_pattern"]

@@ -18,6 +18,15 @@ compile time (``candidates/<id>/pattern.py``). A matmul may be rewritten iff
   dtype) of a bfloat16 or float16 tensor, with no symbolic size on the way;
 - both sources have the same dtype.
 
+The demoting variant (``check(..., demote=True)``, candidate ``d...``) takes the matmul where exactly
+one operand is such an upcast of dtype ``d`` and the other a computed float32 value (t5's PV: the
+dropout-scaled probabilities times upcast v), when the float32 output is only ever seen rounded to
+``d`` (every use, through layout ops, is a ``convert_element_type`` to ``d``): it rounds the float32
+operand to ``d`` and runs the same ``.dtype`` GEMM. Not exact: each product gains at most one
+rounding of ``d`` (2^-9 relative for bf16) before the float32 sum, the output is rounded to ``d``
+anyway, and this is how SDPA's fused bf16 kernels compute PV (FlashAttention rounds P to the input
+dtype). Its validation bounds the error after the output's rounding against the float32 GEMM's.
+
 Every refusal is a reason string; nothing here raises on a graph it does not understand.
 ``mined/upcasts.json`` (``kind: UpcastMatmuls``) holds every float32 matmul of the captured graphs
 with its decision; ``miner generate --upcasts`` turns it into a candidate.
@@ -83,6 +92,7 @@ class Upcast:
     source: str
     dtype: str
     steps: tuple[str, ...]
+    demote: str | None = None  # the demoting rule: a float32 ``source`` rounded to this dtype before the GEMM
 
 
 @dataclass(frozen=True)
@@ -167,7 +177,7 @@ def has_overload(target: str) -> bool:
     return hasattr(getattr(torch.ops.aten, op, None), overload)
 
 
-def check(graph: Graph, name: str) -> Decision:
+def check(graph: Graph, name: str, demote: bool = False) -> Decision:
     """The rule: may matmul ``name`` of ``graph`` run as a bf16/fp16 GEMM with float32 output?
 
     Parameters
@@ -176,6 +186,10 @@ def check(graph: Graph, name: str) -> Decision:
         Anything with ``node(name) -> NodeRecord``: a ``CapturedGraph`` or :class:`FxNodes`.
     name : str
         The matmul node.
+    demote : bool
+        The demoting rule (module docstring): exactly one operand an exact upcast, the other a
+        float32 value rounded to its dtype, the output only seen rounded to that dtype. A matmul the
+        exact rule takes is no candidate here (``applies`` False), and vice versa.
 
     Returns
     -------
@@ -197,18 +211,63 @@ def check(graph: Graph, name: str) -> Decision:
         reasons.append(f"out_dtype matmul needs CUDA (device {meta.device})")
     if not has_overload(out_target):
         reasons.append(f"torch has no {out_target}")
-    operands = []
+    operands, whys = [], []
     for k, arg in enumerate(rec.args[:2]):
         ref = _ref(arg)
         up, why = operand_upcast(graph, ref, k) if ref is not None else (None, f"operand {k} is no tensor")
         operands.append(up)
-        if why:
-            reasons.append(why)
+        whys.append(why)
+    if demote:
+        return _demote(graph, rec, out_target, reasons, operands, whys, meta)
+    reasons += [w for w in whys if w]
     srcs = {u.dtype for u in operands if u is not None}
     if len(srcs) > 1:
         reasons.append(f"operands from {' and '.join(sorted(srcs))} sources")
     reasons += _gemm_size_reasons(graph, rec, meta)
     return Decision(name, rec.target, out_target, tuple(reasons), tuple(operands))
+
+
+def _demote(graph: Graph, rec: NodeRecord, out_target: str, reasons: list[str], operands: list, whys: list,
+            meta) -> Decision:
+    """The demoting rule on matmul ``rec`` (see :func:`check`), given the exact rule's operand walk."""
+    exact = [u for u in operands if u is not None]
+    if len(exact) != 1:
+        why = ("both operands are exact upcasts (the exact rule's)" if len(exact) == 2 else
+               "no operand is an exact bf16/fp16 upcast: " + "; ".join(w for w in whys if w))
+        return Decision(rec.name, rec.target, out_target, (why,), tuple(operands), applies=False)
+    low = exact[0].dtype
+    k = operands.index(None)
+    ref = _ref(rec.args[k])
+    src = graph.node(ref) if ref is not None else None
+    if src is None or _dtype(src) != "float32":
+        reasons.append(f"operand {k} is {_dtype(src) if src else 'no tensor'}, not a float32 value to round")
+    else:
+        operands[k] = Upcast(ref, "float32", (), demote=low)
+    reasons += _rounded_output_reasons(graph, rec.name, low)
+    reasons += _gemm_size_reasons(graph, rec, meta)
+    return Decision(rec.name, rec.target, out_target, tuple(reasons), tuple(operands))
+
+
+def _rounded_output_reasons(graph: Graph, name: str, low: str) -> list[str]:
+    """Why the float32 output of ``name`` may be seen unrounded: every use, walked through
+    :data:`LAYOUT` ops, must be a convert to ``low`` (no use: a graph output is seen as it is)."""
+    todo, seen = [name], 0
+    while todo:
+        seen += 1
+        if seen > MAX_STEPS:
+            return [f"output: more than {MAX_STEPS} layout ops before its rounding"]
+        rec = graph.node(todo.pop())
+        if not rec.users:
+            return [f"output: {rec.name} has no users (a graph output is seen unrounded)"]
+        for u in rec.users:
+            use = graph.node(u)
+            if use.target in LAYOUT and _ref(use.args[0] if use.args else None) == rec.name:
+                todo.append(u)
+            elif use.target in CONVERTS and not (set(use.kwargs) - {"dtype"}) and _dtype(use) == low:
+                continue
+            else:
+                return [f"output: used unrounded by {use.target} ({use.name}), not only converted to {low}"]
+    return []
 
 
 def _gemm_size_reasons(graph: Graph, rec: NodeRecord, meta) -> list[str]:
@@ -250,6 +309,8 @@ class Found:
     ok: bool
     reasons: tuple[str, ...] = field(default=())
     module: str | None = None
+    # the demoting rule's decision where it applies (one exact operand): {"ok", "reasons", "sources"}
+    demote: dict | None = None
 
 
 def _spec(rec: NodeRecord) -> dict:
@@ -268,12 +329,26 @@ def find(graph: CapturedGraph) -> list[Found]:
         if not d.applies:
             continue
         ins = tuple(_spec(graph.node(_ref(a))) for a in rec.args[:2] if _ref(a) is not None)
-        srcs = tuple(None if u is None else {"node": u.source, "dtype": u.dtype, "steps": list(u.steps),
-                                             "shape": list(graph.node(u.source).meta[0].shape)}
-                     for u in d.operands)
+        dd = check(graph, rec.name, demote=True)
+        demote = {"ok": dd.ok, "reasons": list(dd.reasons), "sources": _sources(graph, dd)} if dd.applies else None
         k = graph.key
         out.append(Found(k.model, k.preset, k.mode, k.phase, k.slug, rec.name, rec.target, ins,
-                         {"shape": list(rec.meta[0].shape), "dtype": "float32"}, srcs, d.ok, d.reasons, rec.module))
+                         {"shape": list(rec.meta[0].shape), "dtype": "float32"}, _sources(graph, d), d.ok,
+                         d.reasons, rec.module, demote))
+    return out
+
+
+def _sources(graph: Graph, d: Decision) -> list[dict | None]:
+    """Per operand of ``d``: {node, dtype, steps, shape[, demote]} of its upcast source (None: no upcast)."""
+    out = []
+    for u in d.operands:
+        if u is None:
+            out.append(None)
+            continue
+        s = {"node": u.source, "dtype": u.dtype, "steps": list(u.steps), "shape": list(graph.node(u.source).meta[0].shape)}
+        if u.demote:
+            s["demote"] = u.demote
+        out.append(s)
     return out
 
 
@@ -294,7 +369,8 @@ def mine(graphs: Iterable[CapturedGraph]) -> dict:
             reasons[r] = reasons.get(r, 0) + 1
     return {"schema": SCHEMA, "kind": KIND, "graphs": [str(g.key) for g in graphs],
             "found": [asdict(f) for f in found],
-            "counts": {"fired": sum(f.ok for f in found), "declined": sum(not f.ok for f in found)},
+            "counts": {"fired": sum(f.ok for f in found), "declined": sum(not f.ok for f in found),
+                       "demote_fired": sum(bool(f.demote and f.demote["ok"]) for f in found)},
             "reasons": dict(sorted(reasons.items()))}
 
 
@@ -317,7 +393,8 @@ def summary(payload: dict) -> str:
     c = payload["counts"]
     top = max(payload["reasons"].items(), key=lambda kv: kv[1], default=None)
     return (f"upcast matmuls: {c['fired']} of {c['fired'] + c['declined']} float32 bmm/mm are exact bf16/fp16 "
-            f"upcasts" + (f"; commonest refusal ({top[1]}x): {top[0]}" if top else ""))
+            f"upcasts" + (f", {c['demote_fired']} more with one operand rounded (the demoting rule)"
+                          if c.get("demote_fired") else "") + (f"; commonest refusal ({top[1]}x): {top[0]}" if top else ""))
 
 
 __all__ = ["CONVERTS", "Decision", "Found", "FxNodes", "KIND", "LABEL", "LAYOUT", "MATMULS", "SCHEMA",

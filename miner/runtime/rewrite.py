@@ -186,16 +186,38 @@ def match_reasons(match, n_inputs: int, input_kinds: Sequence[str], random: bool
     return reasons or list(safety.check_match(match, n_inputs, input_kinds, random=random, region=region).reasons)
 
 
-def upcast_decision(node: torch.fx.Node):
+def upcast_decision(node: torch.fx.Node, demote: bool = False):
     """``miner.mine.upcast.check`` on FX matmul ``node``: the rule mining applied to upcast matmuls
-    (a ``Decision``: ``ok``, ``reasons``, ``applies``, per operand its source and layout nodes). A
-    graph the rule cannot read declines with the error as its reason: a compile never fails here."""
+    (a ``Decision``: ``ok``, ``reasons``, ``applies``, per operand its source and layout nodes);
+    ``demote``: the demoting rule. A graph the rule cannot read declines with the error as its
+    reason: a compile never fails here."""
     from miner.mine import upcast
 
     try:
-        return upcast.check(upcast.FxNodes(node.graph), node.name)
+        return upcast.check(upcast.FxNodes(node.graph), node.name, demote=demote)
     except Exception as e:  # noqa: BLE001
         return upcast.Decision(node.name, str(node.target), None, (f"rule failed: {type(e).__name__}: {e}",))
+
+
+def upcast_replace(match, d) -> None:
+    """Replace ``match``'s matmul by the ``.dtype`` overload as decision ``d`` (``upcast_decision``, ok)
+    says: each exact operand's layout ops replayed on its bf16/fp16 source, a demoted float32 operand
+    rounded to its dtype (``prims.convert_element_type``), then ``aten.bmm.dtype`` / ``aten.mm.dtype``
+    with a float32 output (``match.replace_by_example``)."""
+    nodes = {n.name: n for n in match.output_node().graph.nodes}
+    chains = [[nodes[s] for s in u.steps] for u in d.operands]
+    casts = [getattr(torch, u.demote) if u.demote else None for u in d.operands]
+    op = getattr(torch.ops.aten, d.out_target.split(".")[1]).dtype
+
+    def repl(a, b):
+        ops = []
+        for t, chain, cast in zip((a, b), chains, casts):
+            for n in chain:  # layout ops only: the same on a bf16 tensor as on its float32 copy
+                t = n.target(t, *n.args[1:], **n.kwargs)
+            ops.append(torch.ops.prims.convert_element_type.default(t, cast) if cast is not None else t)
+        return op(ops[0], ops[1], torch.float32)
+
+    match.replace_by_example(repl, [nodes[u.source] for u in d.operands])
 
 
 # the FusionPass applying its patterns now and the fusion it applies (declines are counted there)
@@ -405,4 +427,4 @@ def entry_for(pattern_path: str | Path, name: str, module: ModuleType | None = N
 __all__ = ["Entry", "FusionPass", "Signature", "WINS_FILE", "decide", "define_op", "entry_for",
            "inductor_options", "interpreter_enabled", "load_module", "load_wins", "match_ok",
            "match_reasons", "match_vals", "record_decline", "record_declines", "upcast_decision", "canonicalize_dims",
-           "measurements", "module_name", "op_schema", "scalar_trace_values", "signature_of", "wins_gate"]
+           "measurements", "module_name", "op_schema", "scalar_trace_values", "signature_of", "upcast_replace", "wins_gate"]
