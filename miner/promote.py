@@ -128,6 +128,9 @@ def _sources(folder: Path, name: str, meta: dict, head: str) -> list[Path]:
 def _upcast_sources(folder: Path, name: str, meta: dict, head: str) -> list[Path]:
     """kernel.py (the GEMM) and pattern.py (the rule, the rewrite and the in-model gate) of an upcast fusion."""
     targets = sorted({o["target"] for o in meta["observed"]} | set(upcast_rule.MATMULS))
+    if meta.get("demote"):  # the demoting rule's candidate (d...): its own templates
+        pattern, kernel = gen_upcast.render_demoted(head, meta["id"], targets, fusion=name)
+        return [write_text(folder / "kernel.py", kernel), write_text(folder / "pattern.py", pattern)]
     return [write_text(folder / "kernel.py", gen_upcast.render_kernel(head, meta["id"])),
             write_text(folder / "pattern.py", gen_upcast.render_pattern(head, meta["id"], targets, fusion=name))]
 
