@@ -223,3 +223,29 @@ def test_candidate_set_counts_each_match_context_for_ungated_candidates():
     (ctx,) = gate.observed_since(before)[cid]
     assert ctx.signature == (((4, 8), "float32"),)
     assert cands.graph_pass().entries[0].name == cid
+
+
+def test_model_steps_take_the_gated_variant_else_all_and_name_promoted_candidates():
+    """The per-model step table the review leads with (``miner.rank.decision.model_steps``)."""
+    from miner.check.verify import Parity
+    from miner.rank.decision import model_step_cells, model_steps
+
+    ok = Parity(1.0, 1.0, 0.0, 0.0, 0.0, None, None, True)
+    t5 = ABResult("t5", "train", "default", "base", None, None, noise_band=0.005)
+    t5.variants = [VariantResult("default", [], "-", stats(73.7)),
+                   VariantResult("all", ["d1", "u1"], "open", stats(66.7), 1.104, "win", ok, {"d1": 24, "u1": 24},
+                                 speedup_p20=1.101, speedup_p80=1.107)]
+    bert = ABResult("bert", "train", "default", "base", None, None, noise_band=0.012)
+    bert.variants = [VariantResult("default", [], "-", stats(20.9)),
+                     VariantResult("all", ["layer_norm"], "open", stats(25.0), 0.83, "loss", ok, {"layer_norm": 26}),
+                     VariantResult("gated", ["layer_norm"], "on", stats(20.9), 1.0, None, None, {"layer_norm": 0})]
+    broken = ABResult("gpt2", "train", "default", "base", None, None, error="compile failed")
+    rows = model_steps([("a.json", t5), ("b.json", bert), ("c.json", broken)], {"d1": "demote_matmul"})
+    assert [(m.model, m.variant) for m in rows] == [("bert", "gated"), ("t5", "all")]  # no row for the failed run
+    b, t = rows
+    assert b.speedup == 1.0 and b.fired == {}  # with the gate on the loss never ships
+    assert t.fired == {"demote_matmul": 24, "u1": 24} and (t.speedup_p20, t.speedup_p80) == (1.101, 1.107)
+    cells = model_step_cells(t)
+    assert cells[:5] == ["t5 train/default", "73.70", "66.70", "1.104x [1.101-1.107]", "win ±0.5%"]
+    assert cells[6].endswith("(gate open)") and cells[7] == "ok"
+    assert model_step_cells(b)[6] == "none (the gate keeps all off)"

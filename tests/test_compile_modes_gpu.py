@@ -15,13 +15,16 @@ import pytest
 import torch
 
 from miner.runtime import fusions, gate, launch
-from miner.core.dtypes import MODEL_TOL
+from miner.core.dtypes import ELEMENT_TOL, MODEL_TOL
 from tests.safety_harness import FUSIONS
 
 pytestmark = pytest.mark.gpu
 
 P = {n: m.pattern for n in fusions.names(FUSIONS) if hasattr(m := fusions.load(FUSIONS, n), "pattern")}  # chains only
-NAMES = sorted(P) + [n for n in fusions.names(FUSIONS) if n == "upcast_matmul"]  # + the matmul rewrite
+NAMES = sorted(P) + [n for n in fusions.names(FUSIONS) if n in ("upcast_matmul", "demote_matmul")]  # + matmul rewrites
+# a compiled model against eager: the model tolerances (Inductor reorders reductions too); demote_matmul's
+# output is bf16 (SDPA's math path rounds it): one bf16 rounding apart at most, its element tolerance
+TOL = {"demote_matmul": ELEMENT_TOL["bfloat16"]}
 
 
 class Chains(torch.nn.Module):
@@ -49,6 +52,10 @@ class Chains(torch.nn.Module):
         if self.name == "upcast_matmul":  # SDPA's math path: bf16 values upcast, a float32 QK^T
             q, k = y.to(torch.bfloat16).float(), x.to(torch.bfloat16).float()
             return torch.matmul(q, k.transpose(-1, -2)) / 16.0
+        if self.name == "demote_matmul":  # SDPA's math path: float32 probabilities @ v upcast, rounded to bf16
+            probs = torch.softmax(y, -1) * 1.25
+            v = x.to(torch.bfloat16).float().transpose(-1, -2)
+            return torch.matmul(probs, v).to(torch.bfloat16)
         raise KeyError(self.name)
 
 
@@ -86,9 +93,8 @@ def test_fusion_under_compile_mode_works_or_declines(name, cfg, no_tuning_in_cap
                 with torch.set_grad_enabled(train):
                     out = compiled(x)
                     want = model(x)
-                # a compiled model against eager: the model tolerances (Inductor reorders reductions too)
-                torch.testing.assert_close(out.detach().clone(), want.detach(), rtol=MODEL_TOL["logits"][0],
-                                           atol=MODEL_TOL["logits"][1])
+                rtol, atol = TOL.get(name, MODEL_TOL["logits"])
+                torch.testing.assert_close(out.detach().clone(), want.detach(), rtol=rtol, atol=atol)
                 if not train:
                     continue
                 params = list(model.parameters())

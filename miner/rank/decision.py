@@ -122,15 +122,87 @@ class Decisions:
     together: tuple[str, ...] = ()  # the latest plain `miner verify` run (all fusions at once), one line per model
     together_source: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    models: tuple["ModelStep", ...] = ()  # per (model, mode, compile): the step with the promoted fusions
 
     @property
     def adopt(self) -> list[Decision]:
         return [d for d in self.rows if d.verdict == ADOPT]
 
     def to_json(self) -> dict:
-        return {"ab_source": self.ab_source, "ab_date": self.ab_date, "together": list(self.together),
+        return {"ab_source": self.ab_source, "ab_date": self.ab_date, "models": [asdict(m) for m in self.models],
+                "together": list(self.together),
                 "together_source": self.together_source, "notes": list(self.notes),
                 "rule": RULE, "decisions": [d.to_json() for d in self.rows]}
+
+
+@dataclass(frozen=True)
+class ModelStep:
+    """One model step of the latest in-model A/B: the default compile against the fusions as they fire.
+
+    ``variant`` is ``gated`` (the promoted fusions with their gate on: what a user gets) when the A/B
+    timed it, else ``all`` (every fusion or candidate of that run, gate open)."""
+
+    model: str
+    mode: str
+    compile: str
+    default_ms: float
+    default_p20: float
+    default_p80: float
+    fused_ms: float
+    fused_p20: float
+    fused_p80: float
+    speedup: float
+    speedup_p20: float | None
+    speedup_p80: float | None
+    verdict: str | None
+    band: float | None
+    default_peak_gib: float
+    fused_peak_gib: float
+    fired: dict
+    parity: bool | None
+    variant: str
+    source: str
+    date: str
+
+
+def model_steps(results: Sequence[tuple[str, object]], names: dict[str, str] | None = None) -> list[ModelStep]:
+    """The :class:`ModelStep` of each A/B result (source file, ``ABResult``) that timed its default;
+    ``names``: candidate id -> the fusion promoted from it (fired candidates are named so)."""
+    names = names or {}
+    out = []
+    for source, r in results:
+        d = r.variant("default")
+        if r.error or d is None or d.step is None:
+            continue
+        g = r.variant("gated")
+        v = g if g is not None and g.step is not None else r.variant("all")
+        if v is None or v.step is None:
+            continue
+        fired = {names.get(k, k): n for k, n in (v.matches or {}).items() if n}
+        out.append(ModelStep(r.model, r.mode, r.compile, d.step.median_ms, d.step.p20_ms, d.step.p80_ms,
+                             v.step.median_ms, v.step.p20_ms, v.step.p80_ms, v.speedup or 1.0, v.speedup_p20,
+                             v.speedup_p80, v.verdict, r.noise_band, d.step.peak_mem_bytes / 2**30,
+                             v.step.peak_mem_bytes / 2**30, fired, None if v.parity is None else bool(v.parity.ok),
+                             v.name, source, str(r.env.get("date") or "")))
+    order = {"default": 0, "dynamic": 1, "reduce-overhead": 2}
+    return sorted(out, key=lambda m: (m.mode != "train", order.get(m.compile, 3), m.compile, m.model))
+
+
+def model_step_cells(m: ModelStep) -> list[str]:
+    """The cells of :data:`MODEL_STEP_HEADER` for ``m`` (text; the terminal and HTML tables share them)."""
+    rng = (f" [{m.speedup_p20:.3f}-{m.speedup_p80:.3f}]" if m.speedup_p20 is not None and m.speedup_p80 is not None
+           else "")
+    verdict = f"{m.verdict or '-'}" + (f" ±{100 * m.band:.1f}%" if m.band is not None else "")
+    fired = ", ".join(f"{k} x{n}" for k, n in sorted(m.fired.items())) or (
+        "none (the gate keeps all off)" if m.variant == "gated" else "none")
+    peak = f"{m.default_peak_gib:.2f} / {m.fused_peak_gib:.2f}" if m.default_peak_gib > 0 else "-"
+    return [f"{m.model} {m.mode}/{m.compile}", f"{m.default_ms:.2f}", f"{m.fused_ms:.2f}",
+            f"{m.speedup:.3f}x{rng}", verdict, peak, fired + ("" if m.variant == "gated" else " (gate open)"),
+            "ok" if m.parity else ("-" if m.parity is None else "FAIL")]
+
+
+MODEL_STEP_HEADER = ("model", "default ms", "fused ms", "speedup [p20-p80]", "verdict ±band", "peak GiB",
+                     "fusions fired", "parity")
 
 
 RULE = ("adopt only where an in-model A/B (`miner verify --ab`) measured the step faster beyond its noise band and "
@@ -389,7 +461,14 @@ def decide(review: Review, ws: Workspace) -> Decisions:
     rows.sort(key=lambda d: (order[d.verdict], -max((s.speedup for s in d.steps), default=0.0),
                              -(d.kernel.hi if d.kernel else 0.0), d.id))
     together, tsource = _together(ws)
-    return Decisions(tuple(rows), ab_source, ab_date, together, tsource)
+    promoted = {}
+    for f in (sorted(ws.fusions.glob("*/fusion.json")) if ws.fusions.is_dir() else ()):
+        try:
+            promoted[read_json(f)["pattern_id"]] = f.parent.name
+        except (MinerError, OSError, ValueError, KeyError, TypeError):
+            continue
+    steps = tuple(model_steps([(str(p.relative_to(ws.root)), r) for p, r in found[1]], promoted)) if found else ()
+    return Decisions(tuple(rows), ab_source, ab_date, together, tsource, models=steps)
 
 
 def unranked_rows(ws: Workspace, ranked: set[str], only_model: str | None, measured: dict[str, list[StepChange]],
@@ -439,6 +518,6 @@ def _decision(ident: str, name: str, ops: str, promoted: bool, rec_path: Path, w
     return Decision(ident, name, ops, promoted, verdict, reason, fires, won, tuple(steps), kernel)
 
 
-__all__ = ["ADOPT", "NOT_WORTH", "ONLY", "ORDER", "UNMEASURED", "UNSAFE", "VERDICTS", "Decision", "Decisions",
-           "KernelRange", "StepChange", "ab_steps", "decide", "gate_fires", "kernel_range", "latest_ab", "record_steps",
+__all__ = ["ADOPT", "MODEL_STEP_HEADER", "NOT_WORTH", "ONLY", "ORDER", "UNMEASURED", "UNSAFE", "VERDICTS", "Decision",
+           "Decisions", "KernelRange", "ModelStep", "StepChange", "ab_steps", "model_step_cells", "model_steps", "decide", "gate_fires", "kernel_range", "latest_ab", "record_steps",
            "run_name", "silent_in", "unranked_rows", "verdict_of"]

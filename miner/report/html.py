@@ -282,6 +282,15 @@ def decision_html(dec: Decisions) -> str:
     head = (f'<p class="headline good">Adopt: <b>{_e(", ".join(adopt))}</b>.</p>' if adopt else
             '<p class="headline">Adopt: <b>none</b>: no fusion or candidate has a measured in-model win without a '
             "measured loss.</p>")
+    if dec.models:
+        from miner.rank.decision import MODEL_STEP_HEADER, model_step_cells
+
+        head += ("<p><b>Model steps</b>, the default <code>torch.compile</code> against the fusions as they fire "
+                 "(the latest in-model A/B per model: the gated variant, or every fusion of the run with the gate "
+                 "open), median step ms, speedup with its p20-p80, verdict against the default-vs-default noise "
+                 "band, step peak memory default / fused:</p>"
+                 + _table(MODEL_STEP_HEADER, [[_e(c) for c in model_step_cells(m)] for m in dec.models], {1, 2, 3})
+                 + "<p><b>Per fusion and candidate</b>, each measured alone in the model step:</p>")
     src = (f"In-model A/B: <code>{_e(dec.ab_source)}</code> ({_e(dec.ab_date)})." if dec.ab_source else
            "In-model A/B: none under <code>reports/</code> yet (<code>miner verify --ab</code> on a GPU; "
            "docs/benchmarking.md).")

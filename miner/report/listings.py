@@ -64,6 +64,16 @@ def decision_listing(dec: Decisions) -> Listing:
     adopt = [d.name or d.id for d in dec.adopt]
     before = [f"Adopt: {', '.join(adopt)}." if adopt else "Adopt: none (no fusion has a measured in-model win "
               "without a measured loss)."]
+    if dec.models:
+        before.append("Model steps, default compile -> with the fusions (latest in-model A/B):")
+        for m in dec.models:
+            c = model_step_cells(m)
+            if not m.fired and m.variant == "gated":
+                before.append(f"  {c[0]:<27} {c[1]:>7} ms  = default (the gate keeps every fusion off)")
+            else:
+                before.append(f"  {c[0]:<27} {c[1]:>7} -> {c[2]} ms  {c[3]} {c[4]}"
+                              + ("" if m.parity else f", parity {c[7]}"))
+                before.append(f"  {'':<27} with {', '.join(sorted(m.fired))}")
     after = [f"Rule: {_rule(dec)}.",
              "fires on CUDA: where the in-model gate fires (its evidence: fusions/<name>/wins.json); step: the "
              "fusion alone in the model step vs the default compile (`miner verify --ab`), win / loss beyond the "
@@ -77,6 +87,11 @@ def decision_listing(dec: Decisions) -> Listing:
                      + "; ".join(dec.together) + ".")
     after.append("Why, per row: `miner candidates show <id>`.")
     return Listing("Decision (measured only)", cols, rows, before, after, styles, empty="No candidates or fusions.")
+
+
+def model_step_cells(m):
+    from miner.rank.decision import model_step_cells as cells
+    return cells(m)
 
 
 def _rule(dec: Decisions) -> str:
