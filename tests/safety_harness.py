@@ -77,9 +77,12 @@ def fx_run(fn: Callable, args: Sequence, where: Path, name: str) -> Run:
     """``fn`` traced with fake tensors, ``name``'s pass applied to the graph, the graph run on ``args``."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    from miner.runtime import gate
+
     gm = make_fx(fn, tracing_mode="fake")(*clone_args(args))
     p = graph_pass(where, name)
-    p(gm.graph)
+    with gate.forced_open():  # on CUDA: the kernels under test, not the in-model gate (it passes CPU matches)
+        p(gm.graph)
     gm.recompile()
     return Run(_tuple(gm(*clone_args(args))), dict(p.counts), {k: dict(v) for k, v in p.declined.items()})
 
@@ -91,8 +94,11 @@ def compiled_run(fn: Callable, args: Sequence, where: Path, name: str, *, backwa
     p = graph_pass(where, name)
     args = clone_args(args)
     leaves = [a.detach().requires_grad_(True) if _wants_grad(a, backward) else a for a in args]
+    from miner.runtime import gate
+
     compiled = torch.compile(fn, options=fusions.inductor_options(where, graph_pass_=p), dynamic=dynamic)
-    with torch._inductor.config.patch(force_disable_caches=True):  # a cache hit would skip the pass
+    with torch._inductor.config.patch(force_disable_caches=True), gate.forced_open():  # a cache hit would skip
+        # the pass; the gate held open: on CUDA the kernels under test fire where the in-model gate would not
         outs = _tuple(compiled(*leaves))
         grads = _grads(outs, leaves) if backward else ()
     return Run(tuple(o.detach() for o in outs), dict(p.counts), {k: dict(v) for k, v in p.declined.items()}, grads)
@@ -115,7 +121,7 @@ def _grads(outs, leaves) -> tuple:
     if not floats:
         return ()
     g = torch.Generator().manual_seed(1)
-    loss = sum((o.float() * torch.rand(o.shape, generator=g)).sum() for o in floats)
+    loss = sum((o.float() * torch.rand(o.shape, generator=g).to(o.device)).sum() for o in floats)
     want = [a for a in leaves if isinstance(a, torch.Tensor) and a.requires_grad]
     return tuple(torch.autograd.grad(loss, want, allow_unused=True))
 

@@ -8,6 +8,10 @@ Reproducible and bounded: ``derandomize=True``, no example database, no deadline
 ``make_fx`` path, 1 compiled forward+backward example per fusion under ``-m slow``), ``slow``
 (100 / 50 / 6). ``tests/test_properties.py::test_zz_report`` prints how many cases ran and how many
 fired or declined (run with ``-s``).
+
+On a GPU: ``MINER_PROPERTY_DEVICE=cuda pytest tests/test_properties.py -m "slow or not slow" -s`` draws
+the same cases on CUDA tensors (native Triton kernels; the harness holds the in-model gate open, so
+the kernels run where a promoted fusion's gate would decline an unmeasured context).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ settings.register_profile("ci", max_examples=8, **_COMMON)
 settings.register_profile("slow", max_examples=100, **_COMMON)
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
 settings.load_profile(PROFILE if PROFILE in ("ci", "slow") else "ci")
+DEVICE = os.environ.get("MINER_PROPERTY_DEVICE", "cpu")
 EXAMPLES = {"ci": {"fusion": 8, "candidate": 4, "compiled": 1}, "slow": {"fusion": 100, "candidate": 50, "compiled": 6}}[PROFILE]
 
 # chain fusions (an upcast-matmul fusion is an aten rewrite with no chain: tests/fusions/test_<name>.py tests it)
@@ -101,7 +106,7 @@ def cases(draw, where, name):
         else:
             base = torch.randn(*shape, generator=g)
             view = lambda t: t
-        args.append(base > 0 if dt == torch.bool else base.to(dt))
+        args.append((base > 0 if dt == torch.bool else base.to(dt)).to(DEVICE))
         views.append(view)
 
     first_float = next((k for k, dt in enumerate(dts) if dt != torch.bool), None)
@@ -171,4 +176,4 @@ def test_compiled_forward_and_backward_equal_to_eager_or_declined(name, data):
 
 def test_zz_report():
     """Not a check: prints the tally of the cases above (``pytest -s``)."""
-    print(f"\nproperty cases ({PROFILE} profile): {dict(TALLY)}")
+    print(f"\nproperty cases ({PROFILE} profile, {DEVICE}): {dict(TALLY)}")

@@ -222,14 +222,16 @@ def reference(x0, x1):
 ''')
 
 
-def render_demoted(head: str, cid: str, targets, fusion: str | None = None) -> tuple[str, str]:
-    """(pattern.py, kernel.py) of the demoting candidate ``cid`` (or, with ``fusion``, the fusion promoted from it)."""
+def render_demoted(head: str, cid: str, targets, fusion: str | None = None, kernel_head: str | None = None
+                   ) -> tuple[str, str]:
+    """(pattern.py, kernel.py) of the demoting candidate ``cid`` (or, with ``fusion``, the fusion promoted
+    from it); ``kernel_head``: kernel.py's header when it differs from pattern.py's."""
     gated = dict(gate_doc=GATE_DOC, imports="from pathlib import Path\n\n", op_name=fusion, wins=WINS_LINE,
                  gate=" and rewrite.wins_gate(match, WINS, N_INPUTS)",
                  title=f"Fusion {fusion}, promoted from candidate {cid} (demote_matmul)") if fusion else \
         dict(gate_doc="", imports="", op_name=cid, wins="", gate="", title=f"Candidate {cid} (demote_matmul)")
     return (DEMOTE_PATTERN_PY.substitute(header=head, id=cid, targets=repr(tuple(targets)), **gated),
-            DEMOTE_KERNEL_PY.substitute(header=head, id=cid))
+            DEMOTE_KERNEL_PY.substitute(header=kernel_head or head, id=cid))
 
 
 def render_kernel(head: str, cid: str) -> str:
@@ -399,14 +401,12 @@ def generate(workspace: Workspace, upcasts_path: str | Path, command: str, *, de
     cid = candidate_id(demote)
     folder = workspace.candidates / cid
     targets = tuple(sorted({f["target"] for f in found if f["ok"]} | {"aten.bmm.default", "aten.mm.default"}))
-    head = header(cid, command, "search pattern, rewrite, extra check")
-    if demote:
-        pattern, kernel = render_demoted(head, cid, targets)
-        write_text(folder / "pattern.py", pattern)
-        write_text(folder / "kernel.py", kernel.replace(head, header(cid, command, "the GEMM the rewrite calls")))
-    else:
-        write_text(folder / "pattern.py", render_pattern(head, cid, targets))
-        write_text(folder / "kernel.py", render_kernel(header(cid, command, "the GEMM the rewrite calls"), cid))
+    head, khead = header(cid, command, "search pattern, rewrite, extra check"), header(cid, command,
+                                                                                       "the GEMM the rewrite calls")
+    pattern, kernel = render_demoted(head, cid, targets, kernel_head=khead) if demote else \
+        (render_pattern(head, cid, targets), render_kernel(khead, cid))
+    write_text(folder / "pattern.py", pattern)
+    write_text(folder / "kernel.py", kernel)
     occ: dict[str, Counter] = {}
     for f in found:
         if f["ok"]:
