@@ -78,6 +78,10 @@ def run(args) -> int:
     from miner.commands.patterns import table
     print(table(result.patterns[:args.top]))
     print(upcast.summary(upcasts) + f" ({upcast.save(ws, upcasts)})")
+    from miner.mine import recompute
+
+    recomputed = recompute.mine(graphs)
+    print(recompute.summary(recomputed) + f" ({recompute.save(ws, recomputed)})")
     print(f"wrote {path}" + (f" ({len(saved)} best-ranked of {s['reported_patterns']} patterns)"
                              if len(saved) < s["reported_patterns"] else ""))
     return 0
