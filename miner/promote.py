@@ -76,6 +76,9 @@ def promote(workspace: Workspace, cid: str, name: str, root: Path | None = None)
     if not NAME_RE.match(name) or keyword.iskeyword(name):
         raise UsageError(f"fusion name {name!r}: use lower_snake_case (e.g. softmax_like)")
     cand, validation = check_promotable(workspace, cid)
+    if cand.meta.get("kind") == "compute_once":  # say so before anything is written
+        raise UsageError(f"candidate {cand.id} (compute_once): promotion of this kind is not written yet; measure "
+                         f"it with `miner verify --ab --candidates {cand.id}` (its in-model evidence decides)")
     existing = candidates.promoted_as(workspace, cand.id)
     if existing is not None and existing != name:  # one candidate, one fusion: two would both rewrite the graph
         raise UsageError(f"candidate {cand.id} is already promoted as fusions/{existing}/; refresh it with "

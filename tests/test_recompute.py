@@ -3,7 +3,9 @@ and the Inductor mechanism a rewrite would use to compute such a value once."""
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -76,3 +78,74 @@ def test_force_stride_order_makes_inductor_compute_a_shared_table_once():
         calls[force] = sum(len(re.findall(rf"^\s+{k}\(", src, re.M)) for k in with_cos)
     assert calls[False] == 3 and calls[True] == 1, calls  # once per layer, then once in all
     torch.testing.assert_close(outs[True], outs[False], rtol=1e-6, atol=1e-6)  # the same values, computed once
+
+
+# --------------------------------------------------------------------------- the rule on small graphs, the candidate
+
+from miner.check import realize as checks  # noqa: E402
+from miner.core import candidate as candidates  # noqa: E402
+from miner.generate import realize as gen  # noqa: E402
+from miner.mine import upcast  # noqa: E402
+
+RID = gen.candidate_id()
+RECOMPUTED = RUN / "mined" / "recomputed.json"
+
+
+def _decide(fn, *specs):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    with FakeTensorMode():
+        args = [torch.empty(s, dtype=d) for s, d in specs]
+    gm = make_fx(fn, tracing_mode="fake")(*args)
+    node = next(n for n in gm.graph.nodes if n.target == torch.ops.aten.cos.default)
+    return recompute.check(upcast.FxNodes(gm.graph), node.name)
+
+
+def test_the_rule_takes_a_small_table_with_two_broadcast_consumers_and_says_why_not_otherwise():
+    table = ([32, 16], torch.float32)
+    wide = ([2, 4, 32, 16], torch.float32)
+    def shared(t, x):
+        c = t.cos() * 2.0  # the table's own computation (same size) is walked through
+        return x * c, (x + 1) * c
+    two = _decide(shared, table, wide)
+    assert two.ok and len(two.consumers) == 2
+    one = _decide(lambda t, x: x * t.cos(), table, wide)
+    assert not one.ok and one.reasons == ("1 broadcast consumer(s): nothing to share",)
+    def same_size(t, x):
+        c = t.cos()
+        return x * c, x - c
+    same = _decide(same_size, wide, wide)
+    assert not same.ok and "as large as its consumers" in same.reasons[0]
+
+
+def test_committed_recomputed_json_is_what_mining_writes(h200):
+    got = recompute.mine(h200.load_graphs(["llama", "bert"]))
+    committed = recompute.load(RECOMPUTED)
+    want = [f for f in committed["found"] if f["model"] in ("llama", "bert")]
+    assert json.loads(json.dumps(got["found"])) == want
+
+
+@pytest.mark.parametrize("name", ["pattern.py", "candidate.json"])
+def test_committed_compute_once_candidate_is_what_the_generator_makes(tmp_path, name):
+    meta = json.loads((REPO / "candidates" / RID / "candidate.json").read_text())
+    rel = meta["source"]["recomputed"]
+    ws = Workspace(tmp_path)
+    (ws.root / rel).parent.mkdir(parents=True)
+    shutil.copy(REPO / rel, ws.root / rel)
+    assert gen.generate(ws, rel, meta["regenerate"]) is not None
+    assert (ws.candidates / RID / name).read_bytes() == (REPO / "candidates" / RID / name).read_bytes(), \
+        f"candidates/{RID}/{name} is stale: regenerate with `{meta['regenerate']}`"
+
+
+def test_the_candidate_computes_the_shared_table_once_in_the_traced_graph():
+    cand = candidates.at(REPO / "candidates" / RID)
+    c = checks.check_graph(cand.pattern_module, RID, "cpu")
+    assert c.ok and c.matches == 2, c.detail
+
+
+@pytest.mark.slow
+def test_the_candidate_compiled_runs_cos_once_and_changes_nothing():
+    cand = candidates.at(REPO / "candidates" / RID)
+    c = checks.check_compiled(cand.pattern_module, RID, "cpu")
+    assert c.ok, c.detail

@@ -347,8 +347,15 @@ def check_model(module, name: str, model: str, mode: str, device: str, *, gate_o
                      f"not proven on {device}: the rule declines every CPU matmul ('out_dtype matmul needs CUDA'); "
                      f"run `miner validate {getattr(module, 'PATTERN_ID', name)} --device cuda` on a CUDA machine",
                      device=device)
+    return model_check(module, name, model, mode, device, gate_open=gate_open)
+
+
+def model_check(module, name: str, model: str, mode: str, device: str, *, gate_open: bool = False) -> Check:
+    """``module``'s pass alone inside ``torch.compile`` of the tiny zoo ``model`` on ``device``: matches > 0
+    and one step's parity (loss, logits, gradients) with the same compile without it (``make_parity``)."""
     from miner.check.verify import make_parity
 
+    label = f"{model}/tiny/{mode} ({device})"
     t0 = time.perf_counter()
     p = _pass(module, name)
     try:
@@ -401,5 +408,5 @@ def validate(cand, device: str, model: bool = True, log: Callable[[str], None] =
 
 
 __all__ = ["CUDA_ONLY", "DROPOUT_SCALE", "SHRUNK", "SLACK", "attention_chain", "check_emulated", "check_graph",
-           "check_model", "check_numerics", "compare_demoted", "compare_gemm", "compiled_step", "emulated_run", "numeric_entries",
+           "check_model", "check_numerics", "compare_demoted", "model_check", "compare_gemm", "compiled_step", "emulated_run", "numeric_entries",
            "rewrite_chain", "shrunk", "trace", "validate"]

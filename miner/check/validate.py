@@ -232,7 +232,8 @@ def validate(workspace: Workspace, cid: str, device: str | None = None, model: b
     """Run every check of one candidate; writes validation.json (nothing else).
 
     An upcast-matmul candidate (``kind: upcast_matmul``) runs ``miner.check.upcast.validate``'s checks
-    instead; the file has the same format.
+    instead, a compute-once candidate (``kind: compute_once``) ``miner.check.realize.validate``'s; the
+    file has the same format.
     """
     import torch
 
@@ -242,6 +243,10 @@ def validate(workspace: Workspace, cid: str, device: str | None = None, model: b
         from miner.check import upcast
 
         return _finish(cand, upcast.validate(cand, device, model, log))
+    if cand.meta.get("kind") == "compute_once":
+        from miner.check import realize
+
+        return _finish(cand, realize.validate(cand, device, model, log))
     v = Validation(cand.id, True, device, model)
     for label, entry, variant in numeric_cases(cand.meta, on_cpu=device == "cpu"):
         c = check_numerics(cand, label, entry, variant, device)

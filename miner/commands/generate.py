@@ -18,6 +18,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="generate whole-Inductor-kernel region patterns from this regions.json (`miner profile` "
                              "writes mined/regions.json) instead of mined/patterns.json; needs --only; keeps the "
                              "other candidates and candidates/index.json")
+    parser.add_argument("--recomputed", metavar="RECOMPUTED_JSON",
+                        help="write the compute-once candidate (small transcendental values Inductor recomputes in "
+                             "each kernel that reads them, e.g. llama's RoPE cos/sin) from this mined/recomputed.json "
+                             "(`miner mine` writes it)")
     parser.add_argument("--upcasts", metavar="UPCASTS_JSON",
                         help="write the upcast-matmul candidate (float32 bmm/mm of exact bf16/fp16 upcasts as a "
                              "bf16/fp16 GEMM with float32 output) from this mined/upcasts.json (`miner mine` writes it)")
@@ -36,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
         return _run_regions(args, ws)
     if args.upcasts:
         return _run_upcasts(args, ws)
+    if args.recomputed:
+        return _run_recomputed(args, ws)
     patterns = load_patterns(ws)
     if args.only:
         from miner.commands.patterns import find
@@ -124,4 +130,28 @@ def _run_upcasts(args: argparse.Namespace, ws) -> int:
         return 1
     for g in done:
         print(describe(g))
+    return 0
+
+
+def _run_recomputed(args: argparse.Namespace, ws) -> int:
+    """``--recomputed FILE``: the compute-once candidate (``miner.generate.realize``); keeps the other candidates."""
+    from pathlib import Path
+
+    from miner.core.errors import UsageError
+    from miner.generate import realize
+    from miner.generate.generate import describe
+
+    path = Path(args.recomputed)
+    if not path.is_file():
+        raise UsageError(f"--recomputed {args.recomputed}: no such file (`miner mine` writes mined/recomputed.json)")
+    try:
+        rel = path.resolve().relative_to(Path(ws.root).resolve())
+    except ValueError:
+        rel = path.resolve()
+    g = realize.generate(ws, rel, f"miner generate --recomputed {rel}")
+    if g is None:
+        print(f"{args.recomputed}: no value there is recomputed in several kernels and small enough to compute "
+              f"once; nothing written", file=sys.stderr)
+        return 1
+    print(describe(g))
     return 0

@@ -220,6 +220,30 @@ def upcast_replace(match, d) -> None:
     match.replace_by_example(repl, [nodes[u.source] for u in d.operands])
 
 
+def recompute_decision(node: torch.fx.Node):
+    """``miner.mine.recompute.check`` on FX node ``node`` (a ``Decision``); a graph the rule cannot
+    read declines with the error as its reason."""
+    from miner.mine import recompute, upcast
+
+    try:
+        return recompute.check(upcast.FxNodes(node.graph), node.name)
+    except Exception as e:  # noqa: BLE001
+        return recompute.Decision(node.name, (f"rule failed: {type(e).__name__}: {e}",))
+
+
+def realize_once(node: torch.fx.Node) -> torch.fx.Node:
+    """Put ``prims.inductor_force_stride_order`` (same strides: an identity) after ``node`` and move
+    every user onto it: Inductor then computes ``node`` into a buffer once (the lowering copies an
+    unrealized input) and the kernels that read it load it instead of recomputing it inline."""
+    graph = node.graph
+    with graph.inserting_after(node):
+        once = graph.call_function(torch.ops.prims.inductor_force_stride_order.default,
+                                   (node, list(node.meta["val"].stride())))
+    once.meta.update(node.meta)
+    node.replace_all_uses_with(once, delete_user_cb=lambda u: u is not once)
+    return once
+
+
 # the FusionPass applying its patterns now and the fusion it applies (declines are counted there)
 _ACTIVE: list[tuple["FusionPass", str]] = []
 
@@ -407,7 +431,7 @@ class FusionPass(CustomGraphPass):
 
 # The rules every extra check applies (``match_ok`` -> safety, ``upcast_decision`` -> upcast): a change
 # to them must change the pass's uuid, or Inductor's FX graph cache would serve graphs the old rule made.
-RULE_FILES = tuple(str(Path(__file__).resolve().parents[1] / "mine" / f) for f in ("safety.py", "upcast.py"))
+RULE_FILES = tuple(str(Path(__file__).resolve().parents[1] / "mine" / f) for f in ("safety.py", "upcast.py", "recompute.py"))
 
 
 def inductor_options(graph_pass: FusionPass) -> dict[str, Any]:
@@ -427,4 +451,5 @@ def entry_for(pattern_path: str | Path, name: str, module: ModuleType | None = N
 __all__ = ["Entry", "FusionPass", "Signature", "WINS_FILE", "decide", "define_op", "entry_for",
            "inductor_options", "interpreter_enabled", "load_module", "load_wins", "match_ok",
            "match_reasons", "match_vals", "record_decline", "record_declines", "upcast_decision", "canonicalize_dims",
-           "measurements", "module_name", "op_schema", "scalar_trace_values", "signature_of", "upcast_replace", "wins_gate"]
+           "measurements", "module_name", "op_schema", "realize_once", "recompute_decision", "scalar_trace_values", "signature_of", "upcast_replace",
+           "wins_gate"]

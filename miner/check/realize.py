@@ -1,0 +1,154 @@
+"""``miner validate`` for a compute-once candidate (``miner.mine.recompute``, ``miner.generate.realize``).
+
+The rewrite changes no value (it puts an identity after a value so that Inductor computes it once), so
+what needs proof is that it fires where it should, leaves the results unchanged, and does what it is for.
+Checks, each a ``miner.check.validate.Check``:
+
+- ``graph`` (any machine): a llama-like chain, a RoPE table (``cos``/``sin`` of positions times inverse
+  frequencies) shared by three layers, traced on fake tensors of the validating device: the pass must
+  put ``prims.inductor_force_stride_order`` after both values, with every consumer moved onto it, and a
+  second run of the pass must take nothing (the pass runs in both post-grad slots);
+- ``rewrite`` (any machine): the same chain compiled by Inductor with and without the pass: equal
+  outputs, and in the generated code the kernel computing ``cos`` runs once instead of once per layer;
+- ``rewrite`` (the model): the tiny zoo model it was found in (llama), one training step compiled with
+  only this pass against the same compile without it: matches > 0 and parity within the autocast
+  tolerances (``miner.check.upcast.model_check``: bf16 autocast, as ``miner verify`` runs it).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Callable
+
+from miner.check.validate import Check, Validation, _line, models_build, pick_model
+
+LAYERS = 3
+
+
+def rope_chain():
+    """``fn(x, pos)``: a RoPE table of ``pos`` shared by :data:`LAYERS` layers (matmul, then rotate-half)."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    inv = torch.rand(8, generator=g)
+    ws = [torch.randn(16, 16, generator=g) for _ in range(LAYERS)]
+
+    def fn(x, pos):
+        e = torch.cat([pos[:, None].float() * inv.to(x.device)[None, :]] * 2, -1)
+        c, s = e.cos(), e.sin()
+        for w in ws:
+            q = x @ w.to(x.device)
+            x = q * c + torch.cat([-q[..., 8:], q[..., :8]], -1) * s
+        return x
+
+    return fn
+
+
+def _pass(module, name: str):
+    from miner.runtime import rewrite
+
+    return rewrite.FusionPass([rewrite.entry_for(module.__file__, name, module)])
+
+
+def check_graph(module, name: str, device: str) -> Check:
+    """The pass on the traced chain: both tables computed once, all consumers moved, a second run takes nothing."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from miner.mine.recompute import FORCE
+
+    t0 = time.perf_counter()
+    label = f"RoPE table shared by {LAYERS} layers (fake {device} tensors)"
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        x = torch.empty(2, 4, 32, 16, device=device)
+        pos = torch.empty(32, dtype=torch.int64, device=device)
+    gm = make_fx(rope_chain(), tracing_mode="fake")(x, pos)
+    p = _pass(module, name)
+    p(gm.graph)
+    again = _pass(module, name)
+    again(gm.graph)
+    problems = []
+    forced = [n for n in gm.graph.nodes if str(n.target) == FORCE]
+    sources = sorted(str(n.args[0].target) for n in forced)
+    if p.counts[name] != 2 or sources != ["aten.cos.default", "aten.sin.default"]:
+        problems.append(f"{p.counts[name]} matches on {sources or 'nothing'}, expected cos and sin")
+    for n in forced:
+        if list(n.args[0].users) != [n] or len(n.users) < LAYERS:
+            problems.append(f"{n.args[0].name}: {len(n.users)} consumers on the computed-once value, "
+                            f"{len(n.args[0].users) - 1} still on the original")
+    if again.counts[name]:
+        problems.append(f"a second run of the pass matched {again.counts[name]} more")
+    detail = "; ".join(problems) or (f"cos and sin computed once, {sum(len(n.users) for n in forced)} consumers "
+                                     f"moved onto them; a second run takes nothing")
+    return Check("graph", label, not problems, detail, matches=p.counts[name], seconds=time.perf_counter() - t0,
+                 device=device)
+
+
+def check_compiled(module, name: str, device: str) -> Check:
+    """Inductor with and without the pass on the chain: equal outputs; ``cos``'s kernel runs once, not per layer."""
+    import torch
+    from torch._inductor.utils import run_and_get_code
+
+    from miner.runtime import rewrite
+
+    t0 = time.perf_counter()
+    label = f"RoPE chain compiled by Inductor ({device})"
+    fn = rope_chain()
+    g = torch.Generator().manual_seed(1)
+    x, pos = torch.randn(2, 4, 32, 16, generator=g).to(device), torch.arange(32, device=device)
+    calls, outs, n = {}, {}, 0
+    try:
+        for with_pass in (False, True):
+            torch._dynamo.reset()
+            p = _pass(module, name) if with_pass else None
+            opts = rewrite.inductor_options(p) if p is not None else None
+            with torch._inductor.config.patch(force_disable_caches=True):
+                outs[with_pass], code = run_and_get_code(torch.compile(fn, options=opts, dynamic=False), x, pos)
+            src = "\n".join(code)
+            kernels = {k for k in re.findall(r"^(\w+) = async_compile", src, re.M) if "cos" in k}
+            calls[with_pass] = sum(len(re.findall(rf"^\s+{k}[\.(]", src, re.M)) for k in kernels)
+            n = p.counts[name] if p is not None else n
+    except Exception as e:  # noqa: BLE001 - a compile failure is a failed check
+        return Check("rewrite", label, False, f"{type(e).__name__}: {str(e).splitlines()[0][:300]}",
+                     seconds=time.perf_counter() - t0, device=device)
+    finally:
+        torch._dynamo.reset()
+    diff = float((outs[True].double() - outs[False].double()).abs().max())
+    problems = [] if n else ["the rewrite did not fire"]
+    if diff > 1e-6:
+        problems.append(f"outputs differ by {diff:.2e}")
+    if not calls[True] < calls[False]:
+        problems.append(f"the kernel computing cos runs {calls[True]}x with the pass, {calls[False]}x without")
+    detail = "; ".join(problems) or (f"{n} matches; the kernel computing cos runs {calls[True]}x instead of "
+                                     f"{calls[False]}x; outputs equal (max diff {diff:.1e})")
+    return Check("rewrite", label, not problems, detail, diff, matches=n, seconds=time.perf_counter() - t0,
+                 device=device)
+
+
+def check_model(module, name: str, model: str, mode: str, device: str) -> Check:
+    """The pass inside ``torch.compile`` of the tiny zoo ``model``: matches > 0 and one step's parity
+    (``miner.check.upcast.model_check``: bf16 autocast as ``miner verify`` runs it)."""
+    from miner.check.upcast import model_check
+
+    return model_check(module, name, model, mode, device)
+
+
+def validate(cand, device: str, model: bool = True, log: Callable[[str], None] = lambda s: None) -> Validation:
+    """Every check of compute-once candidate ``cand`` on ``device``; ``validation.json`` is written by the caller."""
+    v = Validation(cand.id, True, device, model)
+    for c in (check_graph(cand.pattern_module, cand.id, device), check_compiled(cand.pattern_module, cand.id, device)):
+        log(_line(c))
+        v.checks.append(c)
+    if model:
+        pick = pick_model(cand.meta)
+        c = (Check("rewrite", "model", False, "no model to prove the rewrite in", device=device) if pick is None
+             else check_model(cand.pattern_module, cand.id, *pick, device=device))
+        log(_line(c))
+        v.checks.append(c)
+    v.model = model and any(c.kind == "rewrite" and "/tiny/" in c.case and c.ok is not None for c in v.checks)
+    return v
+
+
+__all__ = ["LAYERS", "check_compiled", "check_graph", "check_model", "rope_chain", "validate"]
