@@ -177,11 +177,11 @@ def test_uuid_covers_the_evidence(tmp_path):
 
 
 def test_uuid_covers_the_shared_rules(tmp_path, monkeypatch):
-    """The extra checks apply miner/mine/safety.py and upcast.py: editing a rule changes the uuid
+    """The extra checks apply miner/mine/safety.py, upcast.py and recompute.py: editing a rule changes the uuid
     (Inductor's FX graph cache key), so a cached graph made under the old rule is not reused."""
     from miner.runtime import rewrite
 
-    assert {Path(f).name for f in rewrite.RULE_FILES} == {"safety.py", "upcast.py"}
+    assert {Path(f).name for f in rewrite.RULE_FILES} == {"safety.py", "upcast.py", "recompute.py"}
     assert all(Path(f).is_file() for f in rewrite.RULE_FILES)
     pattern = tmp_path / "f" / "pattern.py"
     pattern.parent.mkdir()

@@ -429,7 +429,8 @@ class FusionPass(CustomGraphPass):
         return sum(self.counts.values())
 
 
-# The rules every extra check applies (``match_ok`` -> safety, ``upcast_decision`` -> upcast): a change
+# The rules every extra check applies (``match_ok`` -> safety, ``upcast_decision`` -> upcast,
+# ``recompute_decision`` -> recompute): a change
 # to them must change the pass's uuid, or Inductor's FX graph cache would serve graphs the old rule made.
 RULE_FILES = tuple(str(Path(__file__).resolve().parents[1] / "mine" / f) for f in ("safety.py", "upcast.py", "recompute.py"))
 
