@@ -149,3 +149,42 @@ def test_the_candidate_compiled_runs_cos_once_and_changes_nothing():
     cand = candidates.at(REPO / "candidates" / RID)
     c = checks.check_compiled(cand.pattern_module, RID, "cpu")
     assert c.ok, c.detail
+
+
+from hypothesis import example, given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=15, deadline=None, derandomize=True, database=None)
+@given(s=st.integers(1, 6), d=st.integers(1, 6), lead=st.integers(1, 9), users=st.integers(1, 3),
+       op=st.sampled_from(["cos", "sin", "exp", "tanh"]), scale=st.booleans(), symbolic=st.booleans())
+@example(s=4, d=3, lead=9, users=2, op="cos", scale=True, symbolic=False)  # llama's RoPE table: fires
+@example(s=4, d=3, lead=9, users=2, op="sin", scale=False, symbolic=True)  # dynamic=True: declines
+def test_property_fires_iff_shared_and_broadcast_and_changes_no_value(s, d, lead, users, op, scale, symbolic):
+    """Random table sizes, broadcast factors (1 to 9), numbers of consumers, ops, an extra scaling
+    step, symbolic sizes: the pass fires iff the rule says so (a static value with two or more
+    pointwise consumers at least RATIO times its size), declines with a reason otherwise, never
+    raises, and the rewritten graph computes exactly what the original did."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def fn(t, x):
+        c = getattr(t, op)()
+        c = c * 0.5 if scale else c
+        return tuple(x * c + k for k in range(users))
+
+    table, wide = [s, d], [lead, s, d]
+    g = torch.Generator().manual_seed(0)
+    t, x = torch.randn(table, generator=g), torch.randn(wide, generator=g)
+    gm = make_fx(fn, tracing_mode="symbolic" if symbolic else "fake")(t, x)
+    cand = candidates.at(REPO / "candidates" / RID)
+    from miner.runtime import rewrite
+
+    p = rewrite.FusionPass([rewrite.entry_for(cand.path / "pattern.py", RID)])
+    p(gm.graph)
+    gm.recompile()
+    # the candidate matches the ops it was mined with; symbolic sizes (lead >= RATIO > 1 is never specialized) never fire
+    fires = op in ("cos", "sin") and not symbolic and users >= 2 and lead >= recompute.RATIO
+    assert p.counts[RID] == int(fires), (p.counts, p.declined)
+    if op in ("cos", "sin") and not fires:
+        assert p.declined.get(RID) and all(p.declined[RID]), p.declined
+    for got, want in zip(gm(t, x), fn(t, x)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
