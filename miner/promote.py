@@ -76,9 +76,6 @@ def promote(workspace: Workspace, cid: str, name: str, root: Path | None = None)
     if not NAME_RE.match(name) or keyword.iskeyword(name):
         raise UsageError(f"fusion name {name!r}: use lower_snake_case (e.g. softmax_like)")
     cand, validation = check_promotable(workspace, cid)
-    if cand.meta.get("kind") == "compute_once":  # say so before anything is written
-        raise UsageError(f"candidate {cand.id} (compute_once): promotion of this kind is not written yet; measure "
-                         f"it with `miner verify --ab --candidates {cand.id}` (its in-model evidence decides)")
     existing = candidates.promoted_as(workspace, cand.id)
     if existing is not None and existing != name:  # one candidate, one fusion: two would both rewrite the graph
         raise UsageError(f"candidate {cand.id} is already promoted as fusions/{existing}/; refresh it with "
@@ -93,9 +90,16 @@ def promote(workspace: Workspace, cid: str, name: str, root: Path | None = None)
     command = f"miner promote {meta['id']} --name {name}"
     folder = workspace.fusions / name
     what = f"fusion {name}, promoted from a validated candidate"
-    is_upcast = meta.get("kind") == upcast_rule.LABEL  # an aten rewrite (no Triton kernel): its own renderer
-    files = _upcast_sources(folder, name, meta, header(meta["id"], command, what)) if is_upcast else \
-        _sources(folder, name, meta, header(meta["id"], command, what))
+    kind = meta.get("kind")
+    is_upcast = kind == upcast_rule.LABEL  # an aten rewrite (no Triton kernel): its own renderer
+    head = header(meta["id"], command, what)
+    if kind == "compute_once":  # an identity put after a value (no kernel): miner.generate.realize renders it
+        from miner.generate import realize
+
+        files = [write_text(folder / "pattern.py", realize.render_pattern(
+            head, meta["id"], sorted({o["target"] for o in meta["observed"]}), fusion=name))]
+    else:
+        files = _upcast_sources(folder, name, meta, head) if is_upcast else _sources(folder, name, meta, head)
     files += [
         write_json(folder / "fusion.json", {
             "name": name, "pattern_id": meta["id"], "ops": meta["ops"], "miner_version": __version__,
@@ -107,8 +111,14 @@ def promote(workspace: Workspace, cid: str, name: str, root: Path | None = None)
     carried = carry_into(folder / rewrite.WINS_FILE, name, evidence)  # the gate's in-model evidence
     files += [] if wins else [carried]
     files.append(write_registry(workspace))
-    test = (gen_upcast.render_fusion_test(header(meta["id"], command, f"test of fusion {name}"), name, meta,
-                                          pick_model(meta)) if is_upcast else render_test(workspace, name, meta, command))
+    test_head = header(meta["id"], command, f"test of fusion {name}")
+    if kind == "compute_once":
+        from miner.generate import realize
+
+        test = realize.render_fusion_test(test_head, name, meta, pick_model(meta))
+    else:
+        test = (gen_upcast.render_fusion_test(test_head, name, meta, pick_model(meta)) if is_upcast
+                else render_test(workspace, name, meta, command))
     files.append(write_text(tests_root / f"test_{name}.py", test))
     if not any((d / "conftest.py").exists() for d in (tests_root, tests_root.parent)):
         # a user's workspace has no conftest: without one the GPU cases fail on a CPU instead of skipping

@@ -188,3 +188,37 @@ def test_property_fires_iff_shared_and_broadcast_and_changes_no_value(s, d, lead
         assert p.declined.get(RID) and all(p.declined[RID]), p.declined
     for got, want in zip(gm(t, x), fn(t, x)):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_promote_with_a_win_writes_a_gated_fusion(tmp_path):
+    """``miner promote`` of a compute-once candidate: a gated fusion (on CUDA it fires only in a measured
+    context; the gate held open, it computes the tables once) and its test file."""
+    from miner.check.promotion import write_evidence
+    from miner.check.validate import validate
+    from miner.core.errors import UsageError
+    from miner.promote import promote
+    from miner.runtime import fusions, gate
+
+    (tmp_path / "candidates").mkdir()
+    shutil.copytree(REPO / "candidates" / RID, tmp_path / "candidates" / RID,
+                    ignore=shutil.ignore_patterns("validation.json", "in_model.json"))
+    ws = Workspace(tmp_path)
+    validate(ws, RID, device="cpu", model=False)  # the graph and compiled checks (no model: quick)
+    with pytest.raises(UsageError):  # validated without proving the rewrite in a model
+        promote(ws, RID, "rope_once")
+    (ws.candidates / RID / "validation.json").write_text((REPO / "candidates" / RID / "validation.json").read_text())
+    with pytest.raises(UsageError, match="no in-model GPU evidence"):
+        promote(ws, RID, "rope_once")
+    write_evidence(ws, RID, [{"model": "llama", "mode": "train", "compile": "default", "preset": "base",
+                              "speedup": 1.02, "band": 0.004, "verdict": "win", "matches": 4, "contexts": {},
+                              "gpu": "synthetic", "date": "2026-12-03T00:00:00+00:00"}])
+    done = promote(ws, RID, "rope_once")
+    assert {p.name for p in done.files} >= {"pattern.py", "fusion.json", "wins.json", "test_rope_once.py"}
+    module = fusions.load(ws.root, "rope_once")
+    assert module.OP_NAME == "miner::rope_once" and module.PATTERN_ID == RID
+    assert "rewrite.wins_gate(match, WINS, N_INPUTS)" in (ws.fusions / "rope_once" / "pattern.py").read_text()
+    closed = checks.check_graph(module, "rope_once", "cuda")  # fake CUDA tensors: the gate decides
+    assert not closed.ok and closed.matches == 0  # this context was never measured: declined
+    with gate.forced_open():
+        opened = checks.check_graph(module, "rope_once", "cuda")
+    assert opened.ok and opened.matches == 2, opened.detail

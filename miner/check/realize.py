@@ -27,19 +27,18 @@ LAYERS = 3
 
 
 def rope_chain():
-    """``fn(x, pos)``: a RoPE table of ``pos`` shared by :data:`LAYERS` layers (matmul, then rotate-half)."""
+    """``fn(x, pos)``: a RoPE table of ``pos`` shared by :data:`LAYERS` layers (matmul, then rotate-half).
+    Its constants are made on ``x``'s device inside ``fn`` (so it traces on fake CUDA tensors too)."""
     import torch
 
-    g = torch.Generator().manual_seed(0)
-    inv = torch.rand(8, generator=g)
-    ws = [torch.randn(16, 16, generator=g) for _ in range(LAYERS)]
-
     def fn(x, pos):
-        e = torch.cat([pos[:, None].float() * inv.to(x.device)[None, :]] * 2, -1)
+        inv = 1.0 / (100.0 ** (torch.arange(8, device=x.device, dtype=torch.float32) / 8))
+        e = torch.cat([pos.unsqueeze(1).float() * inv.unsqueeze(0)] * 2, -1)
         c, s = e.cos(), e.sin()
-        for w in ws:
-            q = x @ w.to(x.device)
-            x = q * c + torch.cat([-q[..., 8:], q[..., :8]], -1) * s
+        for k in range(LAYERS):
+            w = torch.linspace(-0.5, 0.5, 256, device=x.device).reshape(16, 16).roll(k, 0)
+            q = x @ w
+            x = q * c + torch.cat([-q.narrow(-1, 8, 8), q.narrow(-1, 0, 8)], -1) * s
         return x
 
     return fn

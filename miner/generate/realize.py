@@ -29,7 +29,7 @@ from miner.mine import recompute
 
 LABEL = "compute_once"
 
-PATTERN_PY = string.Template('''${header}"""Candidate ${id} (compute_once): a small transcendental value computed once, not in each kernel that reads it.
+PATTERN_PY = string.Template('''${header}"""${title}: a small transcendental value computed once, not in each kernel that reads it.
 
 ``extra_check`` is ``miner.mine.recompute.check``, the rule mining applied: the value (${ops}) has a
 static size and at least two pointwise consumers with ${ratio} times its elements or more, into each of
@@ -37,16 +37,16 @@ which Inductor would inline it and recompute it per element. The rewrite (``rewr
 ``prims.inductor_force_stride_order`` after it with its own strides (an identity): Inductor computes it
 into a buffer once and the consumers load it. The values are unchanged. A declined match counts its
 reasons and never raises.
-"""
+${gate_doc}"""
 
-from miner.runtime import rewrite
+${imports}from miner.runtime import rewrite
 
 PATTERN_ID = "${id}"
-OP_NAME = "miner::${id}"  # the name decisions are counted under (no custom op)
+OP_NAME = "miner::${op_name}"  # the name decisions are counted under (no custom op)
 LABEL = "compute_once"
 N_INPUTS = 1  # x0: the transcendental's input
 TARGETS = ${targets}
-
+${wins}
 
 def decision(match):
     """``miner.mine.recompute.check`` on the matched value (a ``Decision``: ok, reasons, consumers)."""
@@ -57,7 +57,7 @@ def extra_check(match):
     d = decision(match)
     if d.applies:  # a value already computed once (the pass's second slot) is no candidate
         rewrite.record_declines(match, OP_NAME, N_INPUTS, d.reasons)
-    return d.ok
+    return d.ok${gate}
 
 
 def replacement(match, x0):
@@ -74,6 +74,73 @@ def register(pass_dict):
         register_graph_pattern(CallFunction(aten_op, KeywordArg("x0")), extra_check=extra_check,
                                pass_dict=pass_dict)(replacement)
 ''')
+
+
+def render_pattern(head: str, cid: str, targets, fusion: str | None = None) -> str:
+    """``pattern.py`` of candidate ``cid`` or, with ``fusion``, of the fusion promoted from it (decisions
+    counted under ``miner::<fusion>``; ``extra_check`` = the rule and the in-model gate on ``WINS``)."""
+    from miner.generate.upcast import GATE_DOC, WINS_LINE
+
+    ops = ", ".join(t.split(".")[1] for t in targets)
+    common = dict(header=head, id=cid, targets=repr(tuple(targets)), ops=ops, ratio=recompute.RATIO)
+    if fusion is None:
+        return PATTERN_PY.substitute(common, title=f"Candidate {cid} ({LABEL})", gate_doc="", imports="",
+                                     op_name=cid, wins="", gate="")
+    return PATTERN_PY.substitute(common, title=f"Fusion {fusion}, promoted from candidate {cid} ({LABEL})",
+                                 gate_doc=GATE_DOC, imports="from pathlib import Path\n\n", op_name=fusion,
+                                 wins=WINS_LINE, gate=" and rewrite.wins_gate(match, WINS, N_INPUTS)")
+
+
+FUSION_TEST_PY = string.Template('''${header}"""Fusion ${name} (compute_once, promoted from candidate ${id}): its tests, ``miner.check.realize``'s checks.
+
+CPU: the pass on a traced three-layer RoPE chain (both tables computed once, a second run takes
+nothing); with ``-m slow`` the chain compiled by Inductor with and without it (equal outputs, the
+table's kernel runs once). CUDA (``-m "gpu and slow"``): the fusion inside ``torch.compile`` of the
+tiny zoo model (gate held open: the tiny shapes are not the measured ones).
+"""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from miner.check import realize as checks
+from miner.runtime import fusions, gate
+
+FUSION = "${name}"
+ROOT = Path(__file__).resolve().parents[2]  # the workspace holding fusions/${name}/
+ZOO = ${zoo}  # (model, mode) it was found in
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+def _module():
+    return fusions.load(ROOT, FUSION)
+
+
+def test_computes_the_shared_tables_once_in_the_traced_chain():
+    c = checks.check_graph(_module(), FUSION, "cpu")
+    assert c.ok, c.detail
+
+
+@pytest.mark.slow
+def test_compiled_chain_is_unchanged_and_runs_the_table_kernel_once():
+    c = checks.check_compiled(_module(), FUSION, "cpu")
+    assert c.ok, c.detail
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@cuda
+def test_fires_in_its_zoo_model():
+    with gate.forced_open():
+        c = checks.check_model(_module(), FUSION, *ZOO, "cuda")
+    assert c.ok, c.detail
+''')
+
+
+def render_fusion_test(head: str, name: str, meta: dict, zoo: tuple[str, str] | None) -> str:
+    """``tests/fusions/test_<name>.py`` of the fusion promoted from compute-once candidate ``meta``."""
+    return FUSION_TEST_PY.substitute(header=head, name=name, id=meta["id"], zoo=repr(zoo))
 
 
 def candidate_id() -> str:
@@ -94,9 +161,8 @@ def generate(workspace: Workspace, recomputed_path: str | Path, command: str) ->
     folder = workspace.candidates / cid
     targets = tuple(sorted({f["target"] for f in ok}))
     ops = ", ".join(t.split(".")[1] for t in targets)
-    write_text(folder / "pattern.py", PATTERN_PY.substitute(
-        header=header(cid, command, "search pattern, rewrite, extra check"), id=cid, targets=repr(targets),
-        ops=ops, ratio=recompute.RATIO))
+    write_text(folder / "pattern.py", render_pattern(header(cid, command, "search pattern, rewrite, extra check"),
+                                                     cid, targets))
     occ: dict[str, Counter] = {}
     for f in ok:
         occ.setdefault(f["model"], Counter())[f["phase"]] += 1
@@ -117,4 +183,4 @@ def generate(workspace: Workspace, recomputed_path: str | Path, command: str) ->
     return Generated(cid, LABEL, folder, len(ok))
 
 
-__all__ = ["LABEL", "PATTERN_PY", "candidate_id", "generate"]
+__all__ = ["FUSION_TEST_PY", "LABEL", "PATTERN_PY", "candidate_id", "generate", "render_fusion_test", "render_pattern"]
