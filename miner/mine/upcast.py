@@ -19,13 +19,15 @@ compile time (``candidates/<id>/pattern.py``). A matmul may be rewritten iff
 - both sources have the same dtype.
 
 The demoting variant (``check(..., demote=True)``, candidate ``d...``) takes the matmul where exactly
-one operand is such an upcast of dtype ``d`` and the other a computed float32 value (t5's PV: the
+one operand is such an upcast of bf16 and the other a computed float32 value (t5's PV: the
 dropout-scaled probabilities times upcast v), when the float32 output is only ever seen rounded to
-``d`` (every use, through layout ops, is a ``convert_element_type`` to ``d``): it rounds the float32
-operand to ``d`` and runs the same ``.dtype`` GEMM. Not exact: each product gains at most one
-rounding of ``d`` (2^-9 relative for bf16) before the float32 sum, the output is rounded to ``d``
-anyway, and this is how SDPA's fused bf16 kernels compute PV (FlashAttention rounds P to the input
-dtype). Its validation bounds the error after the output's rounding against the float32 GEMM's.
+bf16 (every use, through layout ops, is a ``convert_element_type`` to bf16): it rounds the float32
+operand to bf16 and runs the same ``.dtype`` GEMM. Not exact: each product gains at most one bf16
+rounding (2^-9 relative) before the float32 sum, the output is rounded to bf16 anyway, and this is
+how SDPA's fused bf16 kernels compute PV (FlashAttention rounds P to the input dtype). bf16 keeps
+float32's exponent range, so the rounding cannot overflow; fp16 is declined (a float32 value beyond
+65504 would become inf). Its validation bounds the error after the output's rounding against the
+float32 GEMM's.
 
 Every refusal is a reason string; nothing here raises on a graph it does not understand.
 ``mined/upcasts.json`` (``kind: UpcastMatmuls``) holds every float32 matmul of the captured graphs
@@ -53,6 +55,7 @@ LAYOUT = frozenset({
 UNIT_MULS = frozenset({"aten.mul.Tensor", "aten.mul.Scalar"})
 CONVERTS = frozenset({"prims.convert_element_type.default", "aten._to_copy.default"})
 LOW = ("bfloat16", "float16")
+DEMOTE_TO = ("bfloat16",)  # the demoting rule rounds to these only: float32's exponent range, no overflow
 MAX_STEPS = 32  # a longer chain is declined, not walked
 
 
@@ -236,6 +239,9 @@ def _demote(graph: Graph, rec: NodeRecord, out_target: str, reasons: list[str], 
                "no operand is an exact bf16/fp16 upcast: " + "; ".join(w for w in whys if w))
         return Decision(rec.name, rec.target, out_target, (why,), tuple(operands), applies=False)
     low = exact[0].dtype
+    if low not in DEMOTE_TO:
+        reasons.append(f"rounding a float32 value to {low} can overflow (its largest finite value is 65504; "
+                       f"bfloat16 keeps float32's range)")
     k = operands.index(None)
     ref = _ref(rec.args[k])
     src = graph.node(ref) if ref is not None else None
@@ -397,6 +403,6 @@ def summary(payload: dict) -> str:
                           if c.get("demote_fired") else "") + (f"; commonest refusal ({top[1]}x): {top[0]}" if top else ""))
 
 
-__all__ = ["CONVERTS", "Decision", "Found", "FxNodes", "KIND", "LABEL", "LAYOUT", "MATMULS", "SCHEMA",
+__all__ = ["CONVERTS", "DEMOTE_TO", "Decision", "Found", "FxNodes", "KIND", "LABEL", "LAYOUT", "MATMULS", "SCHEMA",
            "UNIT_MULS", "UPCASTS_FILE", "Upcast", "check", "find", "has_overload", "load", "mine",
            "operand_upcast", "save", "summary"]
