@@ -105,23 +105,29 @@ def _run_regions(args: argparse.Namespace, ws) -> int:
     return 0 if done else 1
 
 
-def _run_upcasts(args: argparse.Namespace, ws) -> int:
-    """``--upcasts FILE``: the upcast-matmul candidates, exact (``u...``) and demoting (``d...``)
-    (``miner.generate.upcast``); keeps the other candidates."""
+def _mined_input(ws, flag: str, value: str, written: str):
+    """The file given to ``flag``, relative to the workspace when inside it (as candidate.json records it);
+    ``UsageError`` when there is no such file (``written``: what `miner mine` writes)."""
     from pathlib import Path
 
     from miner.core.errors import UsageError
-    from miner.generate import upcast
 
-    path = Path(args.upcasts)
+    path = Path(value)
     if not path.is_file():
-        raise UsageError(f"--upcasts {args.upcasts}: no such file (`miner mine` writes mined/upcasts.json)")
+        raise UsageError(f"{flag} {value}: no such file (`miner mine` writes {written})")
     try:
-        rel = path.resolve().relative_to(Path(ws.root).resolve())
+        return path.resolve().relative_to(Path(ws.root).resolve())
     except ValueError:
-        rel = path.resolve()
+        return path.resolve()
+
+
+def _run_upcasts(args: argparse.Namespace, ws) -> int:
+    """``--upcasts FILE``: the upcast-matmul candidates, exact (``u...``) and demoting (``d...``)
+    (``miner.generate.upcast``); keeps the other candidates."""
+    from miner.generate import upcast
     from miner.generate.generate import describe
 
+    rel = _mined_input(ws, "--upcasts", args.upcasts, "mined/upcasts.json")
     done = [g for demote in (False, True) if (g := upcast.generate(ws, rel, f"miner generate --upcasts {rel}",
                                                                    demote=demote)) is not None]
     if not done:
@@ -135,19 +141,10 @@ def _run_upcasts(args: argparse.Namespace, ws) -> int:
 
 def _run_recomputed(args: argparse.Namespace, ws) -> int:
     """``--recomputed FILE``: the compute-once candidate (``miner.generate.realize``); keeps the other candidates."""
-    from pathlib import Path
-
-    from miner.core.errors import UsageError
     from miner.generate import realize
     from miner.generate.generate import describe
 
-    path = Path(args.recomputed)
-    if not path.is_file():
-        raise UsageError(f"--recomputed {args.recomputed}: no such file (`miner mine` writes mined/recomputed.json)")
-    try:
-        rel = path.resolve().relative_to(Path(ws.root).resolve())
-    except ValueError:
-        rel = path.resolve()
+    rel = _mined_input(ws, "--recomputed", args.recomputed, "mined/recomputed.json")
     g = realize.generate(ws, rel, f"miner generate --recomputed {rel}")
     if g is None:
         print(f"{args.recomputed}: no value there is recomputed in several kernels and small enough to compute "

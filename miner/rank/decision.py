@@ -461,13 +461,10 @@ def decide(review: Review, ws: Workspace) -> Decisions:
     rows.sort(key=lambda d: (order[d.verdict], -max((s.speedup for s in d.steps), default=0.0),
                              -(d.kernel.hi if d.kernel else 0.0), d.id))
     together, tsource = _together(ws)
-    promoted = {}
-    for f in (sorted(ws.fusions.glob("*/fusion.json")) if ws.fusions.is_dir() else ()):
-        try:
-            promoted[read_json(f)["pattern_id"]] = f.parent.name
-        except (MinerError, OSError, ValueError, KeyError, TypeError):
-            continue
-    steps = tuple(model_steps([(str(p.relative_to(ws.root)), r) for p, r in found[1]], promoted)) if found else ()
+    from miner.core import candidate as candidates
+
+    steps = tuple(model_steps([(str(p.relative_to(ws.root)), r) for p, r in found[1]],
+                              candidates.fusions_by_candidate(ws))) if found else ()
     return Decisions(tuple(rows), ab_source, ab_date, together, tsource, models=steps)
 
 
