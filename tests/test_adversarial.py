@@ -106,6 +106,17 @@ def test_norm_over_size1_dim_with_wider_weight_declines_compiled():
     assert "does not fill the rows" in _reasons(run), run.declined
 
 
+def test_norm_over_rows_of_one_element_declines():
+    """Found by the property suite on the H200 (case ``layer_norm: shapes [(1, 1, 1), (1,), (1,)]``): the
+    fused backward's x gradient was 0.7513 where eager's is 0.7500; over one element var is 0, so
+    rsqrt(var + eps)'s gradient amplifies rounding by eps^-1.5 (FMA contraction on CUDA). Nothing to
+    reduce there: the kernel's contract declines rows of one element."""
+    args = (torch.tensor([[[1.5410]]]), torch.tensor([-0.2934]), torch.tensor([-2.1788]))
+    run = compiled_run(layer_norm, args, FUSIONS, "layer_norm")
+    assert check(run, eager_run(layer_norm, args, backward=True), "layer_norm", expect="decline") == "declined"
+    assert "one element per row" in _reasons(run), run.declined
+
+
 # --------------------------------------------------------------------------- class 3: what mining rejects
 
 

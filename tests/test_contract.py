@@ -37,6 +37,8 @@ def test_contract_accepts_full_per_row_per_column_and_scalar_inputs():
     # a size-1 last dim reduced, then broadcast to wider rows: the kernel would reduce 16 copies
     ([((4, 1), "float32"), ((4, 16), "bool")], [("sum", (4, 1), [-1])], [], "16 broadcast copies"),
     ([((4, 1), "float32"), ((16,), "float32")], [], [("o", (4, 1), "vec")], "does not fill the rows"),
+    # rows of one element (found on CUDA: a layer norm over one element, its gradient ill-conditioned)
+    ([((4, 1), "float32"), ((1,), "float32")], [("mean", (4, 1), [-1])], [("o", (4, 1), "vec")], "one element per row"),
     ([((4, 8), "float32")], [], [("r", (1, 1), "row")], "per row"),
     ([((4, 8), "float32")], [], [("r", (8,), "row")], "per row"),
 ])

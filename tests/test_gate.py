@@ -81,6 +81,14 @@ def test_merge_records_replaces_the_same_model_and_mode():
     assert fresh["kind"] == "FusionWins" and fresh["name"] == "rms_norm" and fresh["wins"] == []
 
 
+def test_merge_records_keeps_one_record_per_key_the_newest():
+    """A re-promotion passes the candidate's record and the fusion's copy of it: one survives."""
+    old, new = dict(record("noise", 1.0), date="2026-12-02T10:00:00Z"), dict(record("win", 1.05), date="2026-12-03T10:00:00Z")
+    for records in ([old, new], [new, old], [new, dict(new)]):
+        recs = gate.merge_records(wins_with(new), "layer_norm", records)["in_model"]["records"]
+        assert recs == [new], recs
+
+
 # --------------------------------------------------------------------------- on FX graphs
 
 def _graph_match(producer: str):

@@ -70,7 +70,9 @@ def cases(draw, where, name):
     scalars = _scalars(where, name)
     rank = max(len(s) for s, _ in m.EXAMPLE_INPUTS)
     lead = draw(st.lists(st.integers(1, 4), min_size=rank - 1, max_size=rank - 1))
-    n = draw(st.sampled_from([1, 2, 3, 5, 8, 13]))
+    # the row length: hypothesis starts from (and shrinks towards) the first value, so it is a real row;
+    # rows of one element (declined by the kernel's contract) stay among the draws
+    n = draw(st.sampled_from([8, 13, 5, 3, 2, 1]))
     dtype = draw(st.sampled_from(DTYPES))
     mixed = draw(st.sampled_from([False] * 5 + [True]))
     shapes, layouts, dts = [], [], []

@@ -3,12 +3,15 @@
 """Candidate d5aa0b7b520 (demote_matmul): a float32 bmm/mm of one exact bf16/fp16 upcast and one float32 value whose output is only seen rounded, as a low-precision GEMM.
 
 ``extra_check`` is ``miner.mine.upcast.check(..., demote=True)``, the rule mining applied: one
-operand is a float32 upcast of bf16 (fp16) values through layout ops, the other a float32 value,
-and every use of the float32 output (through layout ops) converts it to that bf16 (fp16). The
-rewrite rounds the float32 operand to bf16 (fp16) and calls ``aten.bmm.dtype`` / ``aten.mm.dtype``
-with ``torch.float32`` (``rewrite.upcast_replace``): each product gains at most one bf16 rounding
-before the float32 sum, and the output is rounded to bf16 as before (SDPA's fused bf16 kernels
-compute PV this way). A declined match counts its reasons and never raises.
+operand is a float32 upcast of bf16 values through layout ops, the other a float32 value, and every
+use of the float32 output (through layout ops) converts it to that bf16. The rewrite
+(``rewrite.upcast_replace``) rounds the float32 operand to bf16 and calls ``aten.bmm.dtype`` /
+``aten.mm.dtype`` with ``torch.float32``: each product gains at most one bf16 rounding before the
+float32 sum, and the output is rounded to bf16 as before (SDPA's fused bf16 kernels compute PV this
+way).
+
+A declined match counts its reasons (``FusionPass.declined``, ``rewrite.GATE_DECISIONS``) and never
+raises.
 """
 
 from miner.runtime import rewrite

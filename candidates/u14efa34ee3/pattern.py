@@ -4,14 +4,15 @@
 
 ``extra_check`` is ``miner.mine.upcast.check``, the rule mining applied: both operands are float32
 upcasts of bf16 (or both of fp16) values through layout ops and multiplications by exactly 1.0, the
-output is float32 on CUDA, and torch has the ``.dtype`` overload. The rewrite replays each operand's
-layout ops on its low-precision source and calls ``aten.bmm.dtype`` / ``aten.mm.dtype`` with
-``torch.float32``: the products of two bf16 (fp16) numbers are exact in float32, so only the order
-of the float32 sums differs from the FFMA GEMM it replaces. A declined match counts its reasons
-(``FusionPass.declined``, ``rewrite.GATE_DECISIONS``) and never raises.
-"""
+output is float32 on CUDA, and torch has the ``.dtype`` overload. The rewrite
+(``rewrite.upcast_replace``) replays each operand's layout ops on its low-precision source and calls
+``aten.bmm.dtype`` / ``aten.mm.dtype`` with ``torch.float32``: the products of two bf16 (fp16)
+numbers are exact in float32, so only the order of the float32 sums differs from the FFMA GEMM it
+replaces.
 
-import torch
+A declined match counts its reasons (``FusionPass.declined``, ``rewrite.GATE_DECISIONS``) and never
+raises.
+"""
 
 from miner.runtime import rewrite
 
@@ -29,7 +30,7 @@ def decision(match):
 
 def extra_check(match):
     d = decision(match)
-    if d.applies:  # a bf16 matmul is no candidate: not counted as declined (mining leaves it out too)
+    if d.applies:  # a bf16 matmul is no candidate: not counted as declined
         rewrite.record_declines(match, OP_NAME, N_INPUTS, d.reasons)
     return d.ok
 
@@ -37,24 +38,12 @@ def extra_check(match):
 def replacement(match, x0, x1):
     """Replace the matmul by the ``.dtype`` overload on the operands' low-precision sources."""
     d = decision(match)
-    if not d.ok:  # extra_check declined it; never reached through the matcher
-        return
-    nodes = {n.name: n for n in match.output_node().graph.nodes}
-    chains = [[nodes[s] for s in u.steps] for u in d.operands]
-    op = getattr(torch.ops.aten, d.out_target.split(".")[1]).dtype
-
-    def repl(a, b):
-        ops = []
-        for t, chain in zip((a, b), chains):
-            for n in chain:  # layout ops only: the same on a bf16 tensor as on its float32 copy
-                t = n.target(t, *n.args[1:], **n.kwargs)
-            ops.append(t)
-        return op(ops[0], ops[1], torch.float32)
-
-    match.replace_by_example(repl, [nodes[u.source] for u in d.operands])
+    if d.ok:  # extra_check declined it otherwise; never reached through the matcher
+        rewrite.upcast_replace(match, d)
 
 
 def register(pass_dict):
+    import torch
     from torch._inductor.pattern_matcher import CallFunction, KeywordArg, register_graph_pattern
 
     for target in TARGETS:

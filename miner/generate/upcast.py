@@ -33,61 +33,44 @@ from miner.core.workspace import Workspace, write_json, write_text
 from miner.generate.generate import Generated, header
 from miner.mine import upcast
 
-PATTERN_PY = string.Template('''${header}"""${title}: a float32 bmm/mm of exact bf16/fp16 upcasts as a low-precision GEMM.
+PATTERN_PY = string.Template('''${header}"""${title}: ${summary}
 
-``extra_check`` is ``miner.mine.upcast.check``, the rule mining applied: both operands are float32
-upcasts of bf16 (or both of fp16) values through layout ops and multiplications by exactly 1.0, the
-output is float32 on CUDA, and torch has the ``.dtype`` overload. The rewrite replays each operand's
-layout ops on its low-precision source and calls ``aten.bmm.dtype`` / ``aten.mm.dtype`` with
-``torch.float32``: the products of two bf16 (fp16) numbers are exact in float32, so only the order
-of the float32 sums differs from the FFMA GEMM it replaces. A declined match counts its reasons
-(``FusionPass.declined``, ``rewrite.GATE_DECISIONS``) and never raises.
+${rule_doc}
+
+A declined match counts its reasons (``FusionPass.declined``, ``rewrite.GATE_DECISIONS``) and never
+raises.
 ${gate_doc}"""
 
-${imports}import torch
-
-from miner.runtime import rewrite
+${imports}from miner.runtime import rewrite
 
 PATTERN_ID = "${id}"
 OP_NAME = "miner::${op_name}"  # the name decisions are counted under (no custom op: the rewrite calls aten)
-LABEL = "upcast_matmul"
+LABEL = "${label}"
 N_INPUTS = 2  # x0, x1: the float32 operands of the matmul
 TARGETS = ${targets}
 ${wins}
 
 def decision(match):
-    """``miner.mine.upcast.check`` on the match's matmul (a ``Decision``: ok, reasons, operands)."""
-    return rewrite.upcast_decision(match.output_node())
+    """${decision_doc} on the match's matmul (a ``Decision``: ok, reasons, operands)."""
+    return rewrite.upcast_decision(match.output_node()${demote_arg})
 
 
 def extra_check(match):
     d = decision(match)
-    if d.applies:  # a bf16 matmul is no candidate: not counted as declined (mining leaves it out too)
+    if d.applies:  # ${applies}: not counted as declined
         rewrite.record_declines(match, OP_NAME, N_INPUTS, d.reasons)
     return d.ok${gate}
 
 
 def replacement(match, x0, x1):
-    """Replace the matmul by the ``.dtype`` overload on the operands' low-precision sources."""
+    """${replacement_doc}"""
     d = decision(match)
-    if not d.ok:  # extra_check declined it; never reached through the matcher
-        return
-    nodes = {n.name: n for n in match.output_node().graph.nodes}
-    chains = [[nodes[s] for s in u.steps] for u in d.operands]
-    op = getattr(torch.ops.aten, d.out_target.split(".")[1]).dtype
-
-    def repl(a, b):
-        ops = []
-        for t, chain in zip((a, b), chains):
-            for n in chain:  # layout ops only: the same on a bf16 tensor as on its float32 copy
-                t = n.target(t, *n.args[1:], **n.kwargs)
-            ops.append(t)
-        return op(ops[0], ops[1], torch.float32)
-
-    match.replace_by_example(repl, [nodes[u.source] for u in d.operands])
+    if d.ok:  # extra_check declined it otherwise; never reached through the matcher
+        rewrite.upcast_replace(match, d)
 
 
 def register(pass_dict):
+    import torch
     from torch._inductor.pattern_matcher import CallFunction, KeywordArg, register_graph_pattern
 
     for target in TARGETS:
@@ -95,6 +78,36 @@ def register(pass_dict):
         register_graph_pattern(CallFunction(aten_op, KeywordArg("x0"), KeywordArg("x1")),
                                extra_check=extra_check, pass_dict=pass_dict)(replacement)
 ''')
+
+# what differs between the exact rule's pattern.py and the demoting rule's (one template, PATTERN_PY)
+RULE_TEXT = {
+    False: dict(
+        label=upcast.LABEL, demote_arg="", decision_doc="``miner.mine.upcast.check``",
+        summary="a float32 bmm/mm of exact bf16/fp16 upcasts as a low-precision GEMM.",
+        rule_doc="""``extra_check`` is ``miner.mine.upcast.check``, the rule mining applied: both operands are float32
+upcasts of bf16 (or both of fp16) values through layout ops and multiplications by exactly 1.0, the
+output is float32 on CUDA, and torch has the ``.dtype`` overload. The rewrite
+(``rewrite.upcast_replace``) replays each operand's layout ops on its low-precision source and calls
+``aten.bmm.dtype`` / ``aten.mm.dtype`` with ``torch.float32``: the products of two bf16 (fp16)
+numbers are exact in float32, so only the order of the float32 sums differs from the FFMA GEMM it
+replaces.""",
+        applies="a bf16 matmul is no candidate",
+        replacement_doc="Replace the matmul by the ``.dtype`` overload on the operands' low-precision sources."),
+    True: dict(
+        label="demote_matmul", demote_arg=", demote=True", decision_doc="The demoting rule",
+        summary="a float32 bmm/mm of one exact bf16/fp16 upcast and one float32 value whose output is only "
+                "seen rounded, as a low-precision GEMM.",
+        rule_doc="""``extra_check`` is ``miner.mine.upcast.check(..., demote=True)``, the rule mining applied: one
+operand is a float32 upcast of bf16 values through layout ops, the other a float32 value, and every
+use of the float32 output (through layout ops) converts it to that bf16. The rewrite
+(``rewrite.upcast_replace``) rounds the float32 operand to bf16 and calls ``aten.bmm.dtype`` /
+``aten.mm.dtype`` with ``torch.float32``: each product gains at most one bf16 rounding before the
+float32 sum, and the output is rounded to bf16 as before (SDPA's fused bf16 kernels compute PV this
+way).""",
+        applies="a matmul of two exact upcasts (or of none) is no candidate",
+        replacement_doc="Round the float32 operand, replay the other's layout ops on its source, call the "
+                        "``.dtype`` GEMM."),
+}
 
 KERNEL_PY = string.Template('''${header}"""Candidate ${id} (upcast_matmul): the GEMM the rewrite calls, for timing and numerics.
 
@@ -133,66 +146,17 @@ neighbourhood, compile mode) that a record measured as a step win beyond noise a
 WINS_LINE = 'WINS = rewrite.load_wins(Path(__file__).with_name("wins.json"))  # the gate\'s evidence; None: unmeasured\n'
 
 
-def render_pattern(head: str, cid: str, targets, fusion: str | None = None) -> str:
-    """``pattern.py`` of the candidate ``cid`` or, with ``fusion``, of the fusion promoted from it (its
-    decisions counted under ``miner::<fusion>``, its ``extra_check`` = the rule and the in-model gate)."""
-    if fusion is None:
-        return PATTERN_PY.substitute(header=head, id=cid, targets=repr(tuple(targets)), title=f"Candidate {cid} "
-                                     f"({upcast.LABEL})", gate_doc="", imports="", op_name=cid, wins="", gate="")
-    return PATTERN_PY.substitute(header=head, id=cid, targets=repr(tuple(targets)),
-                                 title=f"Fusion {fusion}, promoted from candidate {cid} ({upcast.LABEL})",
-                                 gate_doc=GATE_DOC, imports="from pathlib import Path\n\n", op_name=fusion,
-                                 wins=WINS_LINE, gate=" and rewrite.wins_gate(match, WINS, N_INPUTS)")
+def render_pattern(head: str, cid: str, targets, fusion: str | None = None, demote: bool = False) -> str:
+    """``pattern.py`` of the candidate ``cid`` (``demote``: the demoting rule's) or, with ``fusion``, of the
+    fusion promoted from it (its decisions counted under ``miner::<fusion>``, its ``extra_check`` = the
+    rule and the in-model gate)."""
+    text = RULE_TEXT[demote]
+    gated = dict(gate_doc=GATE_DOC, imports="from pathlib import Path\n\n", op_name=fusion, wins=WINS_LINE,
+                 gate=" and rewrite.wins_gate(match, WINS, N_INPUTS)",
+                 title=f"Fusion {fusion}, promoted from candidate {cid} ({text['label']})") if fusion else \
+        dict(gate_doc="", imports="", op_name=cid, wins="", gate="", title=f"Candidate {cid} ({text['label']})")
+    return PATTERN_PY.substitute(header=head, id=cid, targets=repr(tuple(targets)), **text, **gated)
 
-
-DEMOTE_PATTERN_PY = string.Template('''${header}"""${title}: a float32 bmm/mm of one exact bf16/fp16 upcast and one float32 value whose output is only seen rounded, as a low-precision GEMM.
-
-``extra_check`` is ``miner.mine.upcast.check(..., demote=True)``, the rule mining applied: one
-operand is a float32 upcast of bf16 (fp16) values through layout ops, the other a float32 value,
-and every use of the float32 output (through layout ops) converts it to that bf16 (fp16). The
-rewrite rounds the float32 operand to bf16 (fp16) and calls ``aten.bmm.dtype`` / ``aten.mm.dtype``
-with ``torch.float32`` (``rewrite.upcast_replace``): each product gains at most one bf16 rounding
-before the float32 sum, and the output is rounded to bf16 as before (SDPA's fused bf16 kernels
-compute PV this way). A declined match counts its reasons and never raises.
-${gate_doc}"""
-
-${imports}from miner.runtime import rewrite
-
-PATTERN_ID = "${id}"
-OP_NAME = "miner::${op_name}"  # the name decisions are counted under (no custom op: the rewrite calls aten)
-LABEL = "demote_matmul"
-N_INPUTS = 2  # x0, x1: the float32 operands of the matmul
-TARGETS = ${targets}
-${wins}
-
-def decision(match):
-    """The demoting rule on the match's matmul (a ``Decision``: ok, reasons, operands)."""
-    return rewrite.upcast_decision(match.output_node(), demote=True)
-
-
-def extra_check(match):
-    d = decision(match)
-    if d.applies:  # a matmul of two exact upcasts (or of none) is no candidate: not counted as declined
-        rewrite.record_declines(match, OP_NAME, N_INPUTS, d.reasons)
-    return d.ok${gate}
-
-
-def replacement(match, x0, x1):
-    """Round the float32 operand, replay the other's layout ops on its source, call the ``.dtype`` GEMM."""
-    d = decision(match)
-    if d.ok:  # extra_check declined it otherwise; never reached through the matcher
-        rewrite.upcast_replace(match, d)
-
-
-def register(pass_dict):
-    import torch
-    from torch._inductor.pattern_matcher import CallFunction, KeywordArg, register_graph_pattern
-
-    for target in TARGETS:
-        aten_op = getattr(torch.ops.aten, target.split(".")[1]).default
-        register_graph_pattern(CallFunction(aten_op, KeywordArg("x0"), KeywordArg("x1")),
-                               extra_check=extra_check, pass_dict=pass_dict)(replacement)
-''')
 
 DEMOTE_KERNEL_PY = string.Template('''${header}"""Candidate ${id} (demote_matmul): the GEMM the rewrite calls, for timing and numerics.
 
@@ -226,11 +190,7 @@ def render_demoted(head: str, cid: str, targets, fusion: str | None = None, kern
                    ) -> tuple[str, str]:
     """(pattern.py, kernel.py) of the demoting candidate ``cid`` (or, with ``fusion``, the fusion promoted
     from it); ``kernel_head``: kernel.py's header when it differs from pattern.py's."""
-    gated = dict(gate_doc=GATE_DOC, imports="from pathlib import Path\n\n", op_name=fusion, wins=WINS_LINE,
-                 gate=" and rewrite.wins_gate(match, WINS, N_INPUTS)",
-                 title=f"Fusion {fusion}, promoted from candidate {cid} (demote_matmul)") if fusion else \
-        dict(gate_doc="", imports="", op_name=cid, wins="", gate="", title=f"Candidate {cid} (demote_matmul)")
-    return (DEMOTE_PATTERN_PY.substitute(header=head, id=cid, targets=repr(tuple(targets)), **gated),
+    return (render_pattern(head, cid, targets, fusion, demote=True),
             DEMOTE_KERNEL_PY.substitute(header=kernel_head or head, id=cid))
 
 

@@ -264,7 +264,9 @@ def observed_since(before: Counter) -> dict[str, dict[Context, int]]:
 
 
 def merge_records(wins: dict | None, name: str, records: list[dict]) -> dict:
-    """``wins`` with ``records`` added to its ``in_model`` section (same model/mode/compile replaced).
+    """``wins`` with ``records`` added to its ``in_model`` section (same model/mode/compile/preset replaced;
+    among ``records`` of one such key, the newest by date: a re-promotion passes the candidate's record
+    and the fusion's copy of it).
 
     A fusion without a wins.json gets a minimal one (no isolated rows).
     """
@@ -273,9 +275,13 @@ def merge_records(wins: dict | None, name: str, records: list[dict]) -> dict:
     base: dict[str, Any] = dict(wins) if wins else {"schema": WINS_SCHEMA, "kind": WINS_KIND, "name": name,
                                                     "wins": [], "loses": []}
     old = list((base.get("in_model") or {}).get("records", ()))
-    keys = {_record_key(r) for r in records}
-    kept = [r for r in old if _record_key(r) not in keys]
-    base["in_model"] = {"schema": IN_MODEL_SCHEMA, "records": kept + list(records)}
+    newest: dict[tuple, dict] = {}
+    for r in records:
+        k = _record_key(r)
+        if k not in newest or str(r.get("date", "")) >= str(newest[k].get("date", "")):
+            newest[k] = r
+    kept = [r for r in old if _record_key(r) not in newest]
+    base["in_model"] = {"schema": IN_MODEL_SCHEMA, "records": kept + list(newest.values())}
     return base
 
 

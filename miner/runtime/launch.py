@@ -99,7 +99,8 @@ def shape_contract(inputs: Sequence[tuple[Sequence[int], str]],
     list of str
         One clause per violation: inputs that do not broadcast, a dtype the kernel does not
         load, a reduction over another dim than the last or over fewer elements than a row (a
-        size-1 dim broadcast to wider rows later: the kernel would reduce ``n_cols`` copies), a
+        size-1 dim broadcast to wider rows later: the kernel would reduce ``n_cols`` copies) or over
+        rows of one element (nothing to reduce; a norm's gradient there is ill-conditioned), a
         per-element output that is not ``full``, a per-row output that is not one value per row, a
         seed input that is no 1-D int64 vector, a random op whose shape is not ``full``.
     """
@@ -130,6 +131,10 @@ def shape_contract(inputs: Sequence[tuple[Sequence[int], str]],
         elif shape[-1] != n_cols:
             out.append(f"{who} reduces {shape[-1]} element(s) per row of {list(shape)}, but the kernel's rows "
                        f"are {n_cols} wide ({list(full)}): it would reduce {n_cols} broadcast copies")
+        elif shape[-1] == 1:
+            out.append(f"{who} reduces one element per row of {list(shape)}: nothing to reduce (Inductor computes "
+                       f"it pointwise), and a norm's gradient through rsqrt(var + eps) over one element is "
+                       f"ill-conditioned (var is 0: rounding is amplified by eps^-1.5)")
     for who, shape in randoms:
         if _squeeze_leading(shape) != _squeeze_leading(full):
             out.append(f"{who} draws {list(shape)} random numbers, but the kernel draws one per element of the "
