@@ -265,8 +265,8 @@ def observed_since(before: Counter) -> dict[str, dict[Context, int]]:
 
 def merge_records(wins: dict | None, name: str, records: list[dict]) -> dict:
     """``wins`` with ``records`` added to its ``in_model`` section (same model/mode/compile/preset replaced;
-    among ``records`` of one such key, the newest by date: a re-promotion passes the candidate's record
-    and the fusion's copy of it).
+    among ``records`` of one such key, the newest by date, the first on a tie: a re-promotion passes the
+    candidate's own record first, then the fusion's copy of it).
 
     A fusion without a wins.json gets a minimal one (no isolated rows).
     """
@@ -278,7 +278,7 @@ def merge_records(wins: dict | None, name: str, records: list[dict]) -> dict:
     newest: dict[tuple, dict] = {}
     for r in records:
         k = _record_key(r)
-        if k not in newest or str(r.get("date", "")) >= str(newest[k].get("date", "")):
+        if k not in newest or str(r.get("date", "")) > str(newest[k].get("date", "")):
             newest[k] = r
     kept = [r for r in old if _record_key(r) not in newest]
     base["in_model"] = {"schema": IN_MODEL_SCHEMA, "records": kept + list(newest.values())}
