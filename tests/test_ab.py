@@ -36,6 +36,19 @@ def test_speedup_is_paired_per_round_so_drift_between_rounds_cancels():
     assert ab.paired_ratios([10.0, 10.0], [5.0, 0.0]) == [2.0]
 
 
+def test_rounds_for_a_band_follow_the_median_error_down_to_the_controls_offset():
+    assert ab.rounds_for(0.0303, 0.004, 15) == (138, 0.01)  # llama, 15 rounds: 15 * 3.03^2
+    assert ab.rounds_for(0.008, 0.004, 15) is None  # already within 1%
+    assert ab.rounds_for(0.03, 0.03, 15) is None  # the offset sets it: more rounds do not help
+    need, reach = ab.rounds_for(0.08, 0.02, 15)  # down to the offset, not below
+    assert reach == 0.02 and need == 240
+    # the error part of noise_band shrinks as 1/sqrt(rounds): the predicted count reaches the target
+    spread = [0.97, 1.03] * 8
+    band = ab.noise_band(spread)
+    need, reach = ab.rounds_for(band, 0.0, len(spread), target=band / 2)
+    assert need == 4 * len(spread) and ab.noise_band(spread * 4) == pytest.approx(band / 2)
+
+
 def test_verdict_beyond_the_band():
     assert ab.verdict(1.02, 0.01) == "win"
     assert ab.verdict(0.97, 0.01) == "loss"
@@ -120,6 +133,11 @@ def test_results_round_trip_and_markdown(tmp_path):
     assert "removed k (-5.0)" in md and "layer_norm x25 (1.030x win)" in md and "rms_norm x0 (does not fire)" in md
     assert "the slowest step is bert train/default at 0.985x (BELOW the 0.99x target)" in md
     assert "skipped: --time-budget" in md and "TypeError: fake tensor" in md and "102.90 (102.20-105.80)" in md
+    assert "Noise band (default vs control): +-0.50%." in md  # within 1%: no hint
+    wide = result(band=0.0303)
+    assert "about 138 rounds would narrow it to +-1.00% (`--rounds 138`)" in abrun.detail(wide)
+    wide.variants[1].speedup, wide.noise_band = 1.0303, 0.0303  # the control itself 3.03% off: rounds do not help
+    assert "the control's own offset (3.03%" in abrun.detail(wide)
 
 
 def _workspace(tmp_path, with_fusion=True):

@@ -131,6 +131,17 @@ def noise_band(control_ratios: Sequence[float]) -> float:
     return max(abs(ratio_stats(control_ratios)[0] - 1.0), 2.0 * rel_se_median(control_ratios))
 
 
+def rounds_for(band: float | None, offset: float, rounds: int, target: float = 0.01) -> tuple[int, float] | None:
+    """``(rounds needed, band reached)``: what would narrow a noise ``band`` measured over ``rounds`` towards
+    ``target``; None when it is already within it, or when the control's own offset (``|median(default /
+    control) - 1|``, which more rounds do not shrink) sets it. The standard-error part shrinks as
+    1/sqrt(rounds), down to the offset."""
+    if band is None or band <= target or rounds < 2 or offset >= band - 1e-12:
+        return None
+    reach = max(target, offset)
+    return math.ceil(rounds * (band / reach) ** 2), reach
+
+
 def verdict(speedup: float | None, band: float | None) -> str | None:
     """win / loss beyond the band, else noise."""
     if speedup is None or band is None:

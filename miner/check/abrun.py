@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from miner.check import explain
-from miner.check.ab import COMPILE_MODES, ABResult, VariantResult, ab_from_json, ab_to_json, alone_records, run_ab
+from miner.check.ab import (COMPILE_MODES, ABResult, VariantResult, ab_from_json, ab_to_json, alone_records, rounds_for,
+                             run_ab)
 from miner.check.promotion import _root
 from miner.check.verify import format_step, load_fusions, run_env
 from miner.core.dtypes import AUTOCAST_MODEL_TOL
@@ -176,6 +177,21 @@ def record(workspace: Any, results: Sequence[ABResult], source: str = "") -> lis
 
 # --------------------------------------------------------------------------- output
 
+def _more_rounds(r: ABResult) -> str:
+    """What sets a band wider than 1% and, where it is the rounds' spread, how many rounds would narrow it."""
+    control = r.variant("control")
+    if control is None or control.step is None or control.speedup is None or not r.noise_band or r.noise_band <= 0.01:
+        return ""
+    offset = abs(control.speedup - 1.0)
+    more = rounds_for(r.noise_band, offset, control.step.steps)
+    if more is None:
+        return (f" It is the control's own offset ({_pct(offset)[2:]}: two identical compiles timed apart), "
+                f"which more rounds do not narrow.")
+    need, reach = more
+    return (f" It comes from the spread over {control.step.steps} rounds: about {need} rounds would narrow it to "
+            f"{_pct(reach)} (`--rounds {need}`).")
+
+
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"+-{100 * x:.2f}%"
 
@@ -212,7 +228,7 @@ def detail(r: ABResult) -> str:
     out = [f"### {r.model} {r.mode} / {r.compile} (preset {r.preset}; {r.seconds:.0f} s)", ""]
     if r.error:
         return "\n".join(out + [r.error, ""])
-    out += [f"Noise band (default vs control): {_pct(r.noise_band)}.", "",
+    out += [f"Noise band (default vs control): {_pct(r.noise_band)}.{_more_rounds(r)}", "",
             "| variant | gate | ms (p20-p80) | speedup | verdict | step peak GiB | matches | parity | compile s | "
             "kernels vs default (us/step) | note |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for v in r.variants:
