@@ -177,7 +177,7 @@ def record(workspace: Any, results: Sequence[ABResult], source: str = "") -> lis
 
 # --------------------------------------------------------------------------- output
 
-def _more_rounds(r: ABResult) -> str:
+def band_note(r: ABResult) -> str:
     """What sets a band wider than 1% and, where it is the rounds' spread, how many rounds would narrow it."""
     control = r.variant("control")
     if control is None or control.step is None or control.speedup is None or not r.noise_band or r.noise_band <= 0.01:
@@ -185,14 +185,14 @@ def _more_rounds(r: ABResult) -> str:
     offset = abs(control.speedup - 1.0)
     more = rounds_for(r.noise_band, offset, control.step.steps)
     if more is None:
-        return (f" It is the control's own offset ({_pct(offset)[2:]}: two identical compiles timed apart), "
+        return (f" It is the control's own offset ({pct(offset)[2:]}: two identical compiles timed apart), "
                 f"which more rounds do not narrow.")
     need, reach = more
     return (f" It comes from the spread over {control.step.steps} rounds: about {need} rounds would narrow it to "
-            f"{_pct(reach)} (`--rounds {need}`).")
+            f"{pct(reach)} (`--rounds {need}`).")
 
 
-def _pct(x: float | None) -> str:
+def pct(x: float | None) -> str:
     return "-" if x is None else f"+-{100 * x:.2f}%"
 
 
@@ -220,7 +220,7 @@ def summary_table(results: Sequence[ABResult]) -> str:
             fires.append(f"{f} x{n}" + (f" ({sp(v)}{gate_says})" if n and v is not None else
                                         f" ({gate_says[2:]})" if n and gate_says else "" if n else " (does not fire)"))
         lines.append(f"| {r.model} | {r.mode} | {r.compile} | {format_step(d.step if d else None)} | "
-                     f"{_pct(r.noise_band)} | {sp(a)} | {sp(g)} | {'; '.join(fires) or '-'} |")
+                     f"{pct(r.noise_band)} | {sp(a)} | {sp(g)} | {'; '.join(fires) or '-'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -228,7 +228,7 @@ def detail(r: ABResult) -> str:
     out = [f"### {r.model} {r.mode} / {r.compile} (preset {r.preset}; {r.seconds:.0f} s)", ""]
     if r.error:
         return "\n".join(out + [r.error, ""])
-    out += [f"Noise band (default vs control): {_pct(r.noise_band)}.{_more_rounds(r)}", "",
+    out += [f"Noise band (default vs control): {pct(r.noise_band)}.{band_note(r)}", "",
             "| variant | gate | ms (p20-p80) | speedup | verdict | step peak GiB | matches | parity | compile s | "
             "kernels vs default (us/step) | note |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for v in r.variants:

@@ -150,6 +150,9 @@ def _run_ab(args, ws, device: str, preset: str, modes, models, out_dir: Path | N
     print()
     if done:
         print(abrun.summary_table(done))
+        for r in done:  # a band wider than 1%: what sets it, and the rounds that would narrow it
+            if note := abrun.band_note(r):
+                print(f"{r.model} {r.mode}/{r.compile}: noise band {abrun.pct(r.noise_band)}.{note}")
     if rows:
         print(peers.peer_table(rows))
     if not args.no_save:
