@@ -91,15 +91,19 @@ def promote(workspace: Workspace, cid: str, name: str, root: Path | None = None)
     folder = workspace.fusions / name
     what = f"fusion {name}, promoted from a validated candidate"
     kind = meta.get("kind")
-    is_upcast = kind == upcast_rule.LABEL  # an aten rewrite (no Triton kernel): its own renderer
-    head = header(meta["id"], command, what)
+    head, test_head = header(meta["id"], command, what), header(meta["id"], command, f"test of fusion {name}")
     if kind == "compute_once":  # an identity put after a value (no kernel): miner.generate.realize renders it
         from miner.generate import realize
 
         files = [write_text(folder / "pattern.py", realize.render_pattern(
             head, meta["id"], sorted({o["target"] for o in meta["observed"]}), fusion=name))]
+        test = realize.render_fusion_test(test_head, name, meta, pick_model(meta))
+    elif kind == upcast_rule.LABEL:  # an aten rewrite (no Triton kernel): its own renderer
+        files = _upcast_sources(folder, name, meta, head)
+        test = gen_upcast.render_fusion_test(test_head, name, meta, pick_model(meta))
     else:
-        files = _upcast_sources(folder, name, meta, head) if is_upcast else _sources(folder, name, meta, head)
+        files = _sources(folder, name, meta, head)
+        test = None  # rendered once the fusion's folder is complete: it compiles the fusion (render_test)
     files += [
         write_json(folder / "fusion.json", {
             "name": name, "pattern_id": meta["id"], "ops": meta["ops"], "miner_version": __version__,
@@ -111,14 +115,7 @@ def promote(workspace: Workspace, cid: str, name: str, root: Path | None = None)
     carried = carry_into(folder / rewrite.WINS_FILE, name, evidence)  # the gate's in-model evidence
     files += [] if wins else [carried]
     files.append(write_registry(workspace))
-    test_head = header(meta["id"], command, f"test of fusion {name}")
-    if kind == "compute_once":
-        from miner.generate import realize
-
-        test = realize.render_fusion_test(test_head, name, meta, pick_model(meta))
-    else:
-        test = (gen_upcast.render_fusion_test(test_head, name, meta, pick_model(meta)) if is_upcast
-                else render_test(workspace, name, meta, command))
+    test = test if test is not None else render_test(workspace, name, meta, command)
     files.append(write_text(tests_root / f"test_{name}.py", test))
     if not any((d / "conftest.py").exists() for d in (tests_root, tests_root.parent)):
         # a user's workspace has no conftest: without one the GPU cases fail on a CPU instead of skipping

@@ -48,12 +48,11 @@ def numeric_entries(meta: dict) -> list[tuple[str, dict]]:
         shapes = "x".join(str(i["shape"]).replace(" ", "") for i in o["inputs"])
         low = next((i["dtype"] for i in o["inputs"] if i["dtype"] != "float32"), "float32")
         out.append((f"{o['model']} {o['phase']} {shapes} {low}", {"inputs": o["inputs"]}))
-    demoted = any(i["dtype"] == "float32" for o in meta.get("observed", ()) for i in o["inputs"])
-    if out and not demoted:  # the demoting rule takes bf16 only (rounding to fp16 could overflow)
-        first = meta["observed"][0]["inputs"]
-        out.append((f"{out[0][0].rsplit(' ', 1)[0]} float16", {"inputs": [dict(i, dtype="float16") for i in first]}))
     if out:
         first = meta["observed"][0]["inputs"]
+        demoted = any(i["dtype"] == "float32" for o in meta["observed"] for i in o["inputs"])
+        if not demoted:  # the demoting rule takes bf16 only (rounding to fp16 could overflow)
+            out.append((f"{out[0][0].rsplit(' ', 1)[0]} float16", {"inputs": [dict(i, dtype="float16") for i in first]}))
         if len(first[0]["shape"]) == 3:
             mm = [{"shape": i["shape"][1:], "dtype": i["dtype"], "stride": i["stride"][1:]} for i in first]
             out.append((f"mm {'x'.join(str(i['shape']).replace(' ', '') for i in mm)} {out[0][0].rsplit(' ', 1)[1]}",

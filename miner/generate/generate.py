@@ -237,6 +237,27 @@ def header(pattern_id: str, command: str, what: str) -> str:
             f"# Do not edit; regenerate with: {command}\n")
 
 
+# what the pattern.py of a fusion promoted from an aten-rewrite candidate (upcast, compute_once) adds: the
+# in-model gate (``miner.runtime.gate``) reading its wins.json
+GATE_DOC = """
+``WINS`` is ``wins.json`` beside this file (the in-model A/B records ``miner verify --ab --record`` and
+``miner promote`` put there); on CUDA ``extra_check`` fires only in a context (input shapes and dtypes,
+neighbourhood, compile mode) that a record measured as a step win beyond noise and none as a loss
+(``miner.runtime.rewrite.wins_gate``); an unmeasured context declines.
+"""
+WINS_LINE = 'WINS = rewrite.load_wins(Path(__file__).with_name("wins.json"))  # the gate\'s evidence; None: unmeasured\n'
+
+
+def gate_fields(cid: str, label: str, fusion: str | None) -> dict[str, str]:
+    """The fields of an aten-rewrite pattern.py template (``title``, ``gate_doc``, ``imports``, ``op_name``,
+    ``wins``, ``gate``) for candidate ``cid`` or, with ``fusion``, for the gated fusion promoted from it."""
+    if fusion is None:
+        return dict(title=f"Candidate {cid} ({label})", gate_doc="", imports="", op_name=cid, wins="", gate="")
+    return dict(title=f"Fusion {fusion}, promoted from candidate {cid} ({label})", gate_doc=GATE_DOC,
+                imports="from pathlib import Path\n\n", op_name=fusion, wins=WINS_LINE,
+                gate=" and rewrite.wins_gate(match, WINS, N_INPUTS)")
+
+
 def reference_function(spec: PatternSpec, all_nodes: bool = False):
     """``pattern`` as a Python function (``all_nodes``: return every node's value, for metas)."""
     outputs = range(len(spec.nodes)) if all_nodes else spec.outputs

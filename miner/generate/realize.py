@@ -24,7 +24,7 @@ from pathlib import Path
 
 from miner import __version__
 from miner.core.workspace import Workspace, write_json, write_text
-from miner.generate.generate import Generated, header
+from miner.generate.generate import Generated, gate_fields, header
 from miner.mine import recompute
 
 LABEL = "compute_once"
@@ -79,16 +79,9 @@ def register(pass_dict):
 def render_pattern(head: str, cid: str, targets, fusion: str | None = None) -> str:
     """``pattern.py`` of candidate ``cid`` or, with ``fusion``, of the fusion promoted from it (decisions
     counted under ``miner::<fusion>``; ``extra_check`` = the rule and the in-model gate on ``WINS``)."""
-    from miner.generate.upcast import GATE_DOC, WINS_LINE
-
     ops = ", ".join(t.split(".")[1] for t in targets)
-    common = dict(header=head, id=cid, targets=repr(tuple(targets)), ops=ops, ratio=recompute.RATIO)
-    if fusion is None:
-        return PATTERN_PY.substitute(common, title=f"Candidate {cid} ({LABEL})", gate_doc="", imports="",
-                                     op_name=cid, wins="", gate="")
-    return PATTERN_PY.substitute(common, title=f"Fusion {fusion}, promoted from candidate {cid} ({LABEL})",
-                                 gate_doc=GATE_DOC, imports="from pathlib import Path\n\n", op_name=fusion,
-                                 wins=WINS_LINE, gate=" and rewrite.wins_gate(match, WINS, N_INPUTS)")
+    return PATTERN_PY.substitute(header=head, id=cid, targets=repr(tuple(targets)), ops=ops, ratio=recompute.RATIO,
+                                 **gate_fields(cid, LABEL, fusion))
 
 
 FUSION_TEST_PY = string.Template('''${header}"""Fusion ${name} (compute_once, promoted from candidate ${id}): its tests, ``miner.check.realize``'s checks.

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from miner import __version__
 from miner.core.workspace import Workspace, write_json, write_text
-from miner.generate.generate import Generated, header
+from miner.generate.generate import Generated, gate_fields, header
 from miner.mine import upcast
 
 PATTERN_PY = string.Template('''${header}"""${title}: ${summary}
@@ -136,26 +136,13 @@ def reference(x0, x1):
 ''')
 
 
-# what a promoted fusion's pattern.py adds: the in-model gate (``miner.runtime.gate``) reading its wins.json
-GATE_DOC = """
-``WINS`` is ``wins.json`` beside this file (the in-model A/B records ``miner verify --ab --record`` and
-``miner promote`` put there); on CUDA ``extra_check`` fires only in a context (input shapes and dtypes,
-neighbourhood, compile mode) that a record measured as a step win beyond noise and none as a loss
-(``miner.runtime.rewrite.wins_gate``); an unmeasured context declines.
-"""
-WINS_LINE = 'WINS = rewrite.load_wins(Path(__file__).with_name("wins.json"))  # the gate\'s evidence; None: unmeasured\n'
-
-
 def render_pattern(head: str, cid: str, targets, fusion: str | None = None, demote: bool = False) -> str:
     """``pattern.py`` of the candidate ``cid`` (``demote``: the demoting rule's) or, with ``fusion``, of the
     fusion promoted from it (its decisions counted under ``miner::<fusion>``, its ``extra_check`` = the
     rule and the in-model gate)."""
     text = RULE_TEXT[demote]
-    gated = dict(gate_doc=GATE_DOC, imports="from pathlib import Path\n\n", op_name=fusion, wins=WINS_LINE,
-                 gate=" and rewrite.wins_gate(match, WINS, N_INPUTS)",
-                 title=f"Fusion {fusion}, promoted from candidate {cid} ({text['label']})") if fusion else \
-        dict(gate_doc="", imports="", op_name=cid, wins="", gate="", title=f"Candidate {cid} ({text['label']})")
-    return PATTERN_PY.substitute(header=head, id=cid, targets=repr(tuple(targets)), **text, **gated)
+    return PATTERN_PY.substitute(header=head, id=cid, targets=repr(tuple(targets)), **text,
+                                 **gate_fields(cid, text["label"], fusion))
 
 
 DEMOTE_KERNEL_PY = string.Template('''${header}"""Candidate ${id} (demote_matmul): the GEMM the rewrite calls, for timing and numerics.

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from miner.rank.decision import ADOPT, NOT_WORTH, ONLY, UNSAFE, Decision, Decisions, StepChange
+from miner.rank.decision import (ADOPT, NOT_WORTH, ONLY, RULE, UNSAFE, Decision, Decisions, StepChange,
+                                 model_step_cells)
 from miner.rank.records import PREDICTED_MARK, Estimate, Ranked, Review
 from miner.report.terminal import Column, Listing, cell
 from miner.report.text import LEGEND, VARIANTS, count, cut, num, ops_chain, pct, validation_rows
@@ -89,13 +90,7 @@ def decision_listing(dec: Decisions) -> Listing:
     return Listing("Decision (measured only)", cols, rows, before, after, styles, empty="No candidates or fusions.")
 
 
-def model_step_cells(m):
-    from miner.rank.decision import model_step_cells as cells
-    return cells(m)
-
-
 def _rule(dec: Decisions) -> str:
-    from miner.rank.decision import RULE
     return RULE
 
 
