@@ -8,7 +8,6 @@ graphs give.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest

@@ -33,7 +33,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
-from miner.check.verify import (Parity, StepStats, _first_tensor, _zero_grads, make_parity, make_step, resize_inputs,
+from miner.check.verify import (Parity, StepStats, _zero_grads, make_parity, make_step, observe_step, resize_inputs,
                                 time_step)
 
 COMPILE_MODES = ("default", "dynamic", "reduce-overhead")
@@ -248,21 +248,7 @@ def prepare(name: str, base_model, inputs: dict, loss, *, mode: str, compile_mod
 
 def parity_of(live: _Live, mode: str, device: str, seed: int = 1234) -> tuple:
     """(loss, logits on CPU, grads on the device) of one step from a fixed RNG state."""
-    import torch
-
-    torch.manual_seed(seed)
-    if device.startswith("cuda"):
-        torch.cuda.manual_seed_all(seed)
-    _zero_grads(live.model)
-    out, loss = live.step()
-    logits = _first_tensor(out)
-    logits = None if logits is None else logits.detach().float().cpu()
-    # grads stay on the device (compared there in float64 per parameter: a 1B model's grads are 5 GB)
-    grads = {n: (None if p.grad is None else p.grad.detach().float().clone())
-             for n, p in live.model.named_parameters() if p.requires_grad} if mode == "train" else {}
-    loss_v = None if loss is None else float(loss.detach().float())
-    _zero_grads(live.model)
-    return loss_v, logits, grads
+    return observe_step(live.step, live.model, mode=mode, device=device, seed=seed)
 
 
 def interleave(lives: Sequence[_Live], rounds: int, device: str) -> None:

@@ -23,7 +23,7 @@ import re
 import time
 from typing import Callable
 
-from miner.check.validate import Check, Validation, _line, models_build, pick_model
+from miner.check.validate import Check, Validation, _line, pick_model
 
 LAYERS = 3
 REF_SLACK = 2.0  # the rewrite's error vs float64 may be at most this times Inductor's own ...

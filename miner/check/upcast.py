@@ -26,12 +26,11 @@ cannot run where it is asked to has ``ok=None`` and says why (never an ``ok`` it
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 from typing import Any, Callable
 
-from miner.check.validate import Check, Validation, _compare, _line, models_build, pick_model
+from miner.check.validate import Check, Validation, _compare, _line, gate_context, model_step, models_build, pick_model
 
 SLACK = 2.0  # the rewritten GEMM may be off float64 by at most this many times the float32 GEMM it replaces
 DROPOUT_SCALE = 1 / 0.9  # PV in t5's chain: probabilities times 1/(1-p), p = 0.1 (no exact upcast: declined)
@@ -211,19 +210,10 @@ def rewrite_chain(module, name: str, entry: dict, *, gate_open: bool = False):
     fn, specs = built
     gm = trace(fn, specs)
     p = _pass(module, name)
-    with _open(gate_open):
+    with gate_context(gate_open):
         p(gm.graph)
     gm.recompile()
     return gm, p, fn, specs
-
-
-def _open(gate_open: bool):
-    """``miner.runtime.gate.forced_open`` when ``gate_open``; else the gate as the caller left it."""
-    import contextlib
-
-    from miner.runtime import gate
-
-    return gate.forced_open() if gate_open else contextlib.nullcontext()
 
 
 def _label(entry: dict) -> str:
@@ -313,32 +303,6 @@ def check_emulated(module, name: str, entry: dict, *, gate_open: bool = False) -
 
 # --------------------------------------------------------------------------- in a compiled model (CUDA)
 
-def compiled_step(built, mode: str, graph_pass, device: str, *, gate_open: bool = False):
-    """(loss, logits, grads) of one seeded step of ``built``'s model (a copy) compiled with ``graph_pass``
-    (None: without), bf16 autocast as ``miner verify`` runs it, Inductor's caches off."""
-    import torch
-
-    from miner.check.verify import _first_tensor, make_step
-    from miner.runtime import rewrite
-
-    torch._dynamo.reset()
-    model = copy.deepcopy(built.model)
-    try:
-        options = rewrite.inductor_options(graph_pass) if graph_pass is not None else None
-        with torch._inductor.config.patch(force_disable_caches=True, fallback_random=True), _open(gate_open):
-            step = make_step(torch.compile(model, options=options, dynamic=False), built.inputs, built.loss, mode, device)
-            torch.manual_seed(0)
-            if device == "cuda":
-                torch.cuda.manual_seed_all(0)
-            out, loss = step()
-    finally:
-        torch._dynamo.reset()
-    logits = _first_tensor(out)
-    grads = {n: p.grad.detach().float().clone() for n, p in model.named_parameters() if p.grad is not None}
-    return (None if loss is None else float(loss.detach().float()),
-            None if logits is None else logits.detach().float().cpu(), grads)
-
-
 def check_model(module, name: str, model: str, mode: str, device: str, *, gate_open: bool = False) -> Check:
     """The pass inside ``torch.compile`` of the tiny zoo ``model`` on CUDA: matches > 0 and one step's
     parity with the same compile without it (``AUTOCAST_MODEL_TOL``); ``ok=None`` off CUDA."""
@@ -361,8 +325,8 @@ def model_check(module, name: str, model: str, mode: str, device: str, *, gate_o
     p = _pass(module, name)
     try:
         built = models_build(model, mode, device)
-        got = compiled_step(built, mode, p, device, gate_open=gate_open)
-        ref = compiled_step(built, mode, None, device)
+        got = model_step(built, mode, device, p, autocast=True, gate_open=gate_open)
+        ref = model_step(built, mode, device, None, autocast=True)
     except Exception as e:  # noqa: BLE001
         return Check("rewrite", label, False, f"compile failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}",
                      matches=p.counts[name], seconds=time.perf_counter() - t0, device=device)
@@ -409,5 +373,5 @@ def validate(cand, device: str, model: bool = True, log: Callable[[str], None] =
 
 
 __all__ = ["CUDA_ONLY", "DROPOUT_SCALE", "SHRUNK", "SLACK", "attention_chain", "check_emulated", "check_graph",
-           "check_model", "check_numerics", "compare_demoted", "model_check", "compare_gemm", "compiled_step", "emulated_run", "numeric_entries",
+           "check_model", "check_numerics", "compare_demoted", "model_check", "compare_gemm", "emulated_run", "numeric_entries",
            "rewrite_chain", "shrunk", "trace", "validate"]

@@ -132,53 +132,59 @@ def pick_model(meta: dict) -> tuple[str, str] | None:
     return models[0], "infer" if set(phases) == {"inference"} else "train"
 
 
-def _max_diff(a, b) -> float:
-    return float((a.detach().double() - b.detach().double()).abs().max()) if a.numel() else 0.0
+def gate_context(gate_open: bool):
+    """``miner.runtime.gate.forced_open`` when ``gate_open``; else the gate as the caller left it."""
+    import contextlib
+
+    from miner.runtime import gate
+
+    return gate.forced_open() if gate_open else contextlib.nullcontext()
 
 
-def _step(built, mode, model, fn):
+def model_step(built, mode: str, device: str, graph_pass=None, *, compiled: bool = True, autocast: bool = False,
+               fallback_random: bool = True, gate_open: bool = False) -> tuple:
+    """``(loss, logits, grads)`` (``miner.check.verify.observe_step``) of one seeded step of a copy of
+    ``built``'s model: eager (``compiled=False``) or ``torch.compile(dynamic=False)`` with
+    ``graph_pass`` (None: without), Inductor's caches off; under bf16 autocast as ``miner verify``
+    runs it (``autocast``) or in the model's dtype; Inductor drawing eager's random numbers
+    (``fallback_random``); the fusion gate held open (``gate_open``)."""
     import torch
 
-    torch.manual_seed(0)
-    out = fn(**built.inputs)
-    logits = out["logits"] if isinstance(out, dict) or hasattr(out, "keys") else out[0]
-    loss = built.loss(out) if mode == "train" else None
-    if loss is not None:
-        loss.backward()
-    grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
-    return loss, logits, grads
-
-
-def _compiled_step(built, mode, model, graph_pass, fallback_random: bool):
-    import torch
-
+    from miner.check.verify import make_step, observe_step
     from miner.runtime import rewrite
 
     torch._dynamo.reset()
+    model = copy.deepcopy(built.model)
     try:
         options = rewrite.inductor_options(graph_pass) if graph_pass is not None else None
-        with torch._inductor.config.patch(force_disable_caches=True, fallback_random=fallback_random):
-            return _step(built, mode, model, torch.compile(model, options=options, dynamic=False))
+        runner = torch.compile(model, options=options, dynamic=False) if compiled else model
+        with torch._inductor.config.patch(force_disable_caches=True, fallback_random=fallback_random), \
+                gate_context(gate_open):
+            step = make_step(runner, built.inputs, built.loss, mode, device, autocast=autocast)
+            return observe_step(step, model, mode=mode, device=device, seed=0)
     finally:
         torch._dynamo.reset()
 
 
 def _parity(reference, got) -> tuple[list[str], float]:
+    """Problems (the first pair beyond ``MODEL_TOL``) and the worst max abs difference of two
+    ``model_step`` results: logits, loss, each gradient."""
     import torch
 
     (e_loss, e_logits, e_grads), (c_loss, c_logits, c_grads) = reference, got
     pairs = [("logits", e_logits, c_logits)]
     if e_loss is not None:
-        pairs.append(("loss", e_loss, c_loss))
-    pairs += [("grads", e_grads[k], c_grads.get(k)) for k in e_grads]
+        pairs.append(("loss", torch.tensor(e_loss), None if c_loss is None else torch.tensor(c_loss)))
+    pairs += [("grads", g, c_grads.get(k)) for k, g in e_grads.items() if g is not None]
     worst = 0.0
     for kind, a, b in pairs:
         if b is None:
             return [f"{kind}: missing in the compiled run"], worst
+        a64, b64 = a.double(), b.double().to(a.device)
         rtol, atol = MODEL_TOL[kind]
-        d = _max_diff(a, b)
+        d = float((a64 - b64).abs().max()) if a.numel() else 0.0
         worst = max(worst, d)
-        if not torch.allclose(a.detach().double(), b.detach().double(), rtol=rtol, atol=atol):
+        if not torch.allclose(a64, b64, rtol=rtol, atol=atol):
             return [f"{kind} differ (max abs {d:.3g}, rtol={rtol} atol={atol})"], worst
     return [], worst
 
@@ -196,16 +202,16 @@ def check_rewrite(cand: Candidate, model_name: str, mode: str, device: str = "cp
     t0 = time.perf_counter()
     label = f"{model_name}/tiny/{mode}"
     built = models_build(model_name, mode, device)
-    eager = _step(built, mode, built.model, built.model)
+    eager = model_step(built, mode, device, compiled=False)
     reference_name = "eager"
     graph_pass = rewrite.FusionPass([rewrite.entry_for(cand.path / "pattern.py", cand.id, cand.pattern_module)])
     try:
-        got = _compiled_step(built, mode, copy.deepcopy(built.model), graph_pass, fallback_random=True)
+        got = model_step(built, mode, device, graph_pass, fallback_random=True)
         reference = eager
         if graph_pass.total() == 0 and mode == "train":
             reference_name = "inductor without the fusion (Inductor's random ops)"
-            got = _compiled_step(built, mode, copy.deepcopy(built.model), graph_pass, fallback_random=False)
-            reference = _compiled_step(built, mode, copy.deepcopy(built.model), None, fallback_random=False)
+            got = model_step(built, mode, device, graph_pass, fallback_random=False)
+            reference = model_step(built, mode, device, None, fallback_random=False)
     except Exception as e:  # noqa: BLE001
         return Check("rewrite", label, False, f"compile failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}",
                      matches=graph_pass.total(), seconds=time.perf_counter() - t0)
@@ -213,7 +219,8 @@ def check_rewrite(cand: Candidate, model_name: str, mode: str, device: str = "cp
     problems, worst = _parity(reference, got)
     if n == 0:
         problems.insert(0, "the rewrite did not fire (0 matches)")
-    detail = "; ".join(problems) or (f"{n} match(es); loss/logits/{len(eager[2])} grads match {reference_name}")
+    grads = sum(g is not None for g in eager[2].values())
+    detail = "; ".join(problems) or f"{n} match(es); loss/logits/{grads} grads match {reference_name}"
     if problems and reference_name != "eager":
         detail += f" (reference: {reference_name})"
     return Check("rewrite", label, not problems, detail, max_abs=worst, matches=n, seconds=time.perf_counter() - t0)

@@ -208,27 +208,58 @@ def _first_tensor(out) -> Any:
     return next((t for t in seq if torch.is_tensor(t) and t.dim() > 0), None)
 
 
-def make_step(model, inputs: dict[str, Any], loss_fn: Callable, mode: str, device: str) -> Callable:
+def make_step(model, inputs: dict[str, Any], loss_fn: Callable, mode: str, device: str, *,
+              autocast: bool = True) -> Callable:
+    """One step of ``model`` on ``inputs``: train (forward, ``loss_fn``, backward; gradients cleared
+    first) or infer (forward under ``no_grad``), under bf16 autocast as ``miner verify`` runs it
+    (``autocast=False``: in the model's own dtype). Returns ``(out, loss)``."""
+    import contextlib
+
     import torch
 
-    autocast = torch.autocast(device_type="cuda" if device.startswith("cuda") else "cpu", dtype=torch.bfloat16)
+    amp = (torch.autocast(device_type="cuda" if device.startswith("cuda") else "cpu", dtype=torch.bfloat16)
+           if autocast else contextlib.nullcontext())
     params = [p for p in model.parameters() if p.requires_grad]
 
     if mode == "train":
         def step():
             for p in params:
                 p.grad = None
-            with autocast:
+            with amp:
                 out = model(**inputs)
                 loss = loss_fn(out)
             loss.backward()
             return out, loss
     else:
         def step():
-            with torch.no_grad(), autocast:
+            with torch.no_grad(), amp:
                 out = model(**inputs)
             return out, None
     return step
+
+
+def observe_step(step: Callable, model, *, mode: str, device: str, seed: int,
+                 grads_to_cpu: bool = False) -> tuple[float | None, Any, dict[str, Any]]:
+    """One ``make_step`` step from a fixed RNG state (dropout draws the same masks): ``(loss, logits,
+    grads)``, the logits as float32 on the CPU, the gradients (training only, else ``{}``) as float32
+    copies per parameter (None where it got none), on the device unless ``grads_to_cpu`` (compared
+    there in float64 per parameter: a 1B model's are 5 GB). Gradients are cleared before and after."""
+    import torch
+
+    torch.manual_seed(seed)
+    if device.startswith("cuda"):
+        torch.cuda.manual_seed_all(seed)
+    _zero_grads(model)
+    out, loss = step()
+    logits = _first_tensor(out)
+    logits = None if logits is None else logits.detach().float().cpu()
+    grads = {n: (None if p.grad is None else
+                 (p.grad.detach().float().cpu() if grads_to_cpu else p.grad.detach().float().clone()))
+             for n, p in model.named_parameters() if p.requires_grad} if mode == "train" else {}
+    loss_v = None if loss is None else float(loss.detach().float())
+    del out, loss
+    _zero_grads(model)
+    return loss_v, logits, grads
 
 
 def _zero_grads(model) -> None:
@@ -304,20 +335,8 @@ def prepare_variant(name: str, built, *, mode: str, device: str, options: dict |
 
 def parity_step(v: _Variant, *, mode: str, device: str, seed: int) -> None:
     """One step from a fixed RNG state (dropout draws the same masks); outputs kept on the CPU."""
-    import torch
-
-    torch.manual_seed(seed)
-    if device.startswith("cuda"):
-        torch.cuda.manual_seed_all(seed)
-    out, loss = v.step()
-    logits = _first_tensor(out)
-    v.logits = None if logits is None else logits.detach().float().cpu()
-    if mode == "train":
-        v.grads = {n: (None if p.grad is None else p.grad.detach().float().cpu())
-                   for n, p in v.built.model.named_parameters() if p.requires_grad}
-    v.loss = None if loss is None else float(loss.detach().float())
-    del out, loss
-    _zero_grads(v.built.model)
+    v.loss, v.logits, v.grads = observe_step(v.step, v.built.model, mode=mode, device=device, seed=seed,
+                                             grads_to_cpu=True)
 
 
 def verify_model(build: Callable[[], Any], *, model: str, mode: str, preset: str, device: str,
