@@ -117,6 +117,23 @@ def test_norm_over_rows_of_one_element_declines():
     assert "one element per row" in _reasons(run), run.declined
 
 
+def _rms_norm_eps_argument(w, x, eps):
+    return _pattern("rms_norm")(w, x, 2.0, eps)
+
+
+def test_eps_that_dynamic_turns_into_a_tensor_declines_with_that_reason():
+    """Found on the H200 (llama training, ``dynamic=True``): Dynamo does not specialize a Python float
+    under ``dynamic=True``, so the norm's eps reaches the post-grad graph as a 0-d tensor input and the
+    pattern's scalar ``c1`` binds to that node. The kernel takes eps as a compile-time constant: the
+    match declines, and says so (it used to decline with a misleading shape-contract reason)."""
+    args = (torch.randn(8), torch.randn(3, 5, 8), 1e-6)
+    run = compiled_run(_rms_norm_eps_argument, args, FUSIONS, "rms_norm", dynamic=True)
+    eager = eager_run(_rms_norm_eps_argument, args, backward=True)
+    assert check(run, eager, "rms_norm", expect="decline", declined_parity=False) == "declined"
+    assert "scalar: c1 is a graph value (a float32[] tensor)" in _reasons(run), run.declined
+    assert "does not fill the rows" not in _reasons(run), run.declined
+
+
 # --------------------------------------------------------------------------- class 3: what mining rejects
 
 

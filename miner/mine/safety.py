@@ -590,6 +590,22 @@ def match_occurrence(match, n_inputs: int) -> Occurrence | None:
                       outputs=outputs)
 
 
+def scalar_reasons(match) -> list[str]:
+    """A pattern's scalars (``c0``, ``c1``, ...: an eps, an exponent) are constants compiled into the
+    kernel; one bound to a graph value declines. Under ``dynamic=True`` Dynamo turns a Python float
+    such as a norm's eps into a 0-d tensor input of the graph (a SymFloat, not specialized)."""
+    out = []
+    for key in sorted(k for k in match.kwargs if k[:1] == "c" and k[1:].isdigit()):
+        v = match.kwargs[key]
+        if hasattr(v, "op") and hasattr(v, "meta"):  # an FX node
+            val = v.meta.get("val")
+            what = (f"{str(val.dtype).replace('torch.', '')}{list(val.shape)} tensor" if hasattr(val, "dtype")
+                    else type(val).__name__)
+            out.append(f"scalar: {key} is a graph value (a {what}), not a constant the kernel is "
+                       "compiled with (under dynamic=True a Python float becomes a tensor input)")
+    return out
+
+
 def check_match(match, n_inputs: int, input_kinds: Sequence[str] = (), random: bool = False,
                 region: bool = False) -> Verdict:
     """``RULES`` on one compile-time match (no extra outputs: a fusion returns what its pattern does),
@@ -601,6 +617,9 @@ def check_match(match, n_inputs: int, input_kinds: Sequence[str] = (), random: b
         occ = match_occurrence(match, n_inputs)
         if occ is None:
             return Verdict.of(["meta: an input is not a graph node"])
+        scalars = scalar_reasons(match)
+        if scalars:
+            return Verdict.of(scalars)
         graph = FxGraph(match.graph)
         reasons = []
         for k, (name, kind) in enumerate(zip(occ.inputs, input_kinds)):
