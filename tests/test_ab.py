@@ -12,8 +12,8 @@ from miner.check.verify import StepStats
 from miner.core.errors import UsageError
 
 
-def stats(median, spread=0.2, steps=15):
-    return StepStats(median, median - spread / 2, median + spread / 2, steps, 2**30, 10.0)
+def stats(median, spread=0.2, steps=15, peak=2**30):
+    return StepStats(median, median - spread / 2, median + spread / 2, steps, peak, 10.0)
 
 
 def test_noise_band_is_the_measured_control_offset_or_the_median_error():
@@ -138,6 +138,17 @@ def test_results_round_trip_and_markdown(tmp_path):
     assert "about 138 rounds would narrow it to +-1.00% (`--rounds 138`)" in abrun.detail(wide)
     wide.variants[1].speedup, wide.noise_band = 1.0303, 0.0303  # the control itself 3.03% off: rounds do not help
     assert "the control's own offset (3.03%" in abrun.detail(wide)
+
+
+def test_step_peak_is_not_shown_under_cuda_graphs():
+    """Under reduce-overhead the graphs' pool is allocated at capture: the timed step's own peak reads
+    0 bytes, which is no measurement (the H200 run printed 0.00 GiB for every variant)."""
+    r = result()
+    for v in r.variants:
+        v.step = stats(20.0, peak=3 * 2**30)
+    assert "| 3.00 |" in abrun.detail(r)
+    r.compile = "reduce-overhead"
+    assert "| 3.00 |" not in abrun.detail(r)
 
 
 def _workspace(tmp_path, with_fusion=True):

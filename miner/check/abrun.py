@@ -196,8 +196,12 @@ def pct(x: float | None) -> str:
     return "-" if x is None else f"+-{100 * x:.2f}%"
 
 
-def _gib(v) -> str:
-    return "-" if v.step is None else f"{v.step.peak_mem_bytes / 2**30:.2f}"
+def _gib(v, compile_mode: str) -> str:
+    """The step's peak memory beyond what was allocated before it; not measured under CUDA graphs,
+    whose private pool is allocated when the graph is captured (the timed step allocates nothing)."""
+    if v.step is None or compile_mode == "reduce-overhead":
+        return "-"
+    return f"{v.step.peak_mem_bytes / 2**30:.2f}"
 
 
 def summary_table(results: Sequence[ABResult]) -> str:
@@ -240,7 +244,7 @@ def detail(r: ABResult) -> str:
                                             f"FAIL (loss {v.parity.loss_rel}, grads {v.parity.grads_rel})")
         cs = "-" if v.compile_s is None else f"{v.compile_s:.1f}"
         out.append(f"| {v.name} | {v.gate} | {format_step(v.step)} | "
-                   f"{_speedup(v)} | {v.verdict or '-'} | {_gib(v)} | {m} | "
+                   f"{_speedup(v)} | {v.verdict or '-'} | {_gib(v, r.compile)} | {m} | "
                    f"{par} | {cs} | {explain.describe(v.kernels)} | {v.note} |")
     if r.gate:
         cpu = "" if r.env.get("device", "cuda") == "cuda" else " (CPU run: the gate passes here; this is what it would decide on CUDA)"
@@ -283,8 +287,9 @@ def markdown(results: Sequence[ABResult], peers: Sequence[dict] = ()) -> str:
           "work queued ahead of each step as in a loop that never synchronizes); median and p20-p80 per "
           "variant; speedup = median over rounds of default/variant (paired), with its p20-p80; verdict win / loss beyond the band, else noise. bf16 autocast; train = forward + "
           f"loss + backward. Parity of one seeded step against the default (tolerances {AUTOCAST_MODEL_TOL}). "
-          "Kernels: torch.profiler kernel time per step against the default's, Inductor's kernel numbers "
-          "stripped.\n", summary_table(results)]
+          "Step peak: the timed step's peak memory beyond what was allocated before it (not measured under "
+          "reduce-overhead: the CUDA graphs' pool is allocated at capture). Kernels: torch.profiler kernel time "
+          "per step against the default's, Inductor's kernel numbers stripped.\n", summary_table(results)]
     if peers:
         from miner.check.peers import peer_table
         md += ["\n## Peer: Liger-Kernel on llama (each variant in its own process)\n", peer_table(peers)]
