@@ -9,10 +9,12 @@ Checkpoint directory
     weights. The model's size is the checkpoint's: the preset only picks batch and sequence length.
 
 Factory ``package.module:factory``
-    ``factory(preset: str, mode: str, device: str)`` returns either a ``models.Built`` (used as
-    is) or a pair ``(model, inputs)``: an ``nn.Module`` and the keyword inputs of one step. For a
-    pair, miner puts the model in train/eval mode, moves model and tensor inputs to ``device``, and
-    takes ``out.loss`` as the loss (so in train mode the inputs must contain labels).
+    ``factory(preset: str, mode: str, device: str)``, or ``factory()`` taking no arguments,
+    returns either a ``models.Built`` (used as is) or a pair ``(model, inputs)``: an ``nn.Module``
+    and the keyword inputs of one step. For a pair, miner puts the model in train/eval mode, moves
+    model and tensor inputs to ``device``, and trains on ``out.loss`` where the output has one
+    (a HuggingFace model given labels), else on the mean of its first floating-point output (what
+    a capture needs: a backward graph through every op of the forward).
 """
 
 from __future__ import annotations
@@ -78,12 +80,51 @@ def load_factory(ref: str) -> Any:
     return fn
 
 
+def call_factory(ref: str, fn: Any, preset: str, mode: str, device: str) -> Any:
+    """``fn(preset, mode, device)``, or ``fn()`` for a factory that takes no arguments."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C callable: no signature to read
+        return fn(preset, mode, device)
+    required = [p for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    takes_three = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params) >= 3 or any(
+        p.kind is p.VAR_POSITIONAL for p in params)
+    if not required:
+        return fn(preset, mode, device) if takes_three else fn()
+    if len(required) <= 3 and takes_three:
+        return fn(preset, mode, device)
+    raise UsageError(f"{ref} takes ({', '.join(p.name for p in params)}); a factory takes (preset, mode, device) "
+                     f"or no arguments")
+
+
+def first_float(out: Any) -> torch.Tensor | None:
+    """The first floating-point tensor of a model's output (a tensor, a dict, a ModelOutput, a tuple)."""
+    if torch.is_tensor(out):
+        return out if out.is_floating_point() else None
+    items = (out.to_tuple() if hasattr(out, "to_tuple") else out.values() if isinstance(out, dict)
+             else out if isinstance(out, (list, tuple)) else ())
+    return next((t for t in map(first_float, items) if t is not None), None)
+
+
+def factory_loss(out: Any) -> torch.Tensor:
+    """``out.loss`` where the output has one, else the mean of its first floating-point output."""
+    loss = out.get("loss") if isinstance(out, dict) else getattr(out, "loss", None)
+    if torch.is_tensor(loss):
+        return loss
+    first = first_float(out)
+    if first is None:
+        raise ValueError("the model returned no loss and no floating-point tensor to train on")
+    return first.float().mean()
+
+
 def build_factory(ref: str, preset: str, mode: str, device: str) -> Built:
-    out = load_factory(ref)(preset, mode, device)
+    out = call_factory(ref, load_factory(ref), preset, mode, device)
     if isinstance(out, Built):
         return out
     if isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], torch.nn.Module) and isinstance(out[1], dict):
-        return ready(out[0], out[1], mode, device)
+        return ready(out[0], out[1], mode, device, loss=factory_loss)
     raise UsageError(f"{ref} returned {type(out).__name__}; expected a models.Built or (nn.Module, inputs dict)")
 
 

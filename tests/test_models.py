@@ -155,6 +155,12 @@ def built(preset, mode, device):
 
 def wrong(preset, mode, device):
     return 42
+
+def plain():  # a project's own model: no arguments, a tensor out, no loss
+    return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8)), {"input": torch.randn(4, 8)}
+
+def two(preset, mode):
+    return Tiny(), {}
 """
 
 
@@ -183,7 +189,18 @@ def test_factory_built(factory_module):
     assert built.model.lin.weight.grad is not None
 
 
+def test_factory_without_arguments_and_loss_trains_on_its_output(factory_module):
+    built = models.resolve(f"{factory_module}:plain").build("tiny", "train", "cpu")
+    assert torch.isfinite(_step(built))
+    assert built.model[0].weight.grad is not None
+    no_labels = models.resolve(f"{factory_module}:pair").build("tiny", "train", "cpu")
+    no_labels.inputs.pop("y")  # a loss of None in the output: the mean of the first float output
+    assert torch.isfinite(_step(no_labels))
+
+
 def test_factory_errors(factory_module):
+    with pytest.raises(UsageError, match=r"takes \(preset, mode\); a factory takes \(preset, mode, device\)"):
+        models.resolve(f"{factory_module}:two").build("tiny", "train", "cpu")
     with pytest.raises(UsageError, match="expected a models.Built"):
         models.resolve(f"{factory_module}:wrong").build("tiny", "train", "cpu")
     with pytest.raises(UsageError, match="no callable"):
