@@ -69,6 +69,13 @@ def checkpoint_spec(path: str) -> ModelSpec:
 
 
 def load_factory(ref: str) -> Any:
+    """The callable ``ref`` names, imported as ``python -m`` would from the current directory (the
+    user's own module there; appended last to ``sys.path``, so it shadows nothing)."""
+    import os
+    import sys
+
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
     module_name, attr = ref.split(":")
     try:
         module = importlib.import_module(module_name)

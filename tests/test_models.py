@@ -198,6 +198,19 @@ def test_factory_without_arguments_and_loss_trains_on_its_output(factory_module)
     assert torch.isfinite(_step(no_labels))
 
 
+def test_factory_in_the_current_directory_resolves_from_any_command(tmp_path, monkeypatch):
+    """`miner validate` (in-process, not a scan worker) proves a candidate in the user's own model:
+    its module lies in the current directory, which the console script does not put on sys.path."""
+    (tmp_path / "my_cwd_model.py").write_text(textwrap.dedent(FACTORY))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    try:
+        built = models.resolve("my_cwd_model:plain").build("tiny", "train", "cpu")
+        assert torch.isfinite(_step(built))
+    finally:
+        sys.modules.pop("my_cwd_model", None)
+
+
 def test_factory_errors(factory_module):
     with pytest.raises(UsageError, match=r"takes \(preset, mode\); a factory takes \(preset, mode, device\)"):
         models.resolve(f"{factory_module}:two").build("tiny", "train", "cpu")

@@ -39,9 +39,6 @@ def expand_models(spec: str) -> list[str]:
     names = [m.strip() for m in spec.split(",") if m.strip()]
     if not names:
         raise UsageError("--models is empty")
-    if any(":" in n for n in names) and os.getcwd() not in sys.path:
-        # a `module:factory` of the user's directory, as the worker (run there) imports it; last, to shadow nothing
-        sys.path.append(os.getcwd())
     expand = getattr(models, "expand", None)
     if expand is not None:
         return expand(names)
