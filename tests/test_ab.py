@@ -171,8 +171,13 @@ def test_record_writes_the_gates_evidence_and_only_from_cuda_runs(tmp_path):
 
 def test_promotion_needs_a_measured_in_model_win(tmp_path):
     ws = _workspace(tmp_path)
-    with pytest.raises(UsageError, match="no in-model GPU evidence.*miner verify --ab --candidates pabc"):
+    with pytest.raises(UsageError, match="no in-model GPU evidence.*miner verify --ab --candidates pabc "
+                       "--models bert,gpt2,llama,t5 --mode train,infer"):  # no candidate.json: every zoo model
         promotion.require_in_model_win(ws, "pabc")
+    (ws / "candidates" / "pabc" / "candidate.json").write_text(json.dumps(
+        {"id": "pabc", "occurrences": {"mynet:build": {"backward": 2}, "bert": {"inference": 1}}}))
+    with pytest.raises(UsageError, match="--candidates pabc --models bert,mynet:build --mode train,infer --record"):
+        promotion.require_in_model_win(ws, "pabc")  # the models it was mined from, in the modes seen
     promotion.write_evidence(ws, "pabc", [ab.alone_records(result(1.002))["layer_norm"]])
     with pytest.raises(UsageError, match=r"no step win beyond noise.*1\.002x"):
         promotion.require_in_model_win(ws, "pabc")

@@ -63,9 +63,10 @@ def require_in_model_win(workspace: Any, cid: str) -> list[dict]:
     """The records that allow promoting ``cid``; ``UsageError`` (with the numbers) when they do not."""
     records = [r for r in records_for(workspace, cid) if r.get("matches", 1)]
     if not records:
+        models, modes = observed_in(workspace, cid)
         raise UsageError(
             f"candidate {cid} has no in-model GPU evidence; on a CUDA machine run `miner verify --ab --candidates "
-            f"{cid} --models bert,gpt2,llama,t5 --mode train,infer --record` (or `--out DIR`, then here "
+            f"{cid} --models {models} --mode {modes} --record` (or `--out DIR`, then here "
             f"`miner verify --record-from DIR/verify.json`)")
     losses = [r for r in records if r["verdict"] == "loss"]
     if losses:
@@ -75,6 +76,23 @@ def require_in_model_win(workspace: Any, cid: str) -> list[dict]:
         raise UsageError(f"candidate {cid} has no step win beyond noise on any zoo model: "
                          + "; ".join(map(_row, records)))
     return records
+
+
+def observed_in(workspace: Any, cid: str) -> tuple[str, str]:
+    """(``--models``, ``--mode``) of the graphs candidate ``cid`` was mined from (its
+    ``candidate.json`` occurrences: a backward or forward graph is a training step); the four zoo
+    models in both modes when it records none."""
+    from miner.core import candidate as candidates
+
+    try:
+        occ = candidates.at(_root(workspace) / "candidates" / cid).meta.get("occurrences") or {}
+    except Exception:  # noqa: BLE001 - a hint only: the error it belongs to says what is missing
+        occ = {}
+    if not occ:
+        return "bert,gpt2,llama,t5", "train,infer"
+    phases = {ph for per in occ.values() for ph in per}
+    modes = [m for m, has in (("train", phases - {"inference"}), ("infer", phases & {"inference"})) if has]
+    return ",".join(sorted(occ)), ",".join(modes)
 
 
 def carry_into(wins_path: Path, name: str, records: list[dict]) -> Path:
