@@ -45,17 +45,39 @@ SPECIAL_TOKEN_ATTRS = ("pad_token_id", "bos_token_id", "eos_token_id", "sep_toke
                        "forced_eos_token_id", "decoder_bos_token_id")
 
 
+def _loss_of(out: Any) -> Any:
+    """The output's ``loss`` (a key of a dict or ModelOutput, or an attribute); None when it has none."""
+    return out.get("loss") if isinstance(out, dict) else getattr(out, "loss", None)
+
+
 def _loss_attr(out: Any) -> torch.Tensor:
-    loss = out["loss"] if isinstance(out, dict) else getattr(out, "loss", None)
+    loss = _loss_of(out)
     if loss is None:
         raise ValueError("the model returned no loss: train mode needs labels in the inputs")
     return loss
 
 
+def first_float(out: Any) -> torch.Tensor | None:
+    """The first floating-point tensor of a model's output (a tensor, a dict, a ModelOutput, a tuple)."""
+    if torch.is_tensor(out):
+        return out if out.is_floating_point() else None
+    items = (out.to_tuple() if hasattr(out, "to_tuple") else out.values() if isinstance(out, dict)
+             else out if isinstance(out, (list, tuple)) else ())
+    return next((t for t in map(first_float, items) if t is not None), None)
+
+
 def _loss_mean(out: Any) -> torch.Tensor:
     """Loss of a model without a head: the mean of its first floating-point output."""
-    first = out[0] if isinstance(out, (tuple, list)) else out.to_tuple()[0] if hasattr(out, "to_tuple") else out
+    first = first_float(out)
+    if first is None:
+        raise ValueError("the model returned no loss and no floating-point tensor to train on")
     return first.float().mean()
+
+
+def loss_or_mean(out: Any) -> torch.Tensor:
+    """``out.loss`` where the output has one (a model given labels), else :func:`_loss_mean`."""
+    loss = _loss_of(out)
+    return loss if torch.is_tensor(loss) else _loss_mean(out)
 
 
 @dataclass(frozen=True)

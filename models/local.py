@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from miner.core.errors import UsageError
-from .base import Built, ModelSpec, finish, ready
+from .base import Built, ModelSpec, finish, loss_or_mean, ready
 
 FACTORY_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 WEIGHT_GLOBS = ("*.safetensors", "pytorch_model*.bin")
@@ -92,38 +92,16 @@ def call_factory(ref: str, fn: Any, preset: str, mode: str, device: str) -> Any:
     import inspect
 
     try:
-        params = inspect.signature(fn).parameters.values()
+        sig = inspect.signature(fn)
     except (TypeError, ValueError):  # a builtin or C callable: no signature to read
         return fn(preset, mode, device)
-    required = [p for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    takes_three = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params) >= 3 or any(
-        p.kind is p.VAR_POSITIONAL for p in params)
-    if not required:
-        return fn(preset, mode, device) if takes_three else fn()
-    if len(required) <= 3 and takes_three:
-        return fn(preset, mode, device)
-    raise UsageError(f"{ref} takes ({', '.join(p.name for p in params)}); a factory takes (preset, mode, device) "
-                     f"or no arguments")
-
-
-def first_float(out: Any) -> torch.Tensor | None:
-    """The first floating-point tensor of a model's output (a tensor, a dict, a ModelOutput, a tuple)."""
-    if torch.is_tensor(out):
-        return out if out.is_floating_point() else None
-    items = (out.to_tuple() if hasattr(out, "to_tuple") else out.values() if isinstance(out, dict)
-             else out if isinstance(out, (list, tuple)) else ())
-    return next((t for t in map(first_float, items) if t is not None), None)
-
-
-def factory_loss(out: Any) -> torch.Tensor:
-    """``out.loss`` where the output has one, else the mean of its first floating-point output."""
-    loss = out.get("loss") if isinstance(out, dict) else getattr(out, "loss", None)
-    if torch.is_tensor(loss):
-        return loss
-    first = first_float(out)
-    if first is None:
-        raise ValueError("the model returned no loss and no floating-point tensor to train on")
-    return first.float().mean()
+    for args in ((preset, mode, device), ()):
+        try:
+            sig.bind(*args)
+        except TypeError:
+            continue
+        return fn(*args)
+    raise UsageError(f"{ref} takes {sig}; a factory takes (preset, mode, device) or no arguments")
 
 
 def build_factory(ref: str, preset: str, mode: str, device: str) -> Built:
@@ -131,7 +109,7 @@ def build_factory(ref: str, preset: str, mode: str, device: str) -> Built:
     if isinstance(out, Built):
         return out
     if isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], torch.nn.Module) and isinstance(out[1], dict):
-        return ready(out[0], out[1], mode, device, loss=factory_loss)
+        return ready(out[0], out[1], mode, device, loss=loss_or_mean)
     raise UsageError(f"{ref} returned {type(out).__name__}; expected a models.Built or (nn.Module, inputs dict)")
 
 

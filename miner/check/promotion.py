@@ -82,6 +82,7 @@ def observed_in(workspace: Any, cid: str) -> tuple[str, str]:
     """(``--models``, ``--mode``) of the graphs candidate ``cid`` was mined from (its
     ``candidate.json`` occurrences: a backward or forward graph is a training step); the four zoo
     models in both modes when it records none."""
+    from miner.check.validate import phase_modes
     from miner.core import candidate as candidates
 
     try:
@@ -90,9 +91,7 @@ def observed_in(workspace: Any, cid: str) -> tuple[str, str]:
         occ = {}
     if not occ:
         return "bert,gpt2,llama,t5", "train,infer"
-    phases = {ph for per in occ.values() for ph in per}
-    modes = [m for m, has in (("train", phases - {"inference"}), ("infer", phases & {"inference"})) if has]
-    return ",".join(sorted(occ)), ",".join(modes)
+    return ",".join(sorted(occ)), ",".join(phase_modes(ph for per in occ.values() for ph in per))
 
 
 def carry_into(wins_path: Path, name: str, records: list[dict]) -> Path:

@@ -122,14 +122,20 @@ def check_numerics(cand: Candidate, label: str, entry: dict, variant: str | None
 
 # --------------------------------------------------------------------------- rewrite in a model
 
+def phase_modes(phases) -> list[str]:
+    """The step modes whose graphs are these phases: ``train`` for a forward or backward graph,
+    ``infer`` for an inference graph (in that order)."""
+    phases = set(phases)
+    return [m for m, has in (("train", phases - {"inference"}), ("infer", phases & {"inference"})) if has]
+
+
 def pick_model(meta: dict) -> tuple[str, str] | None:
     """(model, mode) to prove the rewrite in: a model it was observed in, cheapest first."""
     occ = meta.get("occurrences", {})
     models = sorted(occ, key=lambda m: (MODEL_ORDER.index(m) if m in MODEL_ORDER else 99, m))
     if not models:
         return None
-    phases = occ[models[0]]
-    return models[0], "infer" if set(phases) == {"inference"} else "train"
+    return models[0], (phase_modes(occ[models[0]]) or ["train"])[0]
 
 
 def gate_context(gate_open: bool):
