@@ -89,6 +89,10 @@ def arg_source(v: Any, scalars: Sequence[Any] | None = None) -> str:
             return f"v{x}"
         if k == "shape_of":  # the shape of input k (a region's random op: miner.generate.region)
             return f"list(x{x}.shape)"
+        if k == "device_of":  # the device of input k (a region's constant tensor: miner.generate.reduce)
+            return f"x{x}.device"
+        if k == "dim_of":  # size d of input k (a reduction region's view shape: miner.generate.reduce)
+            return f"x{x[0]}.shape[{x[1]}]"
         if k == "int_const":  # a const slot an op takes as an int (a seed index; slots are passed as floats)
             return f"int(c{x})" if scalars is None else literal_source(int(literal_value(scalars[x])))
         if k == "const":

@@ -354,6 +354,10 @@ def generate_one(pattern, workspace: Workspace, command: str, source: dict | Non
     try:
         spec = spec_from_pattern(pattern)
         if region.is_region(pattern):
+            from miner.generate import reduce  # reductions over outer dims: a kind of its own (issue 30)
+
+            if reduce.wants(pattern):
+                return reduce.generate_one(pattern, workspace, command, source)
             pattern = region.prepare(pattern)
             spec = replace(spec_from_pattern(pattern), column_inputs=region.column_inputs(pattern))
         prog = lower.lower(spec)

@@ -1,0 +1,268 @@
+"""Run-time half of the outer-reduction region kind (``miner.generate.reduce``, issue 30).
+
+A generated ``kernel.py`` of this kind has one ``@triton.jit`` ``reduce_kernel``: a program per
+``BLOCK`` contiguous *kept* elements (the reduction's result, in the order of the reduced input's
+dims, so loads along the last dim are coalesced), a loop over the *reduced* elements (outer or
+strided dims, e.g. t5's batch) accumulating in registers, then the pointwise epilogue and the
+stores. Its launcher builds the views the kernel reads and calls :func:`run`, which passes every
+size and stride as a ``tl.constexpr`` (one compile per shape, as Inductor's static shapes) and picks
+the tile by timing ``CONFIGS`` on the first call per shape (``miner.runtime.launch.pick``: cached;
+the first config on the CPU / under the interpreter).
+
+A region that ends in an embedding's dense backward (``index_put(full(0), [idx], values,
+accumulate=True)``) stores ``values`` in the kept order and calls :func:`index_put_acc`: a program
+per ``BLOCK`` index positions and table column, which sums its values per table row first (a
+one-hot ``[rows, BLOCK]`` reduction when the table has at most ``ONE_HOT_MAX`` rows) and then adds
+one atomic per row, instead of one atomic per element into a few hundred slots.
+
+Views (``chain``): the epilogue of a reduction may squeeze, permute and unsqueeze its kept result
+(t5: ``[1, H, S, S] -> [S, S, H]``). A chain is a tuple of steps ``("squeeze", dims)``,
+``("unsqueeze", dim)``, ``("permute", perm)``; :func:`kept_view` maps a tensor of the chain's end
+shape (or one broadcasting to it) back onto the kept shape, so the kernel indexes every tensor by
+the kept coordinates.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+import triton
+import triton.language as tl
+
+from miner.runtime import launch as _launch
+
+CONFIGS = ((1, 1024, 4), (1, 512, 4), (1, 2048, 8), (1, 256, 2), (1, 1024, 8))  # (unused, BLOCK, num_warps)
+ONE_HOT_MAX = 64  # table rows up to which index_put_acc sums per row inside a program
+
+
+def apply_chain(t: torch.Tensor, chain: Sequence) -> torch.Tensor:
+    """``t`` viewed through ``chain`` (the epilogue's squeeze / unsqueeze / permute steps)."""
+    for op, arg in chain:
+        if op == "squeeze":
+            for d in arg:
+                if t.shape[d] != 1:
+                    raise ValueError(f"chain: squeeze of dim {d} of size {t.shape[d]}")
+            t = t.squeeze(tuple(arg)) if arg else t
+        elif op == "unsqueeze":
+            t = t.unsqueeze(arg)
+        elif op == "permute":
+            t = t.permute(tuple(arg))
+        else:
+            raise ValueError(f"chain: unknown step {op!r}")
+    return t
+
+
+def invert_chain(t: torch.Tensor, chain: Sequence) -> torch.Tensor:
+    """The inverse of :func:`apply_chain`: ``t`` (of the chain's end shape) on the chain's start shape."""
+    for op, arg in reversed(chain):
+        if op == "squeeze":
+            for d in sorted(arg):
+                t = t.unsqueeze(d)
+        elif op == "unsqueeze":
+            if t.shape[arg] != 1:
+                raise ValueError(f"chain: dim {arg} of size {t.shape[arg]} where an unsqueeze put 1")
+            t = t.squeeze(arg)
+        elif op == "permute":
+            t = t.permute(tuple(sorted(range(len(arg)), key=lambda i: arg[i])))
+        else:
+            raise ValueError(f"chain: unknown step {op!r}")
+    return t
+
+
+def kept_shape(full: Sequence[int], reduced: Sequence[int]) -> tuple[int, ...]:
+    """The reduction's keepdim shape: ``full`` with the ``reduced`` dims set to 1."""
+    return tuple(1 if d in reduced else int(s) for d, s in enumerate(full))
+
+
+def kept_view(t: torch.Tensor, kept: Sequence[int], chain: Sequence) -> torch.Tensor:
+    """``t`` (broadcasting to the end shape of ``chain`` applied to ``kept``) as a view of the kept shape."""
+    end = apply_chain(torch.empty(tuple(kept), device="meta"), chain).shape
+    return invert_chain(t.expand(end), chain)
+
+
+def full_shape(views: dict) -> tuple[int, ...]:
+    """The broadcast shape of the views the kernel reads per reduced element."""
+    return tuple(torch.broadcast_shapes(*(v.shape for v in views.values())))
+
+
+def _max_offset(t: torch.Tensor) -> int:
+    return sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()) if s > 0)
+
+
+def run(kernel, *, f_views: dict, k_views: dict, stores: Sequence[torch.Tensor], full: Sequence[int],
+        reduced: Sequence[int], consts: dict, key: str, config: tuple[int, int, int] | None = None) -> None:
+    """Launch a generated ``reduce_kernel``.
+
+    Parameters
+    ----------
+    kernel
+        The ``@triton.jit`` function; its pointer parameters are the inputs in increasing index
+        order, then the stores.
+    f_views, k_views : dict
+        Input index -> its view of the full shape (read per reduced element) / of the kept shape
+        (read once per kept element, after the loop).
+    stores : sequence of Tensor
+        Views of the kept shape the kernel writes.
+    full, reduced
+        The reduced operand's shape and the reduced dims.
+    consts : dict
+        The scalar slots the kernel reads (``c<i>``), compiled in.
+    key : str
+        The pattern id (with the shapes and strides, the tuning cache's key).
+    config : (int, int, int), optional
+        Force ``(1, BLOCK, num_warps)``; default: tuned once per key on a GPU, ``CONFIGS[0]`` otherwise.
+    """
+    kept = kept_shape(full, reduced)
+    n_kept = math.prod(kept)
+    tensors = {**f_views, **k_views}
+    if set(f_views) & set(k_views):
+        raise ValueError("an input read both per reduced element and per kept element")
+    cexpr = {f"N{d}": int(s) for d, s in enumerate(full)}
+    for k, v in tensors.items():
+        cexpr.update({f"SX{k}_{d}": int(st) for d, st in enumerate(v.stride())})
+    for i, v in enumerate(stores):
+        cexpr.update({f"SO{i}_{d}": int(st) for d, st in enumerate(v.stride())})
+    ptrs = [tensors[k] for k in sorted(tensors)] + list(stores)
+    wide = max([_max_offset(v) for v in ptrs] + [n_kept]) >= 2 ** 31 - 4096
+    if n_kept == 0:
+        return
+
+    def go(cfg):
+        _, block, warps = cfg
+        kernel[(triton.cdiv(n_kept, block),)](*ptrs, n_kept, **consts, **cexpr, BLOCK=block, WIDE=wide,
+                                             num_warps=warps)
+
+    device = ptrs[0].device.type
+    tune_key = ("reduce", key, tuple(full), tuple((tuple(v.shape), tuple(v.stride()), str(v.dtype)) for v in ptrs))
+    go(config or _launch.pick(tune_key, list(CONFIGS), go, device))
+
+
+@triton.jit
+def _index_put_acc_kernel(table_ptr, idx_ptr, val_ptr, n_pos, n_rows, v_sp, v_sc, T: tl.constexpr,
+                          NB: tl.constexpr, BLOCK: tl.constexpr, ONE_HOT: tl.constexpr):
+    """table[idx[p], t] += values[p, t] for a block of positions p and one column t."""
+    pos = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    t = tl.program_id(1)
+    m = pos < n_pos
+    idx = tl.load(idx_ptr + pos, mask=m, other=0).to(tl.int64)
+    idx = tl.where(idx < 0, idx + n_rows, idx)  # a negative index counts from the end, as index_put's
+    ok = m & (idx >= 0) & (idx < n_rows)
+    v = tl.load(val_ptr + pos.to(tl.int64) * v_sp + t * v_sc, mask=ok, other=0.0).to(tl.float32)
+    if ONE_HOT:
+        rows = tl.arange(0, NB)
+        hit = (idx[None, :] == rows[:, None]) & ok[None, :]
+        per_row = tl.sum(tl.where(hit, v[None, :], 0.0), axis=1)
+        tl.atomic_add(table_ptr + rows * T + t, per_row, mask=rows < n_rows)
+    else:
+        tl.atomic_add(table_ptr + idx * T + t, v, mask=ok)
+
+
+def index_put_acc(table: torch.Tensor, idx: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``table.index_put_([idx], values, accumulate=True)`` for a float32 table; returns ``table``.
+
+    ``values`` has the shape ``idx.shape + table.shape[1:]`` (any strides). An index outside
+    ``[-rows, rows)`` adds nothing (torch raises there; Inductor's kernel asserts on the device).
+    """
+    if table.dtype != torch.float32 or not table.is_contiguous():
+        raise ValueError(f"index_put_acc: a contiguous float32 table, got {table.dtype}")
+    if tuple(values.shape) != tuple(idx.shape) + tuple(table.shape[1:]):
+        raise ValueError(f"index_put_acc: values {list(values.shape)} for indices {list(idx.shape)} "
+                         f"into a table {list(table.shape)}")
+    n_pos, n_rows, cols = idx.numel(), table.shape[0], math.prod(table.shape[1:])
+    if n_pos == 0 or cols == 0:
+        return table
+    vals = values.reshape(n_pos, cols)
+    nb = triton.next_power_of_2(max(n_rows, 1))
+    one_hot = nb <= ONE_HOT_MAX
+    block = max(16, 8192 // nb) if one_hot else 1024
+    _index_put_acc_kernel[(triton.cdiv(n_pos, block), cols)](
+        table, idx.reshape(n_pos), vals, n_pos, n_rows, vals.stride(0), vals.stride(1), T=cols, NB=nb,
+        BLOCK=block, ONE_HOT=one_hot, num_warps=4)
+    return table
+
+
+_OPS: dict = {}
+
+
+def define_list_op(qualname: str, n_outputs: int, impl, fake):
+    """The custom op ``qualname`` as ``(Tensor[] xs, float[] cs) -> outputs``: a region of 50 inputs and
+    15 scalars passes the 64 arguments a schema may have (``rewrite.define_op`` takes them one by one).
+    ``impl(*xs, *cs)`` runs the kernel, ``fake(*xs, *cs)`` gives the metas (fresh contiguous outputs)."""
+    from miner.runtime import rewrite
+
+    if qualname in _OPS:
+        return _OPS[qualname]
+    ns, name = qualname.split("::")
+    rets = "Tensor" if n_outputs == 1 else "(" + ", ".join(["Tensor"] * n_outputs) + ")"
+
+    def fresh(outs):
+        return outs[0] if n_outputs == 1 else tuple(outs)
+
+    def _impl(xs, cs):
+        return fresh(tuple(impl(*xs, *cs)))
+
+    def _fake(xs, cs):
+        return fresh(tuple(torch.empty_like(o, memory_format=torch.contiguous_format) for o in fake(*xs, *cs)))
+
+    if not hasattr(getattr(torch.ops, ns), name):
+        lib = rewrite._LIBS.setdefault(ns, torch.library.Library(ns, "FRAGMENT"))
+        lib.define(f"{name}(Tensor[] xs, float[] cs) -> {rets}")
+        lib.impl(name, _impl, "CompositeExplicitAutograd")
+        torch.library.register_fake(qualname, _fake, lib=lib)
+    _OPS[qualname] = getattr(getattr(torch.ops, ns), name).default
+    return _OPS[qualname]
+
+
+def structure_ok(match, expected: Sequence, op_name: str, n_inputs: int) -> bool:
+    """The extra check's structural part: :func:`structure_reasons`, a decline counted with its reason."""
+    from miner.runtime import rewrite
+
+    reasons = structure_reasons(match, expected)
+    rewrite.record_declines(match, op_name, n_inputs, reasons)
+    return not reasons
+
+
+def structure_reasons(match, expected: Sequence) -> list[str]:
+    """Why a match's structural arguments (reduced dims, views' dims, accumulate) differ from the
+    pattern's (``expected``, as :func:`structure_of` gives them); [] when they agree.
+
+    The pattern matcher ignores int and list arguments (it matches a ``sum`` over any dims), and the
+    kernel computes exactly the dims it was generated for."""
+    got = structure_of(match.nodes)
+    return [] if sorted(got) == sorted(map(tuple, expected)) else [
+        f"kernel: reduced dims / views {sorted(got)[:4]} differ from the pattern's {sorted(map(tuple, expected))[:4]}"]
+
+
+_STRUCTURAL = {"sum": ("dim", "keepdim"), "mean": ("dim", "keepdim"), "amax": ("dim", "keepdim"),
+               "amin": ("dim", "keepdim"), "permute": ("dims",), "squeeze": ("dim",),
+               "unsqueeze": ("dim",), "index_put": ("accumulate",)}
+
+
+def structure_of(nodes) -> list[tuple]:
+    """(op, args...) of each node with structural arguments, dims made non-negative by the operand's rank."""
+    out = []
+    for n in nodes:
+        if getattr(n, "op", None) != "call_function" or not hasattr(n.target, "_schema"):
+            continue
+        base = n.target._schema.name.split("::")[-1]
+        if base not in _STRUCTURAL:
+            continue
+        names = [a.name for a in n.target._schema.arguments]
+        bound = dict(zip(names, n.args)) | dict(n.kwargs)
+        src = n.args[0].meta.get("val") if n.args and hasattr(n.args[0], "meta") else None
+        rank = src.dim() + (1 if base == "unsqueeze" else 0) if src is not None else None
+        row = [base]
+        for a in _STRUCTURAL[base]:
+            v = bound.get(a)
+            v = False if v is None and a in ("keepdim", "accumulate") else v
+            if a in ("dim", "dims") and rank is not None and v is not None:
+                v = [d % rank for d in v] if isinstance(v, (list, tuple)) else v % rank
+            row.append(tuple(v) if isinstance(v, (list, tuple)) else v)
+        out.append(tuple(row))
+    return out
+
+
+__all__ = ["define_list_op", "apply_chain", "invert_chain", "kept_shape", "kept_view", "full_shape", "run", "index_put_acc",
+           "structure_ok", "structure_reasons", "structure_of", "CONFIGS", "ONE_HOT_MAX"]
