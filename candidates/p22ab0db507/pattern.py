@@ -199,13 +199,13 @@ def replacement(x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14,
 
 
 def extra_check(match):
-    return (rewrite.match_ok(match, OP_NAME, N_INPUTS, INPUT_KINDS, region=True)
+    return (_reduce.match_ok(match, OP_NAME, N_INPUTS, INPUT_KINDS)
             and _reduce.structure_ok(match, STRUCTURE, OP_NAME, N_INPUTS))
 
 
 def register(pass_dict):
-    from torch._inductor.pattern_matcher import fwd_only, register_replacement
+    from torch._inductor.pattern_matcher import register_replacement
 
     examples = [torch.zeros(s, dtype=getattr(torch, d)) for s, d in EXAMPLE_INPUTS]  # zeros: valid indices
-    register_replacement(search, replacement, examples, fwd_only, pass_dict,
+    register_replacement(search, replacement, examples, _reduce.trace_keeping_reshape, pass_dict,
                          extra_check=extra_check, scalar_workaround=dict(SCALAR_TRACE_VALUES))

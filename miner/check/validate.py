@@ -260,6 +260,10 @@ def validate(workspace: Workspace, cid: str, device: str | None = None, model: b
         from miner.check import realize
 
         return _finish(cand, realize.validate(cand, device, model, log))
+    if cand.meta.get("kind") == "reduce_region":
+        from miner.check import reduce
+
+        return _finish(cand, reduce.validate(cand, device, model, log))
     v = Validation(cand.id, True, device, model)
     for label, entry, variant in numeric_cases(cand.meta, on_cpu=device == "cpu"):
         c = check_numerics(cand, label, entry, variant, device)

@@ -530,7 +530,7 @@ def generate_one(pattern: Pattern, workspace, command: str, source_info: dict | 
         reference=emit.reference_source(spec, name="reference"),
         kernel=kernel_source(pl, kernel_consts(pl)), launcher=launcher_source(pl, spec.n_inputs, spec.n_consts))
     kinds = tuple(pl.input_kind[k] for k in range(spec.n_inputs))
-    check = ("(rewrite.match_ok(match, OP_NAME, N_INPUTS, INPUT_KINDS, region=True)\n"
+    check = ("(_reduce.match_ok(match, OP_NAME, N_INPUTS, INPUT_KINDS)\n"
              "            and _reduce.structure_ok(match, STRUCTURE, OP_NAME, N_INPUTS))")
     pattern_py = emit.fill_template(
         "reduce_pattern.py.tmpl", head=gen.header(pattern.id, command, "search pattern, replacement, extra check"),

@@ -186,6 +186,20 @@ def index_put_acc(table: torch.Tensor, idx: torch.Tensor, values: torch.Tensor) 
 _OPS: dict = {}
 
 
+def trace_keeping_reshape(fn, args, *rest, **kwargs):
+    """``torch._inductor.pattern_matcher.fwd_only`` with its ``aten.view`` nodes made ``aten.reshape``
+    again: the trace decomposes ``reshape`` to ``view``, while Inductor's post-grad graphs (its
+    ``view_to_reshape`` pass) hold ``reshape``, which a region reads inside (``reshape(convert(dP))``)."""
+    from torch._inductor.pattern_matcher import fwd_only
+
+    gm = fwd_only(fn, args, *rest, **kwargs)
+    for n in gm.graph.nodes:
+        if n.target is torch.ops.aten.view.default:
+            n.target = torch.ops.aten.reshape.default
+    gm.recompile()
+    return gm
+
+
 def define_list_op(qualname: str, n_outputs: int, impl, fake):
     """The custom op ``qualname`` as ``(Tensor[] xs, float[] cs) -> outputs``: a region of 50 inputs and
     15 scalars passes the 64 arguments a schema may have (``rewrite.define_op`` takes them one by one).
@@ -213,6 +227,21 @@ def define_list_op(qualname: str, n_outputs: int, impl, fake):
         torch.library.register_fake(qualname, _fake, lib=lib)
     _OPS[qualname] = getattr(getattr(torch.ops, ns), name).default
     return _OPS[qualname]
+
+
+def _any_broadcast(reason: str) -> bool:
+    """A ``meta`` reason of the row-kernel layout (an operand broadcast neither per row nor per column):
+    this kind reads every tensor through its own strides, so any broadcast is in its class."""
+    return reason.startswith("meta: ") and " broadcasts operand " in reason
+
+
+def match_ok(match, op_name: str, n_inputs: int, input_kinds: Sequence[str]) -> bool:
+    """``rewrite.match_ok(..., region=True)`` less the row-layout broadcast reasons (:func:`_any_broadcast`)."""
+    from miner.runtime import rewrite
+
+    reasons = [r for r in rewrite.match_reasons(match, n_inputs, input_kinds, False, True) if not _any_broadcast(r)]
+    rewrite.record_declines(match, op_name, n_inputs, reasons)
+    return not reasons
 
 
 def structure_ok(match, expected: Sequence, op_name: str, n_inputs: int) -> bool:
@@ -264,5 +293,5 @@ def structure_of(nodes) -> list[tuple]:
     return out
 
 
-__all__ = ["define_list_op", "apply_chain", "invert_chain", "kept_shape", "kept_view", "full_shape", "run", "index_put_acc",
-           "structure_ok", "structure_reasons", "structure_of", "CONFIGS", "ONE_HOT_MAX"]
+__all__ = ["trace_keeping_reshape", "define_list_op", "apply_chain", "invert_chain", "kept_shape", "kept_view", "full_shape", "run", "index_put_acc",
+           "match_ok", "structure_ok", "structure_reasons", "structure_of", "CONFIGS", "ONE_HOT_MAX"]
