@@ -130,4 +130,46 @@ def validate(cand, device: str, model: bool, log):
     return v
 
 
-__all__ = ["validate", "inputs_for", "numeric_checks", "rewrite_check", "SMALL", "ODD"]
+def time_vs_inductor(cand, device: str = "cuda") -> str:
+    """One line: the kernel and Inductor's compile of the same pattern at the observed shape (GPU), each
+    with its share of the memory roofline (bytes read and written / measured copy bandwidth)."""
+    import torch
+    from triton.testing import do_bench
+
+    entry = cand.meta["observed"][0]
+    xs = inputs_for(entry, None, table_rows(cand.meta), device)
+    cs = [float(s) for s in entry["scalars"]]
+    fn = cand.pattern_module.pattern
+    inductor = torch.compile(lambda *xs: fn(*xs, *cs), dynamic=False)
+    outs = inductor(*xs)
+    nbytes = sum(x.numel() * x.element_size() for x in xs) + sum(o.numel() * o.element_size() for o in outs)
+    big = torch.empty(2 ** 30 // 4, device=device)
+    copy_ms = do_bench(lambda: big.clone())
+    bw = 2 * big.numel() * 4 / (copy_ms * 1e-3)
+    floor_us = nbytes / bw * 1e6
+    ours = do_bench(lambda: cand.kernel_module.launch(*xs, *cs)) * 1e3
+    theirs = do_bench(lambda: inductor(*xs)) * 1e3
+    ok = check_case(cand, "observed", xs, cs)
+    return (f"{cand.id}: {nbytes / 1e9:.2f} GB, floor {floor_us:.0f} us at {bw / 1e12:.2f} TB/s; kernel {ours:.0f} us "
+            f"({floor_us / ours:.0%} of roofline), inductor {theirs:.0f} us ({floor_us / theirs:.0%}); "
+            f"{theirs / ours:.2f}x; float64 check {'ok' if ok.ok else 'FAILED ' + ok.detail}")
+
+
+def main(argv=None) -> int:
+    """``python3 -m miner.check.reduce ID...``: :func:`time_vs_inductor` per candidate (needs CUDA)."""
+    import sys
+
+    from miner.core import candidate
+    from miner.core.workspace import Workspace
+
+    ids = sys.argv[1:] if argv is None else argv
+    for cid in ids:
+        print(time_vs_inductor(candidate.load(Workspace("."), cid)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
+__all__ = ["time_vs_inductor", "validate", "inputs_for", "numeric_checks", "rewrite_check", "SMALL", "ODD"]

@@ -66,7 +66,7 @@ def applies(pattern: Pattern, metas: list) -> bool:
     """Whether ``pattern`` (with node ``metas``: (shape, dtype) per node) reduces dims that leave its last one."""
     for j, node in enumerate(pattern.nodes):
         src = _first_node_arg(node)
-        rank = len(metas[src][0]) if src is not None and metas[src] else None
+        rank = len(metas[src][0]) if src is not None and metas[src] else len(metas[j][0]) if metas[j] else None
         if rank and (dims := reduced_dims(node, rank)) is not None and rank - 1 not in dims:
             return True
     return False

@@ -1,0 +1,87 @@
+"""The outer-reduction region kind (issue 30): runtime pieces, the plan's class, the committed candidates."""
+
+import pytest
+import torch
+
+from miner.runtime import reduce as R
+
+
+@pytest.mark.parametrize("rows", [32, 100])  # 32: per-row pre-aggregation in a program; 100: one atomic per element
+def test_index_put_acc_matches_torch(rows):
+    g = torch.Generator().manual_seed(0)
+    idx = torch.randint(-1, rows, (37, 19), generator=g)
+    vals = torch.randn(3, 37, 19, generator=g).permute(1, 2, 0)  # [37, 19, 3], strided like t5's values
+    got = R.index_put_acc(torch.zeros(rows, 3), idx, vals)
+    want = torch.zeros(rows, 3, dtype=torch.float64).index_put_([idx], vals.double(), accumulate=True)
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_index_put_acc_refuses_mismatched_values():
+    with pytest.raises(ValueError, match="values"):
+        R.index_put_acc(torch.zeros(4, 3), torch.zeros(5, dtype=torch.int64), torch.zeros(5, 2))
+
+
+def test_kept_view_inverts_the_chain():
+    kept = (1, 3, 5, 7)
+    chain = (("squeeze", (0,)), ("permute", (1, 2, 0)))
+    buf = torch.arange(105.0).reshape(kept)
+    end = R.apply_chain(buf, chain)
+    assert end.shape == (5, 7, 3)
+    assert torch.equal(R.kept_view(end, kept, chain), buf)
+    mask = torch.arange(35.0).reshape(5, 7, 1)  # broadcast along the last end dim, as t5's bucket mask
+    k = R.kept_view(mask, kept, chain)
+    assert k.shape == kept and torch.equal(k[0, 2], mask[..., 0])
+
+
+def test_structure_of_normalizes_dims():
+    def f(x):
+        return torch.ops.aten.sum.dim_IntList(x, [-4], True).squeeze(0).permute(1, 2, 0)
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    gm = make_fx(f)(torch.zeros(2, 3, 4, 5))
+    rows = R.structure_of(gm.graph.nodes)
+    assert ("sum", (0,), True) in rows and ("permute", (1, 2, 0)) in rows
+
+
+def test_small_sizes_keep_products():
+    from miner.generate.reduce import small_sizes
+
+    m = small_sizes([[16, 12, 512, 512], [192, 512, 512], [512, 512]], (3, 2, 37))
+    assert (m[16], m[12], m[512], m[192]) == (2, 3, 37, 6)
+
+
+def _pattern(nodes, n_inputs, outputs):
+    from miner.core.pattern import Pattern, PatternNode
+
+    ns = tuple(PatternNode(t, c, tuple(a), {}) for t, c, a in nodes)
+    return Pattern(id="ptest", nodes=ns, n_inputs=n_inputs, n_consts=0, outputs=tuple(outputs))
+
+
+def test_plan_takes_outer_sums_and_refuses_last_dim_and_two_levels():
+    from miner.generate.lower import Unsupported
+    from miner.generate.reduce import applies, plan
+
+    outer = _pattern([("aten.sum.dim_IntList", "reduction", [{"input": 0}, [0], True])], 1, [0])
+    assert applies(outer, [((1, 4, 8), "float32")])
+    pl = plan(outer, [((1, 4, 8), "float32")], ["float32"])
+    assert pl.reduced == (0,) and pl.f_inputs == {0: ()}
+    last = _pattern([("aten.sum.dim_IntList", "reduction", [{"input": 0}, [-1], True])], 1, [0])
+    with pytest.raises(Unsupported, match="last dim"):
+        plan(last, [((2, 4, 1), "float32")], ["float32"])
+    two = _pattern([("aten.sum.dim_IntList", "reduction", [{"input": 0}, [0], True]),
+                    ("aten.sub.Tensor", "pointwise", [{"input": 0}, {"node": 0}])], 1, [1])
+    with pytest.raises(Unsupported, match="per reduced and per kept"):
+        plan(two, [((1, 4, 8), "float32"), ((2, 4, 8), "float32")], ["float32"])
+
+
+@pytest.mark.parametrize("cid", ["p22ab0db507", "pe0f8b5a81a"])
+def test_committed_candidate_matches_float64_at_odd_sizes(cid):
+    from miner.check import reduce as check
+    from miner.core import candidate
+    from miner.core.workspace import Workspace
+
+    cand = candidate.load(Workspace("."), cid)
+    entry = cand.meta["observed"][0]
+    xs = check.inputs_for(entry, (2, 3, 11), 32, "cpu", seed=3)
+    c = check.check_case(cand, "odd", xs, [float(s) for s in entry["scalars"]])
+    assert c.ok, c.detail
