@@ -26,6 +26,7 @@ float64 reference sees the kernel's own mask.
 
 from __future__ import annotations
 
+import importlib
 from typing import Sequence
 
 import torch
@@ -150,6 +151,8 @@ def rand(shape: Sequence[int], seed, kind: str = "rand") -> torch.Tensor:
     """
     device = seed.device if isinstance(seed, torch.Tensor) else torch.device("cpu")
     if device.type == "meta":
+        importlib.import_module("torch._inductor.inductor_prims")  # registers prims.inductor_random
+
         return torch.ops.prims.inductor_random.default(list(shape), seed, kind)
     if kind != "rand":
         raise ValueError(f"inductor_random of kind {kind!r}: the four-per-call stream draws 'rand' only")
