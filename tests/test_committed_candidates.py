@@ -39,10 +39,11 @@ def regenerated(tmp_path_factory) -> Workspace:
     from miner.mine import regions
 
     for cid in COMMITTED:  # region candidates: from the regions.json their candidate.json names
-        source = json.loads((REPO / "candidates" / cid / "candidate.json").read_text()).get("source")
-        if source and source.get("regions"):
+        meta = json.loads((REPO / "candidates" / cid / "candidate.json").read_text())
+        source = meta.get("source")
+        if source and source.get("regions"):  # the pattern's id (a candidate <id>_x4 draws another stream)
             rps = {rp.id: rp for rp in regions.load((REPO / source["regions"]).parent.parent)}
-            generate_one(rps[cid].pattern, ws, "test", source)
+            generate_one(rps[meta["pattern"]["id"]].pattern, ws, "test", source)
     return ws
 
 

@@ -353,10 +353,16 @@ def test_cli_generate_regions(tmp_path):
     assert r.returncode == 2 and "needs --only" in r.stderr
     r = cli("--regions", regions_json, "--only", "pzzzz")
     assert r.returncode == 2 and "no region pattern" in r.stderr
-    r = cli("--regions", regions_json, "--only", RMS_DROPOUT[:6])
+    r = cli("--regions", regions_json, "--only", RMS_DROPOUT[:6])  # default: the four-per-call stream, <id>_x4
     assert r.returncode == 0, r.stderr
-    assert "dropout_rms_norm" in r.stdout and (tmp_path / "candidates" / RMS_DROPOUT / "kernel.py").exists()
+    assert "dropout_rms_norm" in r.stdout and (tmp_path / "candidates" / (RMS_DROPOUT + "_x4") / "kernel.py").exists()
+    assert "--rng philox4" in (tmp_path / "candidates" / (RMS_DROPOUT + "_x4") / "kernel.py").read_text()
     assert not (tmp_path / "candidates" / "index.json").exists()  # the index of patterns.json's candidates stays as it was
+    r = cli("--regions", regions_json, "--only", RMS_DROPOUT[:6], "--rng", "inductor")  # Inductor's own numbers
+    assert r.returncode == 0, r.stderr
+    assert "uniform(v0, lin)" in (tmp_path / "candidates" / RMS_DROPOUT / "kernel.py").read_text()
+    r = cli("--regions", regions_json, "--only", RMS_DROPOUT[:6], "--rng", "bogus")
+    assert r.returncode == 2 and "invalid choice" in r.stderr
 
 
 def test_meta_rule_notes_dtype_mixes_inside_a_whole_region():

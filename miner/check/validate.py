@@ -12,6 +12,9 @@ Two kinds of checks, each a ``Check(kind, case, ok, detail, ...)``:
   ``FusionPass``; the pass must match (count > 0) and the loss, logits and gradients must match
   eager (``miner.core.dtypes.MODEL_TOL``). Dropout draws the same numbers in both runs
   (``fallback_random``).
+- ``stream`` (a dropout region drawing the four-per-call stream, ``RNG = "philox4"`` in kernel.py):
+  the same mask, bit for bit, from one-pass and looped launches of several tile sizes
+  (``check_tiling``), plus numerics with float32 inputs.
 
 Results go to ``candidates/<id>/validation.json``, this stage's only file (with ``failure``: the
 first failing check, and ``sources``: the digest of the pattern.py and kernel.py it checked); the
@@ -41,7 +44,7 @@ MODEL_ORDER = ("gpt2", "bert", "llama", "t5")  # cheapest compile first
 
 @dataclass
 class Check:
-    kind: str  # numerics | rewrite | graph (an upcast candidate's rewrite on a traced graph)
+    kind: str  # numerics | rewrite | graph (an upcast candidate's rewrite on a traced graph) | stream (a mask's tilings)
     case: str
     ok: bool | None  # None: not run where it was asked to (``detail`` says why); never counted as passed
     detail: str = ""
@@ -118,6 +121,70 @@ def check_numerics(cand: Candidate, label: str, entry: dict, variant: str | None
         if not ok:
             return Check("numerics", label, False, f"output {i}: {detail}", a, rel, seconds=time.perf_counter() - t0)
     return Check("numerics", label, True, "", worst_abs, worst_rel, seconds=time.perf_counter() - t0)
+
+
+# --------------------------------------------------------------------------- the four-per-call random stream
+
+def tilings(n_cols: int) -> list[tuple[str, tuple[int, int, int]]]:
+    """(variant, (ROWS, BLOCK, num_warps)) launches that must draw the same mask: one-pass with one
+    and several rows per program, looped with two chunk widths (whole groups of four per Philox call
+    in the looped kernel; in the one-pass kernel only when ``n_cols % 4 == 0``, else one call per
+    element: comparing them checks the fallback against the grouped draw)."""
+    import triton
+
+    block = triton.next_power_of_2(n_cols)
+    out = [("one_pass", (1, block, 4)), ("one_pass", (4, block, 4)), ("looped", (1, 64, 4)), ("looped", (1, 256, 4))]
+    return [(v, c) for v, c in out if v == "looped" or c[0] * c[1] <= 16384]
+
+
+def _mask_of(outs) -> list:
+    """What a dropout kernel's outputs say about its mask: bool outputs as they are, float
+    per-element outputs as their zero pattern."""
+    return [o if o.dtype.is_floating_point is False else (o == 0) for o in outs]
+
+
+def check_tiling(cand: Candidate, label: str, entry: dict, device: str) -> Check:
+    """The same mask (bitwise) from every launch of :func:`tilings` on the same inputs: an
+    element's random number depends on (seed, its index) only, never on the tile or the kernel."""
+    import torch
+
+    t0 = time.perf_counter()
+    xs = make_inputs(entry["inputs"], device=device, seed=0)
+    cs = [float(s) for s in entry.get("scalars", [])]
+    from miner.check.cases import rows
+
+    n_cols = rows(entry)[1]
+    try:
+        base = _mask_of(cand.kernel_module.launch(*xs, *cs))
+        for variant, config in tilings(n_cols):
+            got = _mask_of(cand.kernel_module.launch(*xs, *cs, variant=variant, config=config))
+            for i, (a, b) in enumerate(zip(base, got)):
+                if not torch.equal(a, b):
+                    bad = int((a != b).sum())
+                    return Check("stream", label, False, f"output {i}: {bad} mask element(s) differ under {variant} "
+                                 f"ROWS={config[0]} BLOCK={config[1]} from the default launch",
+                                 seconds=time.perf_counter() - t0)
+    except Exception as e:  # noqa: BLE001 - any failure of the kernel is a failed check
+        return Check("stream", label, False, f"{type(e).__name__}: {str(e).splitlines()[0][:300]}",
+                     seconds=time.perf_counter() - t0)
+    return Check("stream", label, True, f"same mask in {len(tilings(n_cols)) + 1} tilings",
+                 seconds=time.perf_counter() - t0)
+
+
+def stream_checks(cand: Candidate, device: str) -> list[Check]:
+    """A four-per-call dropout candidate's own checks: the same mask under every tiling (an observed
+    row length and an odd one, 8 rows) and numerics with float32 inputs (the numeric cases add
+    bf16/fp16 ones; the reference draws from ``miner.runtime.philox``)."""
+    from miner.check import cases
+
+    observed = [o for o in cand.meta.get("observed", []) if o.get("outputs")]
+    if not observed:
+        return []
+    first = cases.shrink(observed[0], 8)
+    odd = cases.reshape(first, n_cols=cases.ODD_COLS)
+    out = [check_tiling(cand, f"tilings {cases.describe(e)}", e, device) for e in (first, odd)]
+    out.append(check_numerics(cand, "float32 inputs", cases.reshape(first, dtype="float32"), None, device))
+    return out
 
 
 # --------------------------------------------------------------------------- rewrite in a model
@@ -271,6 +338,10 @@ def validate(workspace: Workspace, cid: str, device: str | None = None, model: b
         v.checks.append(c)
     if not v.checks:
         v.checks.append(Check("numerics", "observed shapes", False, "no observed shape to check"))
+    if getattr(cand.kernel_module, "RNG", None) == "philox4":
+        for c in stream_checks(cand, device):
+            log(_line(c))
+            v.checks.append(c)
     if model:
         pick = pick_model(cand.meta)
         if pick is None:

@@ -18,6 +18,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="generate whole-Inductor-kernel region patterns from this regions.json (`miner profile` "
                              "writes mined/regions.json) instead of mined/patterns.json; needs --only; keeps the "
                              "other candidates and candidates/index.json")
+    parser.add_argument("--rng", choices=("philox4", "inductor"), default="philox4",
+                        help="with --regions: the random stream of dropout regions: philox4 (default; four numbers per "
+                             "Philox call, candidate <id>_x4, its own mask) or inductor (Inductor's exact numbers)")
     parser.add_argument("--recomputed", metavar="RECOMPUTED_JSON",
                         help="write the compute-once candidate (small transcendental values Inductor recomputes in "
                              "each kernel that reads them, e.g. llama's RoPE cos/sin) from this mined/recomputed.json "
@@ -97,8 +100,9 @@ def _run_regions(args: argparse.Namespace, ws) -> int:
         rel = path.resolve().relative_to(Path(ws.root).resolve())
     except ValueError:
         rel = path.resolve()
-    command = f"miner generate --regions {rel} --only {','.join(p.id for p in chosen)}"
-    done, skipped = generate(ws, chosen, command=command, source={"regions": str(rel)})
+    command = f"miner generate --regions {rel} --only {','.join(p.id for p in chosen)} --rng {args.rng}"
+    source = {"regions": str(rel), "rng": args.rng} if args.rng != "inductor" else {"regions": str(rel)}
+    done, skipped = generate(ws, chosen, command=command, source=source)
     for r in done + skipped:
         print(describe(r))
     print(f"{len(done)} region candidate(s) written to {ws.candidates}, {len(skipped)} not generated", file=sys.stderr)

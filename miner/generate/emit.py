@@ -18,7 +18,8 @@ from miner.generate.lower import PatternSpec, Program, Value, signature_params
 
 TEMPLATES = Path(__file__).with_name("templates")
 # miner.runtime.jit's helpers (its __all__ but the fill_random kernel)
-JIT_HELPERS = ("tanh", "pow_rt", "pow_c", "load_masked", "load_full", "uniform", "normal")
+JIT_HELPERS = ("tanh", "pow_rt", "pow_c", "load_masked", "load_full", "uniform", "normal", "uniform_tile4",
+               "uniform_at")
 
 
 # a reduction's per-row result from its [ROWS, BLOCK] accumulator (or masked operand) ``a``
@@ -82,9 +83,23 @@ class _Emitter:
                               f"    {n} = tl.load(x{k}_row + cols * x{k}_sc, mask=mask, other=0){cast}"]
                 else:
                     lines.append(f"{n} = tl.load(x{k}_row + cols * x{k}_sc, mask=mask, other=0){cast}")
+            elif val.random and self.p.rand4:
+                lines += self._rand4_lines(val, aligned)
             else:
                 lines.append(f"{n} = {val.expr}" + _op(val))
         return lines
+
+    def _rand4_lines(self, val: Value, aligned: bool) -> list[str]:
+        """The four-per-call stream: one Philox call per group of four elements when the tile
+        covers whole aligned groups (``RAND4``, set at launch), else one per element (same numbers).
+        One-pass: a row starts at group ``rows * n_cols / 4`` when ``n_cols % 4 == 0``; looped: a
+        chunk starts at ``abase + chunk``, a multiple of 16 plus a multiple of BLOCK."""
+        first = "(abase + chunk) // 4" if aligned else "rows * (n_cols // 4)"
+        seed = val.deps[0]
+        return ["if RAND4:  # whole groups of four elements: one Philox call per group, words interleaved",
+                f"    {val.name} = uniform_tile4({seed}, {first} + tl.arange(0, BLOCK // 4)[None, :])" + _op(val),
+                "else:",
+                f"    {val.name} = {val.expr}" + _op(val)]
 
     def _row_pointwise_after(self, level: int, done: set[str]) -> list[str]:
         lines = []
@@ -137,6 +152,8 @@ class _Emitter:
             params += [f"X{k}_ALIGNED: tl.constexpr" for k in rows_in]
         else:
             params += [f"X{k}_COL: tl.constexpr" for k in self.p.spec.column_inputs]
+        if self.p.rand4:
+            params.append("RAND4: tl.constexpr")
         return f"@triton.jit\ndef {name}(\n    " + ",\n    ".join(
             ", ".join(params[i:i + 6]) for i in range(0, len(params), 6)) + ",\n):"
 
@@ -189,12 +206,14 @@ class _Emitter:
         loads and stores start on 16-element boundaries (so Triton vectorizes them even when
         n_cols is odd, e.g. a 50257-word vocabulary), and a masked tail chunk.
         """
-        body = ["cols = tl.arange(0, BLOCK)[None, :]",
+        rand4 = self.p.rand4
+        body = ["cols = tl.arange(0, BLOCK)[None, :]"] + (["chunk = 0"] if rand4 else []) + [
                 "mask = row_mask & (cols >= lead) & (cols < end)"] + lines(True)
         body += ["for start in range(BLOCK, n_main, BLOCK):",
-                 "    cols = start + tl.arange(0, BLOCK)[None, :]"] + ["    " + ln for ln in lines(False)]
+                 "    cols = start + tl.arange(0, BLOCK)[None, :]"] + (["    chunk = start"] if rand4 else []) \
+            + ["    " + ln for ln in lines(False)]
         body += ["if tail < end:",
-                 "    cols = tail + tl.arange(0, BLOCK)[None, :]",
+                 "    cols = tail + tl.arange(0, BLOCK)[None, :]"] + (["    chunk = tail"] if rand4 else []) + [
                  "    mask = row_mask & (cols < end)"] + ["    " + ln for ln in lines(True)]
         return body
 
@@ -368,9 +387,11 @@ def render_kernel_py(prog: Program, head: str) -> str:
     kernels = kernel_source(prog)
     reference, random_consts, seeds_arg = reference_source(spec, name="reference"), "", ""
     if prog.random or prog.seed_inputs:
-        # the reference draws the kernel's random numbers (``launch.triton_rand``), so a float64
-        # reference run compares element for element, masks included
-        reference = reference.replace(f"{PRIM_RANDOM}(", "_launch.triton_rand(")
+        # the reference draws the kernel's random numbers (``launch.triton_rand``; the four-per-call
+        # stream: ``philox.rand``, plain torch), so a float64 reference run compares element for
+        # element, masks included
+        draw = "_philox.rand(" if prog.rand4 else "_launch.triton_rand("
+        reference = reference.replace(f"{PRIM_RANDOM}(", draw)
         for name, val in prog.values.items():  # Inductor elides a random number's cast to bf16/fp16
             if val.op == "prims.convert_element_type" and any(prog.values[d].random for d in val.deps):
                 reference = reference.replace(f"    {name} = {PRIM_CONVERT}(", f"    {name} = _launch.elided_cast(")
@@ -378,9 +399,15 @@ def render_kernel_py(prog: Program, head: str) -> str:
                          f"COLUMNS = {spec.column_inputs!r}  # inputs read once per program when broadcast over the rows\n"
                          f"RANDOM = {prog.random!r}  # draws inductor_random's numbers in the kernel (reference: the same numbers)\n")
         seeds_arg = ", seeds=SEEDS, columns=COLUMNS"
+        if prog.rand4:
+            random_consts += ('RNG = "philox4"  # u(L) = word L % 4 of Philox4x32-10 at counter L // 4 '
+                              "(miner.runtime.philox)\n")
+            seeds_arg += ", rand4=True"
     imports = jit_imports(kernels)
     if random_consts:
         imports += "import torch._inductor.inductor_prims  # noqa: F401 - registers prims.inductor_random & co.\n"
+    if prog.rand4:
+        imports += "from miner.runtime import philox as _philox\n"
     return fill_template(
         "kernel.py.tmpl", head=head, id=spec.id, params=", ".join(params), levels=prog.levels,
         output_kinds=repr(prog.output_kinds), jit_imports=imports, random_consts=random_consts,

@@ -347,10 +347,12 @@ def generate_one(pattern, workspace: Workspace, command: str, source: dict | Non
     """Write ``candidates/<id>/`` for one pattern, or say why it is outside the class.
 
     A region pattern (``mined/regions.json``) is prepared first (``miner.generate.region.prepare``);
-    ``source`` goes into candidate.json as is (where the pattern was read, for regeneration).
+    ``source`` goes into candidate.json as is (where the pattern was read, for regeneration); its
+    ``rng`` (``miner.generate.lower.RNGS``; absent: "inductor") is the stream a random op draws.
     """
     if not any(o.verdict.ok for o in pattern.occurrences):
         return Skipped(pattern.id, pattern.ops, no_safe_reason(pattern))
+    rng = (source or {}).get("rng", "inductor")
     try:
         spec = spec_from_pattern(pattern)
         if region.is_region(pattern):
@@ -359,26 +361,29 @@ def generate_one(pattern, workspace: Workspace, command: str, source: dict | Non
             if reduce.wants(pattern):
                 return reduce.generate_one(pattern, workspace, command, source)
             pattern = region.prepare(pattern)
-            spec = replace(spec_from_pattern(pattern), column_inputs=region.column_inputs(pattern))
+            spec = replace(spec_from_pattern(pattern), column_inputs=region.column_inputs(pattern), rng=rng)
         prog = lower.lower(spec)
     except Unsupported as e:
         return Skipped(pattern.id, pattern.ops, f"not generated: {e}")
+    cid = candidate_id(pattern.id, prog)
+    if cid != spec.id:
+        prog.spec = spec = replace(spec, id=cid)
     observed = observed_entries(pattern, spec, prog.seed_consts)
     if not any(o.get("outputs") for o in observed):
         return Skipped(pattern.id, pattern.ops, "not generated: no observed shape the pattern runs on")
     label = label_for(pattern.ops)
-    folder = workspace.candidates / pattern.id
+    folder = workspace.candidates / cid
     cmd = f"{command}"
     write_text(folder / "kernel.py", render_kernel_py(prog, header(pattern.id, cmd, "Triton kernels + launcher")))
     write_text(folder / "pattern.py", render_pattern_py(
-        prog, header(pattern.id, cmd, "search pattern, replacement, extra check"), f"miner::c{pattern.id}",
+        prog, header(pattern.id, cmd, "search pattern, replacement, extra check"), f"miner::c{cid}",
         KERNEL_IMPORT, example_shapes(observed, spec.n_inputs, prog.seed_inputs),
-        f"Fusion candidate {pattern.id} ({label}): {pattern.ops}."))
+        f"Fusion candidate {cid} ({label}): {pattern.ops}."))
     from miner.core.pattern import to_json as pattern_json
 
     old = folder / "candidate.json"
     meta = {
-        "id": pattern.id, "miner_version": __version__, "regenerate": cmd, "op": f"miner::c{pattern.id}",
+        "id": cid, "miner_version": __version__, "regenerate": cmd, "op": f"miner::c{cid}",
         "label": label, "ops": pattern.ops,
         "signature": {"inputs": spec.n_inputs, "scalars": spec.n_consts, "outputs": len(spec.outputs),
                       "input_kinds": ["bool" if b else "float" for b in prog.input_is_bool],
@@ -396,8 +401,21 @@ def generate_one(pattern, workspace: Workspace, command: str, source: dict | Non
     }
     if source:
         meta["source"] = source
+    if prog.rand4:
+        meta["rng"] = RNG_NOTE
     write_json(old, meta)  # written once, here: later stages write files of their own
-    return Generated(pattern.id, label, folder, len(observed))
+    return Generated(cid, label, folder, len(observed))
+
+
+RNG_SUFFIX = "_x4"  # a candidate drawing the four-per-call stream: <pattern id>_x4 (Inductor's stream: <pattern id>)
+RNG_NOTE = {"stream": "philox4", "u(L)": "word L % 4 of Philox4x32-10(seed, counter L // 4)",
+            "reference": "miner.runtime.philox", "differs_from_inductor": True}
+
+
+def candidate_id(pattern_id: str, prog: Program) -> str:
+    """The candidate's id: the pattern's, with ``RNG_SUFFIX`` when it draws the four-per-call stream
+    (its mask differs from Inductor's, so it is another candidate than the one drawing Inductor's)."""
+    return pattern_id + RNG_SUFFIX if prog.rand4 else pattern_id
 
 
 def no_safe_reason(pattern) -> str:

@@ -54,6 +54,16 @@ class PatternSpec:
     input_dtypes: tuple[tuple[str, ...], ...] = ()
     rank: int | None = None
     column_inputs: tuple[int, ...] = ()  # observed as per-column vectors [N] only (read once per program)
+    rng: str = "inductor"  # the random stream ``inductor_random`` draws: one of RNGS
+
+
+# the random streams a kernel can draw ``inductor_random(shape, seed, "rand")`` from, both a function
+# of (seed, the element's row-major index L) only:
+# - "inductor": Inductor's own numbers, ``tl.rand(seed, L)`` (one Philox4x32-10 call per element,
+#   one of its four words used): a replaced dropout keeps Inductor's mask bit for bit;
+# - "philox4": word L % 4 of the Philox call at counter L // 4 (``miner.runtime.philox``): a
+#   quarter of the Philox work, another (equally distributed) mask.
+RNGS = ("philox4", "inductor")
 
 
 # --------------------------------------------------------------------------- lowered program
@@ -96,6 +106,11 @@ class Program:
     def random(self) -> bool:
         """Whether the kernel draws random numbers (``inductor_random`` inside)."""
         return any(v.random for v in self.values.values())
+
+    @property
+    def rand4(self) -> bool:
+        """Whether the kernel draws the four-per-call stream (``RAND4`` flag: whole groups per call)."""
+        return self.random and self.spec.rng == "philox4"
 
     @property
     def output_kinds(self) -> tuple[str, ...]:
@@ -253,7 +268,7 @@ def lower(spec: PatternSpec) -> Program:
         if ns not in ("aten", "prims"):
             raise Unsupported(f"unsupported op {node.target}")
         if base in ("inductor_lookup_seed", "inductor_random"):
-            values[name] = _lower_random(name, base, node, operand)
+            values[name] = _lower_random(name, base, node, operand, spec.rng)
             values[name].op = f"{ns}.{base}"
             node_value.append(name)
             continue
@@ -316,10 +331,11 @@ def _walk(xs):
             yield x
 
 
-def _lower_random(name: str, base: str, node: PatternNode, operand) -> Value:
+def _lower_random(name: str, base: str, node: PatternNode, operand, rng: str = "inductor") -> Value:
     """``inductor_lookup_seed(seeds, i)`` -> one seed per program; ``inductor_random(shape, seed, kind)``
     -> one number per element at its row-major offset ``lin`` (the launch contract checks that
-    ``shape`` is the rows' full shape)."""
+    ``shape`` is the rows' full shape), from the stream ``rng`` (``RNGS``): ``uniform_at`` names
+    the four-per-call stream, which ``emit`` draws a whole group per call where the tile allows."""
     if base == "inductor_lookup_seed":
         seeds, idx = node.args[0], node.args[1]
         if not (isinstance(seeds, dict) and "input" in seeds):
@@ -335,7 +351,11 @@ def _lower_random(name: str, base: str, node: PatternNode, operand) -> Value:
     e, v = operand(seed)
     if v is None or v.kind != "seed":
         raise Unsupported("inductor_random whose seed is not an inductor_lookup_seed inside the pattern")
-    fn = "uniform" if kind == "rand" else "normal"
+    if rng not in RNGS:
+        raise Unsupported(f"random stream {rng!r} (one of {', '.join(RNGS)})")
+    if rng == "philox4" and kind != "rand":
+        raise Unsupported("inductor_random 'randn' with the philox4 stream (dropout's 'rand' only; --rng inductor)")
+    fn = "uniform_at" if rng == "philox4" else "uniform" if kind == "rand" else "normal"
     return Value(name, "vec", 0, expr=f"{fn}({e}, lin)", deps=(v.name,), random=True)
 
 
@@ -493,4 +513,4 @@ def signature_params(spec: PatternSpec) -> list[str]:
     return [f"x{k}" for k in range(spec.n_inputs)] + [f"c{c}" for c in range(spec.n_consts)]
 
 
-__all__ = ["PatternSpec", "Program", "Value", "Unsupported", "lower", "normalize_args", "signature_params"]
+__all__ = ["RNGS", "PatternSpec", "Program", "Value", "Unsupported", "lower", "normalize_args", "signature_params"]

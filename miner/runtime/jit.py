@@ -15,6 +15,13 @@ They run under ``TRITON_INTERPRET=1`` as well (``tests/test_jit.py`` checks each
   (``tl.rand(seed, offset.to(tl.uint32))``), so a replaced dropout keeps Inductor's mask.
   ``fill_random`` (a kernel, not a helper) writes them for a whole tensor: the references'
   ``miner.runtime.launch.triton_rand``.
+- ``uniform_tile4(seed, group)`` / ``uniform_at(seed, lin)``: the four-per-call dropout stream
+  (``miner.runtime.philox``): ``u(L)`` = word ``L % 4`` of Philox4x32-10 at counter ``L // 4``.
+  ``uniform_tile4`` draws a ``[R, G]`` tile of group counters with one Philox call each and returns
+  the ``[R, 4 G]`` numbers of their elements (words interleaved: element ``4 j + w`` of a row is
+  word ``w`` of group ``j``); ``uniform_at`` draws one element per call (the same numbers, for
+  tiles that do not cover whole groups). ``fill_uniform4`` (a kernel) writes ``u(L)`` for a
+  whole tensor through either (the statistics' and tests' draw).
 """
 
 from __future__ import annotations
@@ -22,7 +29,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["tanh", "pow_rt", "pow_c", "load_masked", "load_full", "uniform", "normal", "fill_random"]
+__all__ = ["tanh", "pow_rt", "pow_c", "load_masked", "load_full", "uniform", "normal", "fill_random",
+           "philox_words", "uniform_tile4", "uniform_at", "fill_uniform4"]
 
 
 @triton.jit
@@ -110,4 +118,55 @@ def fill_random(seed_ptr, out_ptr, n, NORMAL: tl.constexpr, BLOCK: tl.constexpr)
         r = normal(seed, offs)
     else:
         r = uniform(seed, offs)
+    tl.store(out_ptr + offs, r, mask=offs < n)
+
+
+@triton.jit
+def philox_words(seed, group):
+    """The four uint32 words of Philox4x32-10 under key ``seed`` at the int64 counters ``group``
+    (low word ``c0``, high word ``c1``, ``c2 = c3 = 0``; ``tl.philox`` with explicit 32-bit counters,
+    the same on every Triton version)."""
+    g = group.to(tl.int64)
+    lo = (g & 0xFFFFFFFF).to(tl.uint32)
+    hi = (g >> 32).to(tl.uint32)
+    z = lo * 0
+    return tl.philox(seed, lo, hi, z, z)
+
+
+@triton.jit
+def uniform_tile4(seed, group):
+    """``[R, 4 G]`` uniforms of the elements of a ``[R, G]`` tile of group counters: one Philox call
+    per group, element ``4 j + w`` of a row is word ``w`` of group ``j`` (``u(L)`` for ``L = 4 group + w``)."""
+    w0, w1, w2, w3 = philox_words(seed, group)
+    u0 = tl.uint_to_uniform_float(w0)
+    u1 = tl.uint_to_uniform_float(w1)
+    u2 = tl.uint_to_uniform_float(w2)
+    u3 = tl.uint_to_uniform_float(w3)
+    # join(join(u0, u2), join(u1, u3))[.., j, a, b] is word 2 a + b of group j: row-major order
+    u = tl.join(tl.join(u0, u2), tl.join(u1, u3))
+    return tl.reshape(u, (group.shape[0], group.shape[1] * 4))
+
+
+@triton.jit
+def uniform_at(seed, lin):
+    """``u(L)`` at element offsets ``lin`` (int64), one Philox call per element: word ``L % 4`` of the
+    call at counter ``L // 4`` (what ``uniform_tile4`` draws for the same elements)."""
+    lin = lin.to(tl.int64)
+    w0, w1, w2, w3 = philox_words(seed, lin >> 2)
+    k = lin & 3
+    w = tl.where(k == 0, w0, tl.where(k == 1, w1, tl.where(k == 2, w2, w3)))
+    return tl.uint_to_uniform_float(w)
+
+
+@triton.jit
+def fill_uniform4(seed_ptr, out_ptr, n, start, PER_GROUP: tl.constexpr, BLOCK: tl.constexpr):
+    """``out[i] = u(start + i)`` for ``i < n`` (``seed = seed_ptr[0]``, ``start % 4 == 0``): through
+    ``uniform_tile4`` (``PER_GROUP``) or ``uniform_at``; ``BLOCK`` a multiple of 4."""
+    seed = tl.load(seed_ptr)
+    base = tl.program_id(0).to(tl.int64) * BLOCK
+    offs = base + tl.arange(0, BLOCK)[None, :]
+    if PER_GROUP:
+        r = uniform_tile4(seed, (start + base) // 4 + tl.arange(0, BLOCK // 4)[None, :])
+    else:
+        r = uniform_at(seed, start + offs)
     tl.store(out_ptr + offs, r, mask=offs < n)

@@ -321,27 +321,28 @@ def pick(key: tuple, candidates: list[tuple[int, int, int]], launch: Callable[[t
 def run(one_pass_kernel, looped_kernel, reference: Callable, xs: Sequence, scalars: Sequence,
         output_kinds: Sequence[str], *, pattern_id: str, levels: int, variant: str | None = None,
         out_meta: Callable | None = None, config: tuple[int, int, int] | None = None,
-        seeds: Sequence[int] = (), columns: Sequence[int] = ()) -> tuple:
+        seeds: Sequence[int] = (), columns: Sequence[int] = (), rand4: bool = False) -> tuple:
     """Run a generated pattern on ``xs`` (tensors) and ``scalars``; returns fresh contiguous outputs.
 
     ``variant`` forces ``one_pass`` or ``looped``; ``config`` forces (ROWS, BLOCK, num_warps).
     ``seeds``: the inputs that are dropout seed vectors: passed as plain pointers (the kernel
     reads one seed per program), outside the rows' layout and strides. ``columns``: inputs the
     one-pass kernel can read once per program as a ``[1, BLOCK]`` per-column vector (flag
-    ``X<k>_COL``, set here when the input is broadcast over every row: a norm's weight).
+    ``X<k>_COL``, set here when the input is broadcast over every row: a norm's weight). ``rand4``:
+    the kernel draws the four-per-call stream and takes the ``RAND4`` flag (:func:`rand4_flag`).
     """
     import torch
 
     device = xs[0].device
     if device.type == "cpu" and not interpreting():
         raise RuntimeError(f"{pattern_id}: CPU tensors need TRITON_INTERPRET=1 set before triton is imported")
-    key = (pattern_id, id(one_pass_kernel), variant, config, levels, tuple(seeds), tuple(columns), device,
+    key = (pattern_id, id(one_pass_kernel), variant, config, levels, tuple(seeds), tuple(columns), rand4, device,
            tuple((x.shape, x.stride(), x.dtype) for x in xs), tuple(s for s in scalars if not isinstance(s, int)))
     plan = PLANS.get(key)
     if plan is None:
         outs, plan = _first_launch(one_pass_kernel, looped_kernel, reference, xs, scalars, output_kinds,
                                    pattern_id=pattern_id, levels=levels, variant=variant, out_meta=out_meta,
-                                   config=config, seeds=seeds, columns=columns)
+                                   config=config, seeds=seeds, columns=columns, rand4=rand4)
         if not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
             PLANS[key] = plan  # a tile picked untimed inside a capture is not kept (see ``pick``)
         return outs
@@ -375,7 +376,7 @@ PLANS: dict[tuple, Plan] = {}
 
 
 def _first_launch(one_pass_kernel, looped_kernel, reference, xs, scalars, output_kinds, *, pattern_id, levels,
-                  variant, out_meta, config, seeds, columns) -> tuple[tuple, Plan]:
+                  variant, out_meta, config, seeds, columns, rand4=False) -> tuple[tuple, Plan]:
     """:func:`run` for shapes not seen before: check the contract, lay the rows out, pick the tile,
     launch; returns the outputs and the :class:`Plan` later calls reuse."""
     import torch
@@ -425,7 +426,8 @@ def _first_launch(one_pass_kernel, looped_kernel, reference, xs, scalars, output
 
     def constexprs(cfg):
         rows, block, warps = cfg
-        return {"ROWS": rows if variant == "one_pass" else 1, "BLOCK": block, "num_warps": warps, **extra}
+        flag = {"RAND4": rand4_flag(variant, n_cols, block)} if rand4 else {}
+        return {"ROWS": rows if variant == "one_pass" else 1, "BLOCK": block, "num_warps": warps, **extra, **flag}
 
     def launch(cfg):
         kernel[grid_of(cfg)](*seed_ptrs, *xs, *outs, *scalars, n_rows, n_cols, d1, d2, *strides, **constexprs(cfg))
@@ -435,6 +437,16 @@ def _first_launch(one_pass_kernel, looped_kernel, reference, xs, scalars, output
     launch(cfg)
     return outs, Plan(tuple(metas), kernel, grid_of(cfg), seed_idx, row_idx, copy_shape, (n_rows, n_cols, d1, d2),
                       tuple(strides), constexprs(cfg))
+
+
+def rand4_flag(variant: str, n_cols: int, block: int) -> bool:
+    """Whether a tile of the four-per-call stream covers whole aligned groups of four elements
+    (``RAND4``: one Philox call per group; else one per element, the same numbers).
+
+    The looped kernel's chunks start at a 16-aligned row offset plus a multiple of ``block``; the
+    one-pass kernel's row ``r`` starts at element ``r * n_cols``: aligned when ``n_cols % 4 == 0``.
+    """
+    return block % 4 == 0 and (variant == "looped" or n_cols % 4 == 0)
 
 
 def triton_rand(shape: Sequence[int], seed, kind: str = "rand"):
