@@ -201,7 +201,7 @@ def test_gate_verdicts_and_the_gated_shortcut_follow_the_evidence():
     gate.OVERLAY["layer_norm"] = [ab.alone_records(r)["layer_norm"]]
     try:
         r.gate = ab.gate_verdicts(r, {}, "default")
-        assert r.gate["layer_norm"][SITE].startswith("fire: step faster in bert train/default 1.030x")
+        assert r.gate["layer_norm"][SITE].startswith("fire: step faster in bert train/default B16 S512 1.030x")
         assert ab._gated_shortcut(r) == "all"
         r.gate = ab.gate_verdicts(r, {}, "reduce-overhead")  # other modes agree: fires, saying so
         assert "not reduce-overhead" in r.gate["layer_norm"][SITE]

@@ -347,7 +347,8 @@ def gate_verdicts(r: ABResult, modules: dict[str, Any], compile_mode: str) -> di
             wins = getattr(modules.get(f), "WINS", None)
             records = gate.in_model_records(wins if wins else {"name": f})
             for site in sites:
-                fire, reason = gate.decide_context(_SiteCtx(site, mode), records)  # reads .site, .mode
+                fire, reason = gate.decide_context(_SiteCtx(site, mode), records,  # reads .site, .mode
+                                                   gate.isolated_rows(wins))
                 out.setdefault(f, {})[site] = f"{'fire' if fire else 'decline'}: {reason}"
     return out
 

@@ -91,6 +91,7 @@ class Decision:
     steps: tuple[StepChange, ...] = ()
     kernel: KernelRange | None = None
     status: str = ""  # the candidate's status where no ranked row has it (an upcast candidate), else ""
+    coverage: tuple[str, ...] = ()  # where the gate fires, per class of measured sites (gate.coverage)
 
     @property
     def label(self) -> str:
@@ -512,7 +513,21 @@ def _decision(ident: str, name: str, ops: str, promoted: bool, rec_path: Path, w
     if silent and not steps and verdict == UNMEASURED:
         reason = f"matches nothing in the models the in-model A/B ran ({', '.join(silent)}): no step change to measure"
     fires = gate_fires(records) if promoted else ()
-    return Decision(ident, name, ops, promoted, verdict, reason, fires, won, tuple(steps), kernel)
+    cover = tuple(gate_coverage(rec_path)) if promoted else ()
+    return Decision(ident, name, ops, promoted, verdict, reason, fires, won, tuple(steps), kernel, coverage=cover)
+
+
+def gate_coverage(path: Path) -> list[str]:
+    """Where the gate of the fusion whose ``wins.json`` is ``path`` fires, per class of measured sites
+    (``miner.runtime.gate.coverage``: exact sites and the sizes their wins bracket)."""
+    from miner.runtime import gate
+
+    try:
+        wins = read_json(path) if path.exists() else {}
+    except MinerError:
+        return []
+    records = list(((wins or {}).get("in_model") or {}).get("records", ()) or ())
+    return gate.coverage(records, gate.isolated_rows(wins))
 
 
 __all__ = ["ADOPT", "MODEL_STEP_HEADER", "NOT_WORTH", "ONLY", "ORDER", "UNMEASURED", "UNSAFE", "VERDICTS", "Decision",

@@ -292,7 +292,7 @@ def show_listings(review: Review, r: Ranked, d: Decision | None) -> list[Listing
     if d is not None:
         cells = decision_cells(d)
         facts += [f"verdict: {d.label}: {d.reason}", f"fires on CUDA: {cells['where']}",
-                  f"kernel alone: {cells['kernel']}"]
+                  f"kernel alone: {cells['kernel']}"] + gate_lines(d)
     out = [Listing(f"{r.id}  {r.label}".rstrip(), [], [], facts, ["pattern:"] + ["  " + x for x in
                                                                             p.to_source("pattern").splitlines()],
                    empty="")]
@@ -328,6 +328,16 @@ def show_listings(review: Review, r: Ranked, d: Decision | None) -> list[Listing
     return out
 
 
+def gate_lines(d: Decision) -> list[str]:
+    """A promoted fusion's gate: the sites and size ranges where it fires, and the rule that decides."""
+    from miner.runtime.gate import BRACKET_RULE
+
+    if not d.promoted:
+        return []
+    return (["gate (where it fires on CUDA):"] + [f"  {c}" for c in d.coverage or ("nowhere: no in-model win",)]
+            + [f"  rule: {BRACKET_RULE}"])
+
+
 def steps_listing(d: Decision) -> Listing:
     """The in-model A/B measurements a decision stands on, one row each."""
     return Listing("in-model A/B (the fusion alone vs the default compile)",
@@ -345,8 +355,8 @@ def unranked_show_listings(d: Decision, cand) -> list[Listing]:
     region): its decision, where it fires and declines, its in-model A/B and its validation."""
     meta = cand.meta
     facts = [f"ops: {d.ops}", f"status: {d.status}" + (f" (fusion {d.name})" if d.promoted else ""),
-             f"verdict: {d.label}: {d.reason}", f"fires on CUDA: {d.where}", f"candidate files: {cand.path}",
-             f"  regenerate: {meta.get('regenerate')}"]
+             f"verdict: {d.label}: {d.reason}", f"fires on CUDA: {d.where}"] + gate_lines(d) + [
+             f"candidate files: {cand.path}", f"  regenerate: {meta.get('regenerate')}"]
     facts += [f"  {k}: {meta[k]}" for k in ("rule", "source") if meta.get(k)]
     fired = [f"  {o.get('count', 0):5d}  {o.get('model', '?')} {o.get('phase', '?')} {o.get('target', '')} ".rstrip() + " "
              + " x ".join(f"{i['dtype']}{i['shape']}" for i in o.get("inputs", ())) for o in meta.get("observed", ())]
