@@ -18,7 +18,7 @@ from miner.check.ab import (COMPILE_MODES, ABResult, VariantResult, ab_from_json
                              run_ab)
 from miner.check.promotion import _root
 from miner.check.verify import format_step, load_fusions, run_env
-from miner.core.dtypes import AUTOCAST_MODEL_TOL
+from miner.core.dtypes import AUTOCAST_MODEL_TOL, PARITY_ATOL, PARITY_K
 from miner.core.errors import MinerError, UsageError
 
 KIND, SCHEMA = "VerifyAB", 2
@@ -240,8 +240,7 @@ def detail(r: ABResult) -> str:
             out.append(f"| {v.name} | {v.gate} | - | - | - | - | - | - | - | - | {v.error} |")
             continue
         m = ", ".join(f"{k}={n}" for k, n in sorted(v.matches.items()) if n) or ("none" if v.fusions else "-")
-        par = "-" if v.parity is None else ("ok" if v.parity.ok else
-                                            f"FAIL (loss {v.parity.loss_rel}, grads {v.parity.grads_rel})")
+        par = parity_cell(v.parity)
         cs = "-" if v.compile_s is None else f"{v.compile_s:.1f}"
         out.append(f"| {v.name} | {v.gate} | {format_step(v.step)} | "
                    f"{_speedup(v)} | {v.verdict or '-'} | {_gib(v, r.compile)} | {m} | "
@@ -255,6 +254,16 @@ def detail(r: ABResult) -> str:
         out += ["", "Gate decisions while compiling (with the gate open: what it would have decided):", ""]
         out += [f"- {name}: x{n} {k}" for name, k, n in decisions]
     return "\n".join(out) + "\n"
+
+
+def parity_cell(p) -> str:
+    """``ok`` / ``FAIL`` with the rule that judged it and, against the float32 floor, the numbers."""
+    if p is None:
+        return "-"
+    judged = getattr(p, "judged", "fixed tolerance")
+    if judged == "float32 floor":
+        return f"{'ok' if p.ok else 'FAIL'} (vs float32: {p.reason})"
+    return ("ok" if p.ok else f"FAIL (loss {p.loss_rel}, grads {p.grads_rel})") + f" ({judged})"
 
 
 def _speedup(v: VariantResult) -> str:
@@ -286,7 +295,11 @@ def markdown(results: Sequence[ABResult], peers: Sequence[dict] = ()) -> str:
           "between the variants (round robin, Python's garbage collector paused within a round, ~1 ms of GPU "
           "work queued ahead of each step as in a loop that never synchronizes); median and p20-p80 per "
           "variant; speedup = median over rounds of default/variant (paired), with its p20-p80; verdict win / loss beyond the band, else noise. bf16 autocast; train = forward + "
-          f"loss + backward. Parity of one seeded step against the default (tolerances {AUTOCAST_MODEL_TOL}). "
+          f"loss + backward. Parity of one seeded step: each variant's and the default's relative error to the "
+          "same step compiled in float32 (same weights, inputs and dropout draws: the same seed before each "
+          f"observed step); a variant passes when its error is at most {PARITY_K:g} x the default's + "
+          f"{PARITY_ATOL} per quantity (without a usable float32 step: the direct difference within "
+          f"{AUTOCAST_MODEL_TOL}); a variant that breaks parity is `parity-fail`, never a win. "
           "Step peak: the timed step's peak memory beyond what was allocated before it (not measured under "
           "reduce-overhead: the CUDA graphs' pool is allocated at capture). Kernels: torch.profiler kernel time "
           "per step against the default's, Inductor's kernel numbers stripped.\n", summary_table(results)]
