@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
@@ -201,7 +202,7 @@ def test_gate_verdicts_and_the_gated_shortcut_follow_the_evidence():
     gate.OVERLAY["layer_norm"] = [ab.alone_records(r)["layer_norm"]]
     try:
         r.gate = ab.gate_verdicts(r, {}, "default")
-        assert r.gate["layer_norm"][SITE].startswith("fire: step faster in bert train/default 1.030x")
+        assert r.gate["layer_norm"][SITE].startswith("fire: step faster in bert train/default B16 S512 1.030x")
         assert ab._gated_shortcut(r) == "all"
         r.gate = ab.gate_verdicts(r, {}, "reduce-overhead")  # other modes agree: fires, saying so
         assert "not reduce-overhead" in r.gate["layer_norm"][SITE]
@@ -283,3 +284,19 @@ def test_model_steps_take_the_gated_variant_else_all_and_name_promoted_candidate
     assert cells[:5] == ["t5 train/default", "73.70", "66.70", "1.104x [1.101-1.107]", "win ±0.5%"]
     assert cells[6].endswith("(gate open)") and cells[7] == "ok"
     assert model_step_cells(b)[6] == "none (the gate keeps all off)"
+
+
+def test_several_batch_and_seq_sizes_make_a_grid_of_ab_rows():
+    from miner.check.abrun import shape_grid
+    from miner.commands.verify import _single, _sizes
+    from miner.core.errors import UsageError
+
+    assert shape_grid([8, 32], [256, 1024]) == [(8, 256), (8, 1024), (32, 256), (32, 1024)]
+    assert shape_grid(None, None) == [(None, None)] and shape_grid(16, None) == [(16, None)]
+    assert _sizes("8,16,32") == [8, 16, 32] and _single([16], "batch") == 16
+    with pytest.raises(UsageError, match="several sizes need --ab"):
+        _single([8, 16], "batch")
+    with pytest.raises(argparse.ArgumentTypeError):
+        _sizes("8,x")
+    with pytest.raises(UsageError):
+        shape_grid([8, 8], None)

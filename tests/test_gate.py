@@ -35,7 +35,7 @@ def test_an_isolated_benchmark_alone_never_enables_a_firing():
 def test_a_measured_step_win_fires_in_its_context_only():
     wins = wins_with(record("win", 1.02))
     fire, reason = decide(SIG, wins, producer_fusable=True)
-    assert fire and "bert train/default 1.020x" in reason
+    assert fire and "bert train/default B16 S512 1.020x" in reason
     assert not decide(SIG, wins, producer_fusable=False)[0]  # another neighbourhood is another context
     assert not decide((((4096, 768), F32),), wins, producer_fusable=True)[0]  # another shape
     assert not decide((((8192, 768), BF16),), wins, producer_fusable=True)[0]  # another dtype
@@ -239,3 +239,126 @@ def test_symbolic_sizes_on_cuda_decline_with_their_reason_and_fire_when_held_ope
 
 def test_symbolic_sizes_on_cpu_pass():
     assert wins_gate(match_of(symbolic_fake("cpu")), wins_with(record("loss", 0.5)), 1)
+
+
+# --------------------------------------------------------------------------- beyond the measured shape (issue 31)
+
+def t5_site(batch, seq=512, dtype=F32, producer="fusable"):
+    """The upcast matmul's site in t5 at (batch, seq): QK^T of [batch*12, seq, 64] x [batch*12, 64, seq]."""
+    return (f"{dtype}[{batch * 12},{seq},64] {dtype}[{batch * 12},64,{seq}] | producer:{producer} "
+            f"consumer:fusable")
+
+
+def t5_sig(batch, seq=512, dtype=F32):
+    return (((batch * 12, seq, 64), dtype), ((batch * 12, 64, seq), dtype))
+
+
+def shaped(verdict, speedup, batch, seq=512, **kw):
+    r = record(verdict, speedup, sites=(t5_site(batch, seq),), model="t5", **kw)
+    return {**r, "batch": batch, "seq": seq}
+
+
+def t5_wins(*records):
+    return {"name": "upcast_matmul", "wins": [], "loses": [], "in_model": {"schema": 1, "records": list(records)}}
+
+
+def test_wins_that_bracket_a_shape_fire_there():
+    wins = t5_wins(shaped("win", 1.05, 8, 256), shaped("win", 1.06, 32, 1024))
+    fire, reason = decide(t5_sig(16, 512), wins, producer_fusable=True, consumer_fusable=True)
+    assert fire and reason.startswith("bracketed by in-model wins") and "x0 dim 0 in [96, 384]" in reason, reason
+    assert "t5 train/default B8 S256 1.050x" in reason
+
+
+def test_a_shape_outside_the_measured_range_declines_with_the_size_that_is_outside():
+    wins = t5_wins(shaped("win", 1.05, 8), shaped("win", 1.06, 16))
+    fire, reason = decide(t5_sig(32), wins, producer_fusable=True, consumer_fusable=True)
+    assert not fire and reason == "outside the in-model evidence: x0 dim 0 = 384 outside measured [96, 192]"
+    # a dim equal in every win must be equal: both wins at seq 512, so seq 256 is outside
+    fire, reason = decide(t5_sig(16, 256), wins, producer_fusable=True, consumer_fusable=True)
+    assert not fire and "x0 dim 1 = 256 outside measured [512, 512]" in reason
+
+
+def test_a_loss_inside_the_bracket_declines():
+    wins = t5_wins(shaped("win", 1.05, 8), shaped("loss", 0.97, 16), shaped("win", 1.06, 32))
+    fire, reason = decide(t5_sig(24), wins, producer_fusable=True, consumer_fusable=True)
+    assert not fire and reason.startswith("bracketed, but slower inside the bracket") and "B16" in reason
+    parity = t5_wins(shaped("win", 1.05, 8), shaped("parity-fail", 1.02, 16), shaped("win", 1.06, 32))
+    assert not decide(t5_sig(24), parity, producer_fusable=True, consumer_fusable=True)[0]
+
+
+def test_another_dtype_neighbourhood_or_mode_is_not_bracketed():
+    wins = t5_wins(shaped("win", 1.05, 8), shaped("win", 1.06, 32))
+    assert decide(t5_sig(16), wins, producer_fusable=True, consumer_fusable=True)[0]
+    fire, reason = decide(t5_sig(16, dtype=BF16), wins, producer_fusable=True, consumer_fusable=True)
+    assert not fire and "no in-model win of this class" in reason
+    assert not decide(t5_sig(16), wins, producer_fusable=False, consumer_fusable=True)[0]
+    assert not decide(t5_sig(16), wins, producer_fusable=True, consumer_fusable=True, mode="reduce-overhead")[0]
+
+
+def test_one_measured_shape_fires_only_at_that_shape():
+    wins = t5_wins(shaped("win", 1.05, 16))
+    assert decide(t5_sig(16), wins, producer_fusable=True, consumer_fusable=True)[0]
+    fire, reason = decide(t5_sig(8), wins, producer_fusable=True, consumer_fusable=True)
+    assert not fire and reason.endswith("x0 dim 0 = 96 outside measured [192, 192]")
+
+
+def test_an_exactly_measured_noise_is_not_overruled_by_a_bracket():
+    wins = t5_wins(shaped("win", 1.05, 8), shaped("noise", 1.0, 16), shaped("win", 1.06, 32))
+    fire, reason = decide(t5_sig(16), wins, producer_fusable=True, consumer_fusable=True)
+    assert not fire and reason.startswith("within noise")
+
+
+def test_a_slower_isolated_kernel_row_inside_the_bracket_declines():
+    wins = t5_wins(shaped("win", 1.05, 8), shaped("win", 1.06, 32))
+    wins["loses"] = [{"inputs": [{"shape": [192, 512, 64], "dtype": F32}, {"shape": [192, 64, 512], "dtype": F32}],
+                      "speedup_vs_inductor": 0.9}]
+    fire, reason = decide(t5_sig(24), wins, producer_fusable=True, consumer_fusable=True)
+    assert not fire and "kernel alone is slower inside the bracket (0.90x)" in reason
+
+
+def test_bracket_is_pure_on_ranges():
+    q = gate.Query.of(t5_sig(16), True, True)
+    measured = [gate.Query.of(t5_sig(b), True, True) for b in (8, 32)]
+    assert gate.bracket(q, measured)[0]
+    wide = gate.Query(((((64, 512), (512, 512), (64, 64)), F32), (((64, 512), (64, 64), (512, 512)), F32)), True, True)
+    ok, reason = gate.bracket(wide, measured)
+    assert not ok and reason == "x0 dim 0 = [64, 512] outside measured [96, 384]"
+    assert gate.parse_site(t5_site(16)) == q
+
+
+def test_symbolic_sizes_within_the_evidence_fire_and_unbounded_ones_decline():
+    """dynamic=True: a size-generic fusion fires where the range the compile allows (a SymInt's bounds)
+    lies inside the bracket; Dynamo's default range [2, inf) never does."""
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
+
+    env = ShapeEnv()
+    sym = env.create_symbol(16, ConstantSource("b"), dynamic_dim=DimDynamic.DYNAMIC)
+    assert gate.dim_range(env.create_symintnode(sym, hint=16)) is None  # [2, inf)
+    env.constrain_symbol_range(sym, compiler_min=8, compiler_max=32)
+    assert gate.dim_range(env.create_symintnode(sym, hint=16)) == (8, 32)
+    assert gate.dim_range(7) == (7, 7)
+    wins = t5_wins(shaped("win", 1.05, 8), shaped("win", 1.06, 32))
+    records = gate.in_model_records(wins)
+    inside = gate.Query(((((96, 384), (512, 512), (64, 64)), F32), (((96, 384), (64, 64), (512, 512)), F32)),
+                        True, True)
+    assert gate.decide_range(inside, "default", records)[0]
+    beyond = gate.Query(((((96, 768), (512, 512), (64, 64)), F32), (((96, 768), (64, 64), (512, 512)), F32)),
+                        True, True)
+    assert not gate.decide_range(beyond, "default", records)[0]
+
+
+def test_coverage_says_where_it_fires():
+    wins = t5_wins(shaped("win", 1.05, 8, 256), shaped("win", 1.06, 32, 1024))
+    lines = gate.coverage(gate.in_model_records(wins))
+    assert lines == ["fires at float32[96..384,256..1024,64] float32[96..384,64,256..1024] | "
+                     "producer:fusable consumer:fusable | mode:default"], lines
+
+
+def test_records_of_other_shapes_do_not_replace_each_other():
+    merged = gate.merge_records(None, "upcast_matmul", [shaped("win", 1.05, 8), shaped("win", 1.06, 32)])
+    assert len(merged["in_model"]["records"]) == 2
+    again = gate.merge_records(merged, "upcast_matmul", [{**shaped("loss", 0.9, 8), "date": "z"}])
+    assert sorted(r["verdict"] for r in again["in_model"]["records"]) == ["loss", "win"]
+    old = record("win", 1.0, model="t5")  # no batch/seq: the base preset's B16 S512
+    assert gate.record_shape(old) == (16, 512)

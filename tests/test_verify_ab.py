@@ -52,6 +52,8 @@ def test_run_ab_on_a_small_model_with_the_repository_fusions():
     assert control.fx_cache_hits and "FX graph cache hit" in control.note  # the second default compile
     every = r.variant("all")
     assert every.compile_s is not None and every.parity.ok and every.matches["layer_norm"] >= 1
+    assert every.parity.judged == "float32 floor", every.parity.reason  # against the float32 step
+    assert (r.batch, r.seq) == (2, 8)  # the step's token shape, recorded
     assert "layer_norm" in every.contexts  # the match's context, as the gate saw it
     assert r.noise_band is not None and all(v.step.steps == 2 for v in r.variants[:3])
     assert every.kernels is not None and "delta_us" in every.kernels  # profiled and diffed

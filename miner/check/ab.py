@@ -142,8 +142,14 @@ def rounds_for(band: float | None, offset: float, rounds: int, target: float = 0
     return math.ceil(rounds * (band / reach) ** 2), reach
 
 
-def verdict(speedup: float | None, band: float | None) -> str | None:
-    """win / loss beyond the band, else noise."""
+PARITY_FAIL = "parity-fail"
+
+
+def verdict(speedup: float | None, band: float | None, parity: Parity | None = None) -> str | None:
+    """win / loss beyond the band, else noise; ``parity-fail`` whatever the speedup when the variant's
+    step broke parity (a wrong result is never a win)."""
+    if parity is not None and not parity.ok:
+        return PARITY_FAIL
     if speedup is None or band is None:
         return None
     if speedup > 1.0 + band:
@@ -246,7 +252,31 @@ def prepare(name: str, base_model, inputs: dict, loss, *, mode: str, compile_mod
     return _Live(res, model, step)
 
 
-def parity_of(live: _Live, mode: str, device: str, seed: int = 1234) -> tuple:
+PARITY_SEED = 1234
+
+
+def reference_step(built, inputs: dict, *, mode: str, device: str, seed: int = PARITY_SEED,
+                   compile_fn: Callable | None = None) -> tuple | None:
+    """The parity reference: one seeded step of the same model compiled in float32 (no autocast):
+    ``(loss, logits, grads)``, or None when it cannot run (its reason logged by the caller).
+
+    Dropout is held equal, not off: Inductor draws each graph's dropout seeds from the default
+    generator when the compiled step runs (``inductor_seeds``) and each element's number from
+    (seed, element index), so after the same ``torch.manual_seed`` the float32 compile, with the
+    same random ops in the same order, draws the masks the bf16 ones do (tests/test_parity.py).
+    """
+    model = copy.deepcopy(built.model)
+    options = compile_options("default", None, cache=True, tag="float32-reference")
+    compiled = compile_fn(model, "default") if compile_fn else _compile(model, "default", options)
+    step = make_step(compiled, inputs, built.loss, mode, device, autocast=False)
+    _zero_grads(model)
+    step()  # compiles
+    out = observe_step(step, model, mode=mode, device=device, seed=seed)
+    del model, compiled, step
+    return out
+
+
+def parity_of(live: _Live, mode: str, device: str, seed: int = PARITY_SEED) -> tuple:
     """(loss, logits on CPU, grads on the device) of one step from a fixed RNG state."""
     return observe_step(live.step, live.model, mode=mode, device=device, seed=seed)
 
@@ -347,7 +377,8 @@ def gate_verdicts(r: ABResult, modules: dict[str, Any], compile_mode: str) -> di
             wins = getattr(modules.get(f), "WINS", None)
             records = gate.in_model_records(wins if wins else {"name": f})
             for site in sites:
-                fire, reason = gate.decide_context(_SiteCtx(site, mode), records)  # reads .site, .mode
+                fire, reason = gate.decide_context(_SiteCtx(site, mode), records,  # reads .site, .mode
+                                                   gate.isolated_rows(wins))
                 out.setdefault(f, {})[site] = f"{'fire' if fire else 'decline'}: {reason}"
     return out
 
@@ -373,12 +404,13 @@ def run_ab(build: Callable[[], Any], *, model: str, mode: str, compile_mode: str
            fusions, batch: int | None = None, seq: int | None = None, warmup: int = 3, rounds: int = 15,
            profile_steps: int = 3, deadline: float | None = None, env: dict | None = None,
            compile_fn: Callable | None = None, kernel_times: Callable | None = None,
-           log: Callable[[str], None] = print) -> ABResult:
+           parity_reference: bool = True, log: Callable[[str], None] = print) -> ABResult:
     """The A/B of one model, step mode and compile mode (see the module docstring).
 
     ``fusions``: a ``miner.runtime.fusions.Fusions``. ``deadline`` (``time.perf_counter()``): no new
     variant is compiled after it (those left out are recorded). ``kernel_times``: the profiler
     table function (default ``miner.scan.profile.kernel_times``); ``profile_steps=0`` skips it.
+    ``parity_reference``: compile the float32 reference step parity is judged against (``reference_step``).
     """
     import torch
 
@@ -388,6 +420,7 @@ def run_ab(build: Callable[[], Any], *, model: str, mode: str, compile_mode: str
     r = ABResult(model, mode, compile_mode, preset, batch, seq, env=env or {})
     built = build()
     inputs = resize_inputs(built.inputs, batch, seq)
+    r.batch, r.seq = input_shape(inputs, batch, seq)
     names = fusions.names()
     modules = {f: fusions.load(f) for f in names}
 
@@ -404,6 +437,16 @@ def run_ab(build: Callable[[], Any], *, model: str, mode: str, compile_mode: str
             f"{f', FX cache hits {live.res.fx_cache_hits}' if live.res.fx_cache_hits else ''}; matches {fired}")
         return live
 
+    reference = None
+    if parity_reference:
+        log(f"  {model} {mode}/{compile_mode} float32 reference: compiling")
+        try:
+            reference = reference_step(built, inputs, mode=mode, device=device, compile_fn=compile_fn)
+        except Exception as e:  # e.g. out of memory in float32: the fixed tolerance decides, and says so
+            log(f"  {model} {mode}/{compile_mode} float32 reference failed ({type(e).__name__}: "
+                f"{str(e).splitlines()[0] if str(e) else ''}); parity by the fixed tolerance"[:300])
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()
     default = make("default", cache=True)
     control = make("control", cache=True)
     if control.res.fx_cache_hits:
@@ -428,7 +471,7 @@ def run_ab(build: Callable[[], Any], *, model: str, mode: str, compile_mode: str
     r.noise_band = noise_band(_record_phase(phase_a, None))
     for live in phase_a[1:]:
         live.res.verdict = verdict(live.res.speedup, r.noise_band)
-    _parity(phase_a, mode, device)
+    _parity(phase_a, mode, device, reference)
     _explain(phase_a, kernel_times, device, profile_steps)
     r.variants[:0] = [live.res for live in phase_a]
     for f, rec in alone_records(r).items():  # this run's verdicts join the evidence of the gated compile
@@ -466,18 +509,32 @@ def run_ab(build: Callable[[], Any], *, model: str, mode: str, compile_mode: str
         for live, kept in zip((default, control), saved):  # phase A's numbers stand
             (live.res.step, live.res.speedup, live.res.speedup_p20, live.res.speedup_p80,
              live.res.verdict) = kept
-        _parity([default, gated], mode, device)
+        _parity([default, gated], mode, device, reference)
         _explain([default, gated], kernel_times, device, profile_steps)
         r.variants.append(gated.res)
+    del reference
     r.seconds = time.perf_counter() - t0
     return r
 
 
-def _parity(lives: Sequence[_Live], mode: str, device: str) -> None:
+def input_shape(inputs: dict, batch: int | None, seq: int | None) -> tuple[int | None, int | None]:
+    """(batch, seq) of the step's token inputs (the first 2-d integer tensor); the given values otherwise."""
+    import torch
+
+    ids = next((v for v in inputs.values() if torch.is_tensor(v) and v.dim() == 2 and not v.is_floating_point()),
+               None)
+    return (batch, seq) if ids is None else (int(ids.shape[0]), int(ids.shape[1]))
+
+
+def _parity(lives: Sequence[_Live], mode: str, device: str, reference: tuple | None = None) -> None:
+    """Each variant's parity against ``lives[0]`` (and the float32 ``reference``), then its verdict
+    again: one that broke parity is ``parity-fail``."""
     ref = parity_of(lives[0], mode, device)
     for live in lives[1:]:
         got = parity_of(live, mode, device)
-        live.res.parity = make_parity(ref[0], got[0], ref[1], got[1], ref[2], got[2])
+        live.res.parity = make_parity(ref[0], got[0], ref[1], got[1], ref[2], got[2], reference=reference)
+        if live.res.verdict is not None and not live.res.parity.ok:
+            live.res.verdict = PARITY_FAIL
         del got
 
 

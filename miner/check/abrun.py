@@ -18,7 +18,7 @@ from miner.check.ab import (COMPILE_MODES, ABResult, VariantResult, ab_from_json
                              run_ab)
 from miner.check.promotion import _root
 from miner.check.verify import format_step, load_fusions, run_env
-from miner.core.dtypes import AUTOCAST_MODEL_TOL
+from miner.core.dtypes import AUTOCAST_MODEL_TOL, PARITY_ATOL, PARITY_K
 from miner.core.errors import MinerError, UsageError
 
 KIND, SCHEMA = "VerifyAB", 2
@@ -89,12 +89,31 @@ def _limits() -> None:
             setattr(dc, name, max(getattr(dc, name), 64))
 
 
+def shape_grid(batch: int | Sequence[int] | None, seq: int | Sequence[int] | None) -> list[tuple]:
+    """Every (batch, seq) of the given values (one value or a list each; None: the preset's), batch-major.
+
+    Raises
+    ------
+    UsageError
+        For a size below 1 or a repeated value.
+    """
+    def values(v, name):
+        vs = [None] if v is None else [v] if isinstance(v, int) else list(v)
+        if any(x is not None and x < 1 for x in vs) or len(set(vs)) < len(vs) or not vs:
+            raise UsageError(f"--{name} {','.join(map(str, vs))}: give distinct sizes of at least 1")
+        return vs
+    return [(b, s) for b in values(batch, "batch") for s in values(seq, "seq")]
+
+
 def run_all(models: Sequence[str], *, modes: Sequence[str], compile_modes: Sequence[str], preset: str, device: str,
-            batch: int | None, seq: int | None, warmup: int, rounds: int, profile_steps: int,
+            batch: int | Sequence[int] | None, seq: int | Sequence[int] | None, warmup: int, rounds: int,
+            profile_steps: int,
             time_budget_s: float | None, model_budget_s: float | None = None, workspace: Any = ".", on_result: Callable[[ABResult], None] | None = None,
             candidates: Sequence[str] = (), log: Callable[[str], None] = print) -> list[ABResult]:
     """The A/B of every model in every planned mode; a model that fails or is out of time is recorded.
 
+    ``batch``, ``seq``: one size or a list each; every (batch, seq) of :func:`shape_grid` is its own A/B
+    (own compiles, ``dynamic=False`` unless the compile mode says otherwise), in that order per model.
     ``candidates``: A/B these candidate ids (ungated) instead of the workspace's promoted fusions.
     ``time_budget_s``: no model starts, and no variant compiles, after this many seconds of the run;
     ``model_budget_s``: no variant compiles after this many seconds of one model and mode.
@@ -111,34 +130,36 @@ def run_all(models: Sequence[str], *, modes: Sequence[str], compile_modes: Seque
     start = time.perf_counter()
     deadline = None if time_budget_s is None else start + time_budget_s
     results = []
-    for mode, compile_mode in plan(modes, compile_modes):
-        for spec in specs:
-            if deadline is not None and time.perf_counter() > deadline:
-                r = ABResult(spec.name, mode, compile_mode, preset, batch, seq, env=env,
-                             error=f"skipped: --time-budget {time_budget_s:.0f} s spent")
-            else:
-                log(f"{spec.name} {mode}/{compile_mode} (preset {preset}), {time.perf_counter() - start:.0f} s in")
-                ends = [t for t in (deadline, None if model_budget_s is None else time.perf_counter() + model_budget_s)
-                        if t is not None]
-                try:
-                    r = run_ab(lambda: spec.build(preset, mode, device), model=spec.name, mode=mode,
-                               compile_mode=compile_mode, preset=preset, device=device, fusions=fusions, batch=batch,
-                               seq=seq, warmup=warmup, rounds=rounds, profile_steps=profile_steps,
-                               deadline=min(ends) if ends else None,
-                               env=env, log=log)
-                except MinerError:
-                    raise
-                except Exception as e:  # one model failing must not lose the others
-                    msg = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:400]
-                    log(f"  {spec.name} {mode}/{compile_mode}: ERROR {msg}")
-                    r = ABResult(spec.name, mode, compile_mode, preset, batch, seq, env=env, error=msg)
-                torch._dynamo.reset()
-                gc.collect()
-                if device.startswith("cuda"):
-                    torch.cuda.empty_cache()
-            results.append(r)
-            if on_result is not None:
-                on_result(r)
+    shapes = shape_grid(batch, seq)
+    for (mode, compile_mode), spec, (batch, seq) in ((p, sp, sh) for p in plan(modes, compile_modes)
+                                                      for sp in specs for sh in shapes):
+        if deadline is not None and time.perf_counter() > deadline:
+            r = ABResult(spec.name, mode, compile_mode, preset, batch, seq, env=env,
+                         error=f"skipped: --time-budget {time_budget_s:.0f} s spent")
+        else:
+            size = "" if batch is None and seq is None else f", batch {batch or 'preset'}, seq {seq or 'preset'}"
+            log(f"{spec.name} {mode}/{compile_mode} (preset {preset}{size}), {time.perf_counter() - start:.0f} s in")
+            ends = [t for t in (deadline, None if model_budget_s is None else time.perf_counter() + model_budget_s)
+                    if t is not None]
+            try:
+                r = run_ab(lambda: spec.build(preset, mode, device), model=spec.name, mode=mode,
+                           compile_mode=compile_mode, preset=preset, device=device, fusions=fusions, batch=batch,
+                           seq=seq, warmup=warmup, rounds=rounds, profile_steps=profile_steps,
+                           deadline=min(ends) if ends else None,
+                           env=env, log=log)
+            except MinerError:
+                raise
+            except Exception as e:  # one model failing must not lose the others
+                msg = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:400]
+                log(f"  {spec.name} {mode}/{compile_mode}: ERROR {msg}")
+                r = ABResult(spec.name, mode, compile_mode, preset, batch, seq, env=env, error=msg)
+            torch._dynamo.reset()
+            gc.collect()
+            if device.startswith("cuda"):
+                torch.cuda.empty_cache()
+        results.append(r)
+        if on_result is not None:
+            on_result(r)
     log(f"A/B done in {time.perf_counter() - start:.0f} s")
     return results
 
@@ -150,7 +171,7 @@ def record(workspace: Any, results: Sequence[ABResult], source: str = "") -> lis
     or, for a candidate id (``--candidates``), into ``candidates/<id>/in_model.json``.
 
     Only results measured on CUDA count (interpreter timings mean nothing); a record for the same
-    model, mode, compile mode and preset replaces the older one.
+    model, mode, compile mode, preset, batch and seq replaces the older one.
     """
     from miner.core.workspace import write_json
     from miner.runtime import gate, rewrite
@@ -205,11 +226,11 @@ def _gib(v, compile_mode: str) -> str:
 
 
 def summary_table(results: Sequence[ABResult]) -> str:
-    lines = ["| model | mode | compile | default ms (p20-p80) | noise band | all, gate open | gated | "
-             "fires with the gate open (alone: speedup, verdict; the gate's decisions) |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | mode | compile | size | default ms (p20-p80) | noise band | all, gate open | gated | "
+             "fires with the gate open (alone: speedup, verdict; the gate's decisions) |", "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         if r.error:
-            lines.append(f"| {r.model} | {r.mode} | {r.compile} | {r.error} | - | - | - | - |")
+            lines.append(f"| {r.model} | {r.mode} | {r.compile} | {size_text(r)} | {r.error} | - | - | - | - |")
             continue
         d, a, g = r.variant("default"), r.variant("all"), r.variant("gated")
 
@@ -223,13 +244,21 @@ def summary_table(results: Sequence[ABResult]) -> str:
                          if sites else "")
             fires.append(f"{f} x{n}" + (f" ({sp(v)}{gate_says})" if n and v is not None else
                                         f" ({gate_says[2:]})" if n and gate_says else "" if n else " (does not fire)"))
-        lines.append(f"| {r.model} | {r.mode} | {r.compile} | {format_step(d.step if d else None)} | "
+        lines.append(f"| {r.model} | {r.mode} | {r.compile} | {size_text(r)} | {format_step(d.step if d else None)} | "
                      f"{pct(r.noise_band)} | {sp(a)} | {sp(g)} | {'; '.join(fires) or '-'} |")
     return "\n".join(lines) + "\n"
 
 
+def size_text(r) -> str:
+    """``B16 S512`` (the preset's sizes where the result has none)."""
+    from miner.runtime.gate import record_shape
+
+    batch, seq = record_shape(r)
+    return "-" if batch is None else f"B{batch} S{seq}"
+
+
 def detail(r: ABResult) -> str:
-    out = [f"### {r.model} {r.mode} / {r.compile} (preset {r.preset}; {r.seconds:.0f} s)", ""]
+    out = [f"### {r.model} {r.mode} / {r.compile} (preset {r.preset}, {size_text(r)}; {r.seconds:.0f} s)", ""]
     if r.error:
         return "\n".join(out + [r.error, ""])
     out += [f"Noise band (default vs control): {pct(r.noise_band)}.{band_note(r)}", "",
@@ -240,8 +269,7 @@ def detail(r: ABResult) -> str:
             out.append(f"| {v.name} | {v.gate} | - | - | - | - | - | - | - | - | {v.error} |")
             continue
         m = ", ".join(f"{k}={n}" for k, n in sorted(v.matches.items()) if n) or ("none" if v.fusions else "-")
-        par = "-" if v.parity is None else ("ok" if v.parity.ok else
-                                            f"FAIL (loss {v.parity.loss_rel}, grads {v.parity.grads_rel})")
+        par = parity_cell(v.parity)
         cs = "-" if v.compile_s is None else f"{v.compile_s:.1f}"
         out.append(f"| {v.name} | {v.gate} | {format_step(v.step)} | "
                    f"{_speedup(v)} | {v.verdict or '-'} | {_gib(v, r.compile)} | {m} | "
@@ -255,6 +283,16 @@ def detail(r: ABResult) -> str:
         out += ["", "Gate decisions while compiling (with the gate open: what it would have decided):", ""]
         out += [f"- {name}: x{n} {k}" for name, k, n in decisions]
     return "\n".join(out) + "\n"
+
+
+def parity_cell(p) -> str:
+    """``ok`` / ``FAIL`` with the rule that judged it and, against the float32 floor, the numbers."""
+    if p is None:
+        return "-"
+    judged = getattr(p, "judged", "fixed tolerance")
+    if judged == "float32 floor":
+        return f"{'ok' if p.ok else 'FAIL'} (vs float32: {p.reason})"
+    return ("ok" if p.ok else f"FAIL (loss {p.loss_rel}, grads {p.grads_rel})") + f" ({judged})"
 
 
 def _speedup(v: VariantResult) -> str:
@@ -286,7 +324,11 @@ def markdown(results: Sequence[ABResult], peers: Sequence[dict] = ()) -> str:
           "between the variants (round robin, Python's garbage collector paused within a round, ~1 ms of GPU "
           "work queued ahead of each step as in a loop that never synchronizes); median and p20-p80 per "
           "variant; speedup = median over rounds of default/variant (paired), with its p20-p80; verdict win / loss beyond the band, else noise. bf16 autocast; train = forward + "
-          f"loss + backward. Parity of one seeded step against the default (tolerances {AUTOCAST_MODEL_TOL}). "
+          f"loss + backward. Parity of one seeded step: each variant's and the default's relative error to the "
+          "same step compiled in float32 (same weights, inputs and dropout draws: the same seed before each "
+          f"observed step); a variant passes when its error is at most {PARITY_K:g} x the default's + "
+          f"{PARITY_ATOL} per quantity (without a usable float32 step: the direct difference within "
+          f"{AUTOCAST_MODEL_TOL}); a variant that breaks parity is `parity-fail`, never a win. "
           "Step peak: the timed step's peak memory beyond what was allocated before it (not measured under "
           "reduce-overhead: the CUDA graphs' pool is allocated at capture). Kernels: torch.profiler kernel time "
           "per step against the default's, Inductor's kernel numbers stripped.\n", summary_table(results)]

@@ -22,8 +22,13 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from miner.bench import roofline as rl
-from miner.core.dtypes import AUTOCAST_MODEL_TOL
+from miner.core.dtypes import AUTOCAST_MODEL_TOL, PARITY_ATOL, PARITY_FLOOR_MAX, PARITY_K
 from miner.core.errors import MinerError, UsageError
+
+
+FIXED, FLOOR = "fixed tolerance", "float32 floor"
+QUANTITIES = ("loss", "logits", "grads")
+STEP_DTYPE = "bf16 autocast"  # how make_step runs a model (the A/B's and miner verify's steps)
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,10 @@ class StepStats:
 
 @dataclass(frozen=True)
 class Parity:
+    """One seeded step of a variant against the default compile's (relative norm differences), and, where
+    a float32 reference step was measured, both against it: ``ok`` then follows :func:`judge_parity`
+    (``judged`` says which rule decided, ``reason`` why)."""
+
     loss_default: float | None
     loss_fused: float | None
     loss_rel: float | None
@@ -46,6 +55,10 @@ class Parity:
     grads_worst: str | None  # the parameter with the largest relative difference
     grads_worst_rel: float | None
     ok: bool
+    judged: str = FIXED  # FIXED (AUTOCAST_MODEL_TOL on the direct differences) or FLOOR (judge_parity)
+    floor: dict | None = None  # the default compile's relative error to the float32 step, per quantity
+    error: dict | None = None  # this variant's, per quantity
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -128,13 +141,67 @@ def grads_parity(fused: dict[str, Any], default: dict[str, Any]) -> tuple[float,
     return (math.sqrt(num) / math.sqrt(den) if den > 0 else math.sqrt(num)), worst, worst_rel
 
 
-def make_parity(loss_d, loss_f, logits_d, logits_f, grads_d, grads_f) -> Parity:
+def errors(got: tuple, ref: tuple) -> dict[str, float | None]:
+    """Relative errors of one observed step ``(loss, logits, grads)`` to another, per quantity."""
+    loss = rel_diff(got[0], ref[0]) if got[0] is not None and ref[0] is not None else None
+    logits = rel_diff(got[1], ref[1]) if got[1] is not None and ref[1] is not None else None
+    grads = grads_parity(got[2], ref[2])[0] if ref[2] else None
+    return {"loss": loss, "logits": logits, "grads": grads}
+
+
+def judge_parity(error: dict, floor: dict, *, k: float = PARITY_K, atol: dict | None = None) -> tuple[bool, str]:
+    """Whether a variant's step is as close to the float32 step as the default compile's is.
+
+    Pure. Per quantity (loss, logits, grads): ``error[q] <= k * floor[q] + atol[q]``, where ``floor``
+    is the default compile's relative error to the float32 step of the same seeded inputs and
+    dropout draws, ``error`` the variant's (:data:`miner.core.dtypes.PARITY_K`, ``PARITY_ATOL``). A
+    rewrite that rounds differently lands near the floor (two such errors add to about 1.41 times
+    one); a wrong one (a scale of 1.1) lands far above it. A missing quantity is skipped; an
+    infinite error (NaN, a missing gradient) fails.
+
+    Returns
+    -------
+    (bool, str)
+        ok, and the quantities compared (``grads 0.031 <= 2 x 0.020 + 0.001``), the failing one first.
+    """
+    atol = PARITY_ATOL if atol is None else atol
+    parts, bad = [], []
+    for q in QUANTITIES:
+        e, f = error.get(q), floor.get(q)
+        if e is None or f is None:
+            continue
+        limit = k * f + atol[q]
+        ok = math.isfinite(e) and e <= limit
+        (parts if ok else bad).append(f"{q} {e:.3g} {'<=' if ok else '>'} {k:g} x {f:.3g} + {atol[q]:g}")
+    return not bad, "; ".join(bad + parts)
+
+
+def make_parity(loss_d, loss_f, logits_d, logits_f, grads_d, grads_f, reference: tuple | None = None) -> Parity:
+    """The :class:`Parity` of a variant's observed step (``*_f``) against the default's (``*_d``).
+
+    ``reference``: ``(loss, logits, grads)`` of the same step in float32 (same weights, inputs and
+    dropout draws); with it, ``ok`` is :func:`judge_parity` of both steps' errors to it, else the
+    direct differences within ``AUTOCAST_MODEL_TOL``. A reference the default is farther from than
+    ``PARITY_FLOOR_MAX`` drew other numbers: the fixed tolerance decides, and ``reason`` says so.
+    """
     loss_rel = rel_diff(loss_f, loss_d) if loss_d is not None and loss_f is not None else None
     logits_rel = rel_diff(logits_f, logits_d) if logits_d is not None and logits_f is not None else None
     g_rel, worst, worst_rel = grads_parity(grads_f, grads_d) if grads_d else (None, None, None)
-    ok = all(v is None or v <= AUTOCAST_MODEL_TOL[k] for k, v in (("loss", loss_rel), ("logits", logits_rel), ("grads", g_rel)))
+    direct = {"loss": loss_rel, "logits": logits_rel, "grads": g_rel}
+    fixed_ok = all(v is None or v <= AUTOCAST_MODEL_TOL[k] for k, v in direct.items())
+    judged, floor, error, reason, ok = FIXED, None, None, "no float32 reference step", fixed_ok
+    if reference is not None:
+        floor = errors((loss_d, logits_d, grads_d), reference)
+        error = errors((loss_f, logits_f, grads_f), reference)
+        far = [q for q, v in floor.items() if v is not None and not v <= PARITY_FLOOR_MAX]
+        if far:
+            reason = (f"float32 reference unusable: the default is {floor[far[0]]:.3g} from it in {far[0]} "
+                      f"(> {PARITY_FLOOR_MAX}: other dropout draws?); fixed tolerance")
+        else:
+            ok, reason = judge_parity(error, floor)
+            judged = FLOOR
     return Parity(None if loss_d is None else float(loss_d), None if loss_f is None else float(loss_f),
-                  loss_rel, logits_rel, g_rel, worst, worst_rel, ok)
+                  loss_rel, logits_rel, g_rel, worst, worst_rel, ok, judged, floor, error, reason)
 
 
 # --------------------------------------------------------------------------- fusions

@@ -18,8 +18,11 @@ def add_arguments(p) -> None:
                    help="train: forward+loss+backward; infer: forward under no_grad; both or a comma list "
                         "(default train)")
     p.add_argument("--preset", default=None, help="zoo preset (default base on CUDA, tiny with --allow-cpu)")
-    p.add_argument("--batch", type=int, default=None, help="batch size (default: the preset's, 16 for base)")
-    p.add_argument("--seq", type=int, default=None, help="sequence length (default: the preset's, 512 for base)")
+    p.add_argument("--batch", type=_sizes, default=None, metavar="B[,B...]",
+                   help="batch size (default: the preset's, 16 for base); --ab: a list, each size its own A/B")
+    p.add_argument("--seq", type=_sizes, default=None, metavar="S[,S...]",
+                   help="sequence length (default: the preset's, 512 for base); --ab: a list, every "
+                        "(batch, seq) of the two lists its own A/B (e.g. --batch 8,32 --seq 256,1024)")
     p.add_argument("--steps", type=int, default=20, help="timed steps (default 20; --ab: see --rounds)")
     p.add_argument("--warmup", type=int, default=3, help="warm-up steps, the first compiles (default 3)")
     ab = p.add_argument_group("in-model A/B (--ab)")
@@ -95,8 +98,8 @@ def run(args) -> int:
             target = out_dir or bench.today_dir(_env_like(r.env), ws.reports)
             verify.save(done, target)
 
-    kwargs = dict(modes=modes, preset=preset, device=device, batch=args.batch, seq=args.seq, warmup=args.warmup,
-                  steps=args.steps)
+    kwargs = dict(modes=modes, preset=preset, device=device, batch=_single(args.batch, "batch"),
+                  seq=_single(args.seq, "seq"), warmup=args.warmup, steps=args.steps)
     results = _spread(args, models, ab=False, ws=ws, device=device, kwargs=kwargs, on_result=on_result)
     print()
     print(verify.markdown_table(results))
@@ -104,6 +107,25 @@ def run(args) -> int:
         print(f"wrote {(out_dir or bench.today_dir(_env_like(results[0].env), ws.reports)) / 'verify.json'}")
     bad = [r for r in results if r.error or (r.parity is not None and not r.parity.ok)]
     return 1 if bad else 0
+
+
+def _sizes(text: str) -> list[int]:
+    """``--batch`` / ``--seq``: one size or a comma list of sizes."""
+    import argparse
+
+    try:
+        sizes = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give sizes as integers, e.g. 8,16,32") from None
+    if not sizes or any(n < 1 for n in sizes) or len(set(sizes)) < len(sizes):
+        raise argparse.ArgumentTypeError(f"{text!r}: give distinct sizes of at least 1")
+    return sizes
+
+
+def _single(sizes: list[int] | None, name: str) -> int | None:
+    if sizes is not None and len(sizes) > 1:
+        raise UsageError(f"--{name} {','.join(map(str, sizes))}: several sizes need --ab (one A/B per size)")
+    return None if sizes is None else sizes[0]
 
 
 def _modes(text: str) -> tuple[str, ...]:

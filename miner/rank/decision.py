@@ -60,10 +60,46 @@ class StepChange:
     matches: int = 0
     source: str = ""  # the file it came from, relative to the workspace
     date: str = ""
+    setup: str = ""  # GPU, preset, batch, seq, dtype (setup_of)
 
     @property
     def where(self) -> str:
         return f"{self.model} {self.mode}/{self.compile}"
+
+    @property
+    def shown(self) -> str:
+        """The verdict as every view shows it (:func:`step_label`)."""
+        return step_label(self.verdict, self.lo)
+
+
+MARGINAL = "marginal win"
+
+
+def step_label(verdict: str | None, p20: float | None) -> str:
+    """The one verdict shown for one measurement: a ``win`` whose p20 of the per-round ratios reaches
+    below 1.0 is a ``marginal win`` (the median is beyond the noise band, but a fifth or more of the
+    rounds were slower); anything else as measured (win / loss / noise / parity-fail)."""
+    if verdict == "win" and p20 is not None and p20 < 1.0:
+        return MARGINAL
+    return verdict or "-"
+
+
+def setup_of(r) -> str:
+    """Where an A/B result was measured, in words: ``NVIDIA H200, base B16 S512, bf16 autocast`` (the
+    preset's sizes where the result has none)."""
+    from miner.check.verify import STEP_DTYPE
+    from miner.runtime.gate import record_shape
+
+    env = getattr(r, "env", {}) or {}
+    batch, seq = record_shape(r)
+    where = (env.get("gpu") or "GPU") if env.get("device", "cuda") == "cuda" else f"CPU interpreter ({env.get('gpu') or 'cpu'})"
+    return f"{where}, {r.preset} B{batch} S{seq}, {STEP_DTYPE}"
+
+
+def is_gpu_run(r) -> bool:
+    """An A/B result timed on a CUDA device (not the Triton interpreter on a CPU)."""
+    env = getattr(r, "env", {}) or {}
+    return env.get("device", "cuda") == "cuda" and not env.get("interpret")
 
 
 @dataclass(frozen=True)
@@ -91,6 +127,7 @@ class Decision:
     steps: tuple[StepChange, ...] = ()
     kernel: KernelRange | None = None
     status: str = ""  # the candidate's status where no ranked row has it (an upcast candidate), else ""
+    coverage: tuple[str, ...] = ()  # where the gate fires, per class of measured sites (gate.coverage)
 
     @property
     def label(self) -> str:
@@ -123,13 +160,16 @@ class Decisions:
     together_source: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
     models: tuple["ModelStep", ...] = ()  # per (model, mode, compile): the step with the promoted fusions
+    setup: str = ""  # the setup most rows were measured in (each row names its own where it differs)
+    not_compared: tuple[str, ...] = ()  # A/B files of CPU-interpreter runs: never beside GPU rows
 
     @property
     def adopt(self) -> list[Decision]:
         return [d for d in self.rows if d.verdict == ADOPT]
 
     def to_json(self) -> dict:
-        return {"ab_source": self.ab_source, "ab_date": self.ab_date, "models": [asdict(m) for m in self.models],
+        return {"ab_source": self.ab_source, "ab_date": self.ab_date, "setup": self.setup,
+                "not_compared": list(self.not_compared), "models": [asdict(m) for m in self.models],
                 "together": list(self.together),
                 "together_source": self.together_source, "notes": list(self.notes),
                 "rule": RULE, "decisions": [d.to_json() for d in self.rows]}
@@ -163,6 +203,7 @@ class ModelStep:
     variant: str
     source: str
     date: str
+    setup: str = ""
 
 
 def model_steps(results: Sequence[tuple[str, object]], names: dict[str, str] | None = None) -> list[ModelStep]:
@@ -178,25 +219,52 @@ def model_steps(results: Sequence[tuple[str, object]], names: dict[str, str] | N
         v = g if g is not None and g.step is not None else r.variant("all")
         if v is None or v.step is None:
             continue
+        v = same_graph(r, v)
         fired = {names.get(k, k): n for k, n in (v.matches or {}).items() if n}
         out.append(ModelStep(r.model, r.mode, r.compile, d.step.median_ms, d.step.p20_ms, d.step.p80_ms,
                              v.step.median_ms, v.step.p20_ms, v.step.p80_ms, v.speedup or 1.0, v.speedup_p20,
                              v.speedup_p80, v.verdict, r.noise_band, d.step.peak_mem_bytes / 2**30,
                              v.step.peak_mem_bytes / 2**30, fired, None if v.parity is None else bool(v.parity.ok),
-                             v.name, source, str(r.env.get("date") or "")))
+                             v.name, source, str(r.env.get("date") or ""), setup_of(r)))
     order = {"default": 0, "dynamic": 1, "reduce-overhead": 2}
-    return sorted(out, key=lambda m: (m.mode != "train", order.get(m.compile, 3), m.compile, m.model))
+    return sorted(out, key=lambda m: (m.mode != "train", order.get(m.compile, 3), m.compile, m.model, m.setup))
 
 
-def model_step_cells(m: ModelStep) -> list[str]:
-    """The cells of :data:`MODEL_STEP_HEADER` for ``m`` (text; the terminal and HTML tables share them)."""
+def same_graph(r, v):
+    """The phase-A variant of ``r`` that compiled the graph ``v`` (the gated variant) runs: the one whose
+    fusions fired the same number of times (``alone:<f>`` or ``all``), else ``v``. One graph gets one
+    measurement, and so one verdict, in every table (the gated variant timed again in a second phase
+    with its own noise could say noise where the same graph alone said win)."""
+    if v.name != "gated":
+        return v
+    fired = {k: n for k, n in (v.matches or {}).items() if n}
+    for other in r.variants:
+        if other.name in ("all",) or other.name.startswith("alone:"):
+            if other.step is not None and fired and {k: n for k, n in (other.matches or {}).items() if n} == fired:
+                return other
+    return v
+
+
+def setup_diff(setup: str, headline: str) -> str:
+    """The parts of ``setup`` that differ from ``headline`` (both :func:`setup_of` texts), e.g.
+    ``tiny B2 S64``; "" when they are the same."""
+    if not setup or not headline or setup == headline:
+        return ""
+    theirs = set(headline.split(", "))
+    return ", ".join(p for p in setup.split(", ") if p not in theirs)
+
+
+def model_step_cells(m: ModelStep, headline: str = "") -> list[str]:
+    """The cells of :data:`MODEL_STEP_HEADER` for ``m`` (text; the terminal and HTML tables share them);
+    the first names the setup where it differs from ``headline``."""
     rng = (f" [{m.speedup_p20:.3f}-{m.speedup_p80:.3f}]" if m.speedup_p20 is not None and m.speedup_p80 is not None
            else "")
-    verdict = f"{m.verdict or '-'}" + (f" ±{100 * m.band:.1f}%" if m.band is not None else "")
+    verdict = step_label(m.verdict, m.speedup_p20) + (f" ±{100 * m.band:.1f}%" if m.band is not None else "")
     fired = ", ".join(f"{k} x{n}" for k, n in sorted(m.fired.items())) or (
         "none (the gate keeps all off)" if m.variant == "gated" else "none")
     peak = f"{m.default_peak_gib:.2f} / {m.fused_peak_gib:.2f}" if m.default_peak_gib > 0 else "-"
-    return [f"{m.model} {m.mode}/{m.compile}", f"{m.default_ms:.2f}", f"{m.fused_ms:.2f}",
+    diff = setup_diff(m.setup, headline)
+    return [f"{m.model} {m.mode}/{m.compile}" + (f" [{diff}]" if diff else ""), f"{m.default_ms:.2f}", f"{m.fused_ms:.2f}",
             f"{m.speedup:.3f}x{rng}", verdict, peak, fired + ("" if m.variant == "gated" else " (gate open)"),
             "ok" if m.parity else ("-" if m.parity is None else "FAIL")]
 
@@ -224,7 +292,7 @@ def verdict_of(steps: Sequence[StepChange], *, failed: str | None = None, kernel
     kernel : KernelRange, optional
         The isolated kernel's speedups in its latest bench run.
     """
-    broke = [s for s in steps if s.parity_ok is False]
+    broke = [s for s in steps if s.parity_ok is False or s.verdict == "parity-fail"]
     if failed or broke:
         return UNSAFE, failed or "parity failed in " + ", ".join(s.where for s in broke), ()
     wins = [s for s in steps if s.verdict == "win"]
@@ -245,7 +313,8 @@ def verdict_of(steps: Sequence[StepChange], *, failed: str | None = None, kernel
 
 
 def _list(steps: Iterable[StepChange]) -> str:
-    return ", ".join(f"{s.where} {s.speedup:.3f}x (band ±{100 * s.band:.1f}%)" for s in steps)
+    return ", ".join(f"{s.where} {s.speedup:.3f}x (band ±{100 * s.band:.1f}%"
+                     + ("; marginal: p20 below 1.0" if s.shown == MARGINAL else "") + ")" for s in steps)
 
 
 # --------------------------------------------------------------------------- evidence
@@ -253,11 +322,29 @@ def _list(steps: Iterable[StepChange]) -> str:
 def latest_ab(ws: Workspace) -> tuple[list[Path], list] | None:
     """The latest in-model A/B of each (model, mode, compile mode, preset) over every ``verify.json`` of kind
     VerifyAB under ``reports/`` (a run is often saved in several folders, one per model; a re-run replaces
-    the older result), and the files those results come from; None if there is none.
+    the older result), and the files those results come from; None if there is none. GPU results only
+    (``is_gpu_run``); a result at another batch or sequence length is another row.
 
     Files are taken oldest first by their environment date (then path), so a newer file's result for
     the same (model, mode, compile, preset) wins, as ``miner verify --ab --record`` merges the gate's evidence.
     """
+    from miner.check import abrun
+
+    from miner.runtime.gate import record_shape
+
+    latest: dict[tuple, tuple[Path, object]] = {}
+    for _, _, path, results in sorted(ab_files(ws), key=lambda f: f[:2]):
+        for r in results:
+            if is_gpu_run(r):  # a CPU-interpreter run is never compared with GPU runs
+                latest[(r.model, r.mode, r.compile, r.preset) + record_shape(r)] = (path, r)
+    if not latest:
+        return None
+    paths = sorted({p for p, _ in latest.values()})
+    return paths, [(p, r) for p, r in latest.values()]
+
+
+def ab_files(ws: Workspace) -> list[tuple[str, str, Path, list]]:
+    """(date, path, path, results) of every ``verify.json`` of kind VerifyAB under ``reports/``."""
     from miner.check import abrun
 
     found = []
@@ -268,14 +355,13 @@ def latest_ab(ws: Workspace) -> tuple[list[Path], list] | None:
             continue
         date = next((r.env.get("date") for r in results if r.env.get("date")), "") or ""
         found.append((str(date), str(path), path, results))
-    latest: dict[tuple, tuple[Path, object]] = {}
-    for _, _, path, results in sorted(found, key=lambda f: f[:2]):
-        for r in results:
-            latest[(r.model, r.mode, r.compile, r.preset)] = (path, r)
-    if not latest:
-        return None
-    paths = sorted({p for p, _ in latest.values()})
-    return paths, [(p, r) for p, r in latest.values()]
+    return found
+
+
+def cpu_runs(ws: Workspace) -> tuple[str, ...]:
+    """The A/B files (relative to the workspace) holding CPU-interpreter results: listed apart, never compared."""
+    return tuple(str(p.relative_to(ws.root)) for _, _, p, results in ab_files(ws)
+                 if any(not is_gpu_run(r) for r in results))
 
 
 def ab_steps(results: Sequence[tuple[str, object]]) -> dict[str, list[StepChange]]:
@@ -302,7 +388,8 @@ def ab_steps(results: Sequence[tuple[str, object]]) -> dict[str, list[StepChange
                 mem = (s.peak_mem_bytes - base.peak_mem_bytes) / 2**20
             out.setdefault(f, []).append(StepChange(
                 r.model, r.mode, r.compile, rec["speedup"], rec["band"], rec["verdict"], lo, hi, mem,
-                None if v.parity is None else bool(v.parity.ok), rec["matches"], source, str(r.env.get("date") or "")))
+                None if v.parity is None else bool(v.parity.ok), rec["matches"], source, str(r.env.get("date") or ""),
+                setup_of(r)))
     return out
 
 
@@ -381,8 +468,9 @@ def run_name(key: str, runs: Sequence[BenchRun]) -> str:
     return key
 
 
-def _together(ws: Workspace) -> tuple[tuple[str, ...], str | None]:
-    """The latest plain ``miner verify`` run (every fusion at once), one line per result."""
+def _together(ws: Workspace, after: str | None = None) -> tuple[tuple[str, ...], str | None]:
+    """The latest plain ``miner verify`` run (every fusion at once), one line per result; nothing when
+    it is not newer than ``after`` (the latest in-model A/B's date)."""
     from miner.check import verify
 
     found = []
@@ -396,7 +484,9 @@ def _together(ws: Workspace) -> tuple[tuple[str, ...], str | None]:
         found.append((next((r.env.get("date") for r in results if r.env.get("date")), "") or "", str(path), results))
     if not found:
         return (), None
-    _, path, results = max(found)
+    date, path, results = max(found)
+    if after and str(date) <= after:
+        return (), None  # the in-model A/B's gated rows are newer: they are "all promoted fusions at once"
     lines = []
     for r in results:
         fired = sorted(k for k, v in r.matches.items() if v and not k.startswith("inductor."))
@@ -460,12 +550,15 @@ def decide(review: Review, ws: Workspace) -> Decisions:
     order = {v: i for i, v in enumerate(ORDER)}
     rows.sort(key=lambda d: (order[d.verdict], -max((s.speedup for s in d.steps), default=0.0),
                              -(d.kernel.hi if d.kernel else 0.0), d.id))
-    together, tsource = _together(ws)
+    together, tsource = _together(ws, ab_date)
     from miner.core import candidate as candidates
 
     steps = tuple(model_steps([(str(p.relative_to(ws.root)), r) for p, r in found[1]],
                               candidates.fusions_by_candidate(ws))) if found else ()
-    return Decisions(tuple(rows), ab_source, ab_date, together, tsource, models=steps)
+    setups = [m.setup for m in steps] + [x.setup for d in rows for x in d.steps if x.setup]
+    setup = max(set(setups), key=setups.count) if setups else ""
+    return Decisions(tuple(rows), ab_source, ab_date, together, tsource, models=steps, setup=setup,
+                     not_compared=cpu_runs(ws))
 
 
 def unranked_rows(ws: Workspace, ranked: set[str], only_model: str | None, measured: dict[str, list[StepChange]],
@@ -512,9 +605,24 @@ def _decision(ident: str, name: str, ops: str, promoted: bool, rec_path: Path, w
     if silent and not steps and verdict == UNMEASURED:
         reason = f"matches nothing in the models the in-model A/B ran ({', '.join(silent)}): no step change to measure"
     fires = gate_fires(records) if promoted else ()
-    return Decision(ident, name, ops, promoted, verdict, reason, fires, won, tuple(steps), kernel)
+    cover = tuple(gate_coverage(rec_path)) if promoted else ()
+    return Decision(ident, name, ops, promoted, verdict, reason, fires, won, tuple(steps), kernel, coverage=cover)
 
 
-__all__ = ["ADOPT", "MODEL_STEP_HEADER", "NOT_WORTH", "ONLY", "ORDER", "UNMEASURED", "UNSAFE", "VERDICTS", "Decision",
+def gate_coverage(path: Path) -> list[str]:
+    """Where the gate of the fusion whose ``wins.json`` is ``path`` fires, per class of measured sites
+    (``miner.runtime.gate.coverage``: exact sites and the sizes their wins bracket)."""
+    from miner.runtime import gate
+
+    try:
+        wins = read_json(path) if path.exists() else {}
+    except MinerError:
+        return []
+    records = list(((wins or {}).get("in_model") or {}).get("records", ()) or ())
+    return gate.coverage(records, gate.isolated_rows(wins))
+
+
+__all__ = ["ADOPT", "MARGINAL", "MODEL_STEP_HEADER", "ab_files", "cpu_runs", "is_gpu_run", "same_graph", "setup_diff", "setup_of",
+           "step_label", "NOT_WORTH", "ONLY", "ORDER", "UNMEASURED", "UNSAFE", "VERDICTS", "Decision",
            "Decisions", "KernelRange", "ModelStep", "StepChange", "ab_steps", "model_step_cells", "model_steps", "decide", "gate_fires", "kernel_range", "latest_ab", "record_steps",
            "run_name", "silent_in", "unranked_rows", "verdict_of"]

@@ -220,6 +220,26 @@ def latest_verify(ws: Workspace) -> tuple[Path, list] | None:
     return path, results
 
 
+def end_to_end_html(ws: Workspace, dec: Decisions) -> str:
+    """All promoted fusions at once: the gated rows of the latest in-model A/B, or the plain ``miner verify``
+    run where that is newer (the older one folded, named with its date)."""
+    found = latest_verify(ws)
+    plain_date = str(next((r.env.get("date") for r in found[1] if r.env.get("date")), "")) if found else ""
+    gated = [m for m in dec.models if m.variant == "gated" or m.fired]
+    if not gated or (found and plain_date > str(dec.ab_date or "")):
+        return verify_html(ws)
+    from miner.rank.decision import MODEL_STEP_HEADER, model_step_cells
+
+    out = (f"<p>The latest measurement of every promoted fusion at once, with its gate on (what a user gets): "
+           f"the <code>gated</code> variant of the in-model A/B ({_e(dec.ab_date)}; <code>miner verify --ab</code>), "
+           "timed alternately with the default compile and a control.</p>"
+           + _table(MODEL_STEP_HEADER, [[_e(c) for c in model_step_cells(m, dec.setup)] for m in gated], {1, 2, 3}))
+    if found:
+        out += (f"<details><summary>Older: the plain <code>miner verify</code> run of {_e(plain_date)} (no noise "
+                f"band)</summary>{verify_html(ws)}</details>")
+    return out
+
+
 def verify_html(ws: Workspace) -> str:
     """End to end: the promoted fusions in real model steps (``miner verify``), with the gate's decisions."""
     from miner.check import verify
@@ -271,15 +291,17 @@ def decision_html(dec: Decisions) -> str:
     runs = kernel_runs(dec)
     rows = []
     for d in dec.rows:
-        c = decision_cells(d, run=len(runs) > 1)
+        c = decision_cells(d, run=len(runs) > 1, setup=dec.setup)
         name = (f"<b>{_e(d.name)}</b><br>" if d.name and d.name != d.id else "") + f'<code>{_e(d.id)}</code>'
         link = f'<a href="#c-{_e(d.id)}">{name}</a>'
         rows.append([_verdict(d), link, _e(c["where"]), _e(c["kernel"]),
-                     "<br>".join(_e(step_text(x)).replace(" MiB", "&nbsp;MiB") for x in d.steps)
+                     "<br>".join(_e(step_text(x, dec.setup)).replace(" MiB", "&nbsp;MiB") for x in d.steps)
                      or '<span class="small">not measured</span>',
                      f'<span class="small">why: {_code(d.reason)}</span>'])
     adopt = [d.name or d.id for d in dec.adopt]
-    head = (f'<p class="headline good">Adopt: <b>{_e(", ".join(adopt))}</b>.</p>' if adopt else
+    setup = (f'<p class="setup">Setup: <b>{_e(dec.setup)}</b> (a row measured otherwise names what differs, '
+             "in brackets).</p>" if dec.setup else "")
+    head = setup + (f'<p class="headline good">Adopt: <b>{_e(", ".join(adopt))}</b>.</p>' if adopt else
             '<p class="headline">Adopt: <b>none</b>: no fusion or candidate has a measured in-model win without a '
             "measured loss.</p>")
     if dec.models:
@@ -289,7 +311,8 @@ def decision_html(dec: Decisions) -> str:
                  "(the latest in-model A/B per model: the gated variant, or every fusion of the run with the gate "
                  "open), median step ms, speedup with its p20-p80, verdict against the default-vs-default noise "
                  "band, step peak memory default / fused:</p>"
-                 + _table(MODEL_STEP_HEADER, [[_e(c) for c in model_step_cells(m)] for m in dec.models], {1, 2, 3})
+                 + _table(MODEL_STEP_HEADER, [[_e(c) for c in model_step_cells(m, dec.setup)] for m in dec.models],
+                          {1, 2, 3})
                  + "<p><b>Per fusion and candidate</b>, each measured alone in the model step:</p>")
     src = (f"In-model A/B: <code>{_e(dec.ab_source)}</code> ({_e(dec.ab_date)})." if dec.ab_source else
            "In-model A/B: none under <code>reports/</code> yet (<code>miner verify --ab</code> on a GPU; "
@@ -302,6 +325,11 @@ def decision_html(dec: Decisions) -> str:
     if dec.together:
         notes.append(f"All promoted fusions at once (<code>{_e(dec.together_source)}</code>, no noise band): "
                      + _e("; ".join(dec.together)) + ".")
+    if dec.not_compared:
+        notes.append("Not compared (CPU-interpreter runs; their times mean nothing beside GPU rows): "
+                     + ", ".join(f"<code>{_e(f)}</code>" for f in dec.not_compared) + ".")
+    notes.append("marginal win: the median step is faster beyond the noise band, but the p20 of the per-round "
+                 "ratios is below 1.0 (a fifth of the rounds or more were slower): more rounds would tell.")
     header = ("verdict", "fusion / candidate", "fires on CUDA", "kernel x (shapes)",
               "step change per model: x [p20-p80], verdict, ±noise band, peak memory")
     body = "".join(f'<tr class="decision" data-decision="{_e(d.id)}" data-verdict="{_e(d.verdict)}">'
@@ -479,8 +507,8 @@ def render_html(review: Review, ws: Workspace, *, title: str = "miner review", d
             '<a href="#details">Details</a></nav>']
     body += [f"<div class=\"banner\">{_e(p)}</div>" for p in review.problems]
     body.append('<section id="decision"><h2>What to adopt (measured only)</h2>' + decision_html(dec) + "</section>")
-    body.append('<section id="endtoend"><h2>End to end: all promoted fusions at once (<code>miner verify</code>)</h2>'
-                f"{verify_html(ws)}</section>")
+    body.append('<section id="endtoend"><h2>End to end: all promoted fusions at once (latest run)</h2>'
+                f"{end_to_end_html(ws, dec)}</section>")
     from miner.report.composition import composition_html  # the step figure, when step profiles exist
     body.append(composition_html(ws))
     body.append(kernels_html(review))
@@ -513,6 +541,7 @@ def render_html(review: Review, ws: Workspace, *, title: str = "miner review", d
     body.append(f'<section id="provenance"><h2>Provenance of the measurements</h2>{provenance_html(review)}</section>')
     body.append('<div id="details">')
     body += [candidate_html(r, review.skipped, by_dec.get(r.id), review.runs) for r in detailed_rows]
+    body += [decision_section(d, dec.setup) for d in dec.rows if d.id not in detailed]
     body.append("</div>")
     if len(detailed_rows) < len(review.rows):
         body.append(f'<p class="small">Details are shown for every candidate and the top {detail_top} mined patterns; '
@@ -520,8 +549,38 @@ def render_html(review: Review, ws: Workspace, *, title: str = "miner review", d
     body.append(f"<footer>Generated by <code>miner report</code> from the workspace {_e(ws.root.resolve().name)}/."
                 "</footer></main>")
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" '
-            f'content="width=device-width, initial-scale=1"><title>{_e(title)}</title><style>{CSS}</style></head>'
+            f'content="width=device-width, initial-scale=1"><meta name="miner-inputs" content="{inputs_digest(ws)}">'
+            f'<title>{_e(title)}</title><style>{CSS}</style></head>'
             f'<body>{"".join(body)}</body></html>\n')
+
+
+def decision_section(d: Decision, setup: str = "") -> str:
+    """The detail section of a fusion or candidate the ranking has no row for (an upcast matmul, a
+    compute-once value, a whole region): its verdict, where its gate fires, its in-model steps."""
+    cover = "".join(f"<li><code>{_e(c)}</code></li>" for c in d.coverage)
+    steps = "".join(f"<li>{_e(step_text(x, setup))} <span class=\"small\">({_e(x.source)})</span></li>"
+                    for x in d.steps)
+    return (f'<section id="c-{_e(d.id)}"><h2><span class="small">{"fusion" if d.promoted else "candidate"}</span> '
+            f"{_e(d.id)} · {_e(d.name)}</h2><p>{_verdict(d)} <span class=\"small\">{_code(d.reason)}</span></p>"
+            f"<p>ops: <code>{_e(d.ops or '-')}</code>; fires on CUDA: {_e(d.where)}</p>"
+            + (f"<h4>Where the gate fires</h4><ul>{cover}</ul>" if cover else "")
+            + (f"<h4>In-model A/B</h4><ul>{steps}</ul>" if steps else "") + "</section>")
+
+
+INPUT_GLOBS = ("reports/gpu/**/*.json", "fusions/*/*.json", "candidates/**/*.json", "candidates/*/*.py",
+               "mined/*.json", "captures/**/*.json", "profiles/**/*.json")
+
+
+def inputs_digest(ws: Workspace) -> str:
+    """sha256 over the workspace files a report is made from (paths and bytes, :data:`INPUT_GLOBS`):
+    recorded in the page (``<meta name="miner-inputs">``) so a test can tell a stale report."""
+    import hashlib
+
+    h = hashlib.sha256()
+    files = sorted({p for g in INPUT_GLOBS for p in ws.root.glob(g) if p.is_file()})
+    for p in files:
+        h.update(p.relative_to(ws.root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
 
 
 def _detailed(review: Review, top: int) -> list[Ranked]:

@@ -20,13 +20,17 @@ VERDICT_STYLE = {ADOPT: "bold green", ONLY: "yellow", NOT_WORTH: "dim", UNSAFE: 
 
 # --------------------------------------------------------------------------- the decision
 
-def step_text(s: StepChange) -> str:
-    """``gpt2 train 0.945x [0.930-0.960] loss ±1.0% +12 MiB``: speedup, p20-p80, verdict, noise band, peak
-    memory change (the compile mode after a slash when not ``default``; range and memory when known)."""
+def step_text(s: StepChange, setup: str = "") -> str:
+    """``gpt2 train 0.945x [0.930-0.960] loss ±1.0% +12 MiB``: speedup, p20-p80, verdict (``step_label``),
+    noise band, peak memory change (the compile mode after a slash when not ``default``; range and memory
+    when known; the setup in brackets where it differs from ``setup``)."""
+    from miner.rank.decision import setup_diff
+
     rng = f" [{s.lo:.3f}-{s.hi:.3f}]" if s.lo is not None and s.hi is not None else ""
     mem = f" {s.mem_mib:+.0f} MiB" if s.mem_mib is not None else ""
-    where = f"{s.model} {s.mode}" + ("" if s.compile == "default" else f"/{s.compile}")
-    return f"{where} {s.speedup:.3f}x{rng} {s.verdict} ±{100 * s.band:.1f}%{mem}"
+    diff = setup_diff(s.setup, setup) if setup else ""
+    where = f"{s.model} {s.mode}" + ("" if s.compile == "default" else f"/{s.compile}") + (f" [{diff}]" if diff else "")
+    return f"{where} {s.speedup:.3f}x{rng} {s.shown} ±{100 * s.band:.1f}%{mem}"
 
 
 def mem_text(s: StepChange) -> str:
@@ -38,7 +42,7 @@ def kernel_runs(dec: Decisions) -> list[str]:
     return sorted({d.kernel.run for d in dec.rows if d.kernel})
 
 
-def decision_cells(d: Decision, *, run: bool = True) -> dict[str, str]:
+def decision_cells(d: Decision, *, run: bool = True, setup: str = "") -> dict[str, str]:
     """The decision table's cells, as plain text (one line per measured model in ``step`` / ``mem``).
 
     ``run``: name the kernel range's bench run in its cell (leave it out when every row has the same run).
@@ -46,7 +50,7 @@ def decision_cells(d: Decision, *, run: bool = True) -> dict[str, str]:
     k = d.kernel
     return {"verdict": d.label, "name": d.name or "-", "id": d.id, "where": d.where,
             "kernel": "-" if k is None else f"{k.lo:.2f}-{k.hi:.2f}x ({k.shapes})" + (f" run {k.run}" if run else ""),
-            "step": "\n".join(step_text(s) for s in d.steps) or "not measured", "why": d.reason}
+            "step": "\n".join(step_text(s, setup) for s in d.steps) or "not measured", "why": d.reason}
 
 
 def decision_listing(dec: Decisions) -> Listing:
@@ -57,7 +61,7 @@ def decision_listing(dec: Decisions) -> Listing:
     rows, styles = [], []
     runs = kernel_runs(dec)
     for d in dec.rows:
-        c = decision_cells(d, run=len(runs) > 1)
+        c = decision_cells(d, run=len(runs) > 1, setup=dec.setup)
         c["verdict"] = cell(c["verdict"], VERDICT_STYLE.get(d.verdict))
         c["name"] = f"{c['name']}\n{d.id}" if d.name and d.name != d.id else d.id
         rows.append(c)
@@ -65,10 +69,12 @@ def decision_listing(dec: Decisions) -> Listing:
     adopt = [d.name or d.id for d in dec.adopt]
     before = [f"Adopt: {', '.join(adopt)}." if adopt else "Adopt: none (no fusion has a measured in-model win "
               "without a measured loss)."]
+    if dec.setup:
+        before.insert(0, f"Setup: {dec.setup} (a row measured otherwise names what differs, in brackets).")
     if dec.models:
         before.append("Model steps, default compile -> with the fusions (latest in-model A/B):")
         for m in dec.models:
-            c = model_step_cells(m)
+            c = model_step_cells(m, dec.setup)
             if not m.fired and m.variant == "gated":
                 before.append(f"  {c[0]:<27} {c[1]:>7} ms  = default (the gate keeps every fusion off)")
             else:
@@ -86,6 +92,11 @@ def decision_listing(dec: Decisions) -> Listing:
     if dec.together:
         after.append(f"All promoted fusions at once ({dec.together_source}, no noise band): "
                      + "; ".join(dec.together) + ".")
+    if dec.not_compared:
+        after.append("Not compared (CPU-interpreter runs; their times mean nothing beside GPU rows): "
+                     + ", ".join(dec.not_compared) + ".")
+    after.append("marginal win: the median step is faster beyond the noise band, but the p20 of the per-round "
+                 "ratios is below 1.0 (a fifth of the rounds or more were slower): more rounds would tell.")
     after.append("Why, per row: `miner candidates show <id>`.")
     return Listing("Decision (measured only)", cols, rows, before, after, styles, empty="No candidates or fusions.")
 
@@ -292,7 +303,7 @@ def show_listings(review: Review, r: Ranked, d: Decision | None) -> list[Listing
     if d is not None:
         cells = decision_cells(d)
         facts += [f"verdict: {d.label}: {d.reason}", f"fires on CUDA: {cells['where']}",
-                  f"kernel alone: {cells['kernel']}"]
+                  f"kernel alone: {cells['kernel']}"] + gate_lines(d)
     out = [Listing(f"{r.id}  {r.label}".rstrip(), [], [], facts, ["pattern:"] + ["  " + x for x in
                                                                             p.to_source("pattern").splitlines()],
                    empty="")]
@@ -328,6 +339,16 @@ def show_listings(review: Review, r: Ranked, d: Decision | None) -> list[Listing
     return out
 
 
+def gate_lines(d: Decision) -> list[str]:
+    """A promoted fusion's gate: the sites and size ranges where it fires, and the rule that decides."""
+    from miner.runtime.gate import BRACKET_RULE
+
+    if not d.promoted:
+        return []
+    return (["gate (where it fires on CUDA):"] + [f"  {c}" for c in d.coverage or ("nowhere: no in-model win",)]
+            + [f"  rule: {BRACKET_RULE}"])
+
+
 def steps_listing(d: Decision) -> Listing:
     """The in-model A/B measurements a decision stands on, one row each."""
     return Listing("in-model A/B (the fusion alone vs the default compile)",
@@ -335,9 +356,9 @@ def steps_listing(d: Decision) -> Listing:
                     Column("range", "p20-p80", justify="right"), Column("band", "noise", justify="right"),
                     Column("verdict", "verdict"), Column("mem", "memory", justify="right"),
                     Column("source", "from", ratio=1)],
-                   [{"where": s.where, "speedup": f"{s.speedup:.3f}x",
+                   [{"where": s.where + (f" ({s.setup})" if s.setup else ""), "speedup": f"{s.speedup:.3f}x",
                      "range": "-" if s.lo is None else f"{s.lo:.3f}-{s.hi:.3f}", "band": f"±{100 * s.band:.1f}%",
-                     "verdict": s.verdict, "mem": mem_text(s), "source": s.source} for s in d.steps])
+                     "verdict": s.shown, "mem": mem_text(s), "source": s.source} for s in d.steps])
 
 
 def unranked_show_listings(d: Decision, cand) -> list[Listing]:
@@ -345,8 +366,8 @@ def unranked_show_listings(d: Decision, cand) -> list[Listing]:
     region): its decision, where it fires and declines, its in-model A/B and its validation."""
     meta = cand.meta
     facts = [f"ops: {d.ops}", f"status: {d.status}" + (f" (fusion {d.name})" if d.promoted else ""),
-             f"verdict: {d.label}: {d.reason}", f"fires on CUDA: {d.where}", f"candidate files: {cand.path}",
-             f"  regenerate: {meta.get('regenerate')}"]
+             f"verdict: {d.label}: {d.reason}", f"fires on CUDA: {d.where}"] + gate_lines(d) + [
+             f"candidate files: {cand.path}", f"  regenerate: {meta.get('regenerate')}"]
     facts += [f"  {k}: {meta[k]}" for k in ("rule", "source") if meta.get(k)]
     fired = [f"  {o.get('count', 0):5d}  {o.get('model', '?')} {o.get('phase', '?')} {o.get('target', '')} ".rstrip() + " "
              + " x ".join(f"{i['dtype']}{i['shape']}" for i in o.get("inputs", ())) for o in meta.get("observed", ())]

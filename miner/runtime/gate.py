@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 IN_MODEL_SCHEMA = 1
 VERDICTS = ("win", "loss", "noise")
@@ -110,16 +111,21 @@ def _consumers_fusable(node, inside: set, hops: int = 4) -> bool:
     return False
 
 
-def context_of(match, vals, mode: str | None = None) -> Context:
-    """The match's context: ``vals`` are its input metas (``rewrite.match_vals``)."""
-    inputs = [match.kwargs.get(f"x{k}") for k in range(len(vals))]
+def neighbourhood(match, n_inputs: int) -> tuple[bool, bool]:
+    """(some input is made by a fusable node, some output feeds one outside the match)."""
+    inputs = [match.kwargs.get(f"x{k}") for k in range(n_inputs)]
     inside = set(getattr(match, "nodes", ()) or ())
     producer = any(_fusable(n) for n in inputs if n is not None)
     try:
         outputs = [n for n in match.output_nodes() if n is not None]
     except Exception:  # a match object without the pattern context (tests' stand-ins)
         outputs = list(getattr(match, "outputs", ()))
-    consumer = any(_consumers_fusable(n, inside) for n in outputs)
+    return producer, any(_consumers_fusable(n, inside) for n in outputs)
+
+
+def context_of(match, vals, mode: str | None = None) -> Context:
+    """The match's context: ``vals`` are its input metas (``rewrite.match_vals``)."""
+    producer, consumer = neighbourhood(match, len(vals))
     signature = tuple((tuple(int(s) for s in v.shape), _dtype_name(v.dtype)) for v in vals)
     return Context(signature, producer, consumer, mode or compile_mode())
 
@@ -139,26 +145,48 @@ def in_model_records(wins: dict | None) -> list[dict]:
 
 
 def _record_key(r: dict) -> tuple:
-    return r["model"], r["mode"], r.get("compile", "default"), r.get("preset")
+    return (r["model"], r["mode"], r.get("compile", "default"), r.get("preset")) + record_shape(r)
+
+
+def record_shape(r) -> tuple:
+    """(batch, seq) a record or A/B result (dict or object) was measured at; an older one without them
+    was measured at its preset's (``miner_models.base.SHAPES``)."""
+    get = r.get if isinstance(r, dict) else lambda k: getattr(r, k, None)
+    batch, seq = get("batch"), get("seq")
+    if batch is None or seq is None:
+        try:
+            from miner_models.base import SHAPES
+        except ImportError:
+            SHAPES = {}
+        b, s = SHAPES.get(get("preset"), (None, None))
+        batch, seq = (b if batch is None else batch), (s if seq is None else seq)
+    return batch, seq
 
 
 def _describe(r: dict) -> str:
-    return (f"{r['model']} {r['mode']}/{r.get('compile', 'default')} {r['speedup']:.3f}x "
+    batch, seq = record_shape(r)
+    shape = f" B{batch} S{seq}" if batch is not None else ""
+    return (f"{r['model']} {r['mode']}/{r.get('compile', 'default')}{shape} {r['speedup']:.3f}x "
             f"(noise +-{100 * r['band']:.1f}%)")
 
 
-def decide_context(ctx: Context, records: list[dict]) -> tuple[bool, str]:
-    """Fire iff an in-model A/B covering ``ctx`` made the step faster beyond noise and none slower.
+def decide_context(ctx: Context, records: list[dict], isolated: Sequence[tuple] = ()) -> tuple[bool, str]:
+    """Fire iff in-model A/B evidence covers ``ctx``: its exact site, else a bracket (:func:`bracket`).
 
-    Records of ``ctx.mode`` decide; when there are none, records of other modes decide only if
-    they agree on a win (then the mode does not matter for this site); otherwise decline.
+    An exactly measured site: records of ``ctx.mode`` decide; when there are none, records of other
+    modes decide only if they agree on a win (then the mode does not matter for this site);
+    otherwise decline. A site no record measured: :func:`decide_range` on its sizes (``isolated``:
+    the fusion's isolated bench rows, :func:`isolated_rows`).
     """
     covering = [r for r in records if ctx.site in (r.get("contexts") or {})]
     if not covering:
-        return False, "unmeasured in a model: no in-model A/B covers this context (`miner verify --ab --record`)"
+        query = parse_site(ctx.site)
+        if query is None:
+            return False, UNMEASURED_REASON
+        return decide_range(query, ctx.mode, records, isolated)
     same = [r for r in covering if r.get("compile", "default") == ctx.mode]
     pool, note = (same, "") if same else (covering, f" (measured under other modes, not {ctx.mode})")
-    losses = [r for r in pool if r["verdict"] == "loss"]
+    losses = [r for r in pool if r["verdict"] in BLOCKING]
     if losses:
         return False, "step slower in " + "; ".join(map(_describe, losses)) + note
     wins = [r for r in pool if r["verdict"] == "win"]
@@ -169,22 +197,186 @@ def decide_context(ctx: Context, records: list[dict]) -> tuple[bool, str]:
     return False, "within noise in " + "; ".join(map(_describe, pool)) + note
 
 
+UNMEASURED_REASON = "unmeasured in a model: no in-model A/B covers this context (`miner verify --ab --record`)"
+BLOCKING = ("loss", "parity-fail")  # a record with one of these verdicts keeps the fusion off around it
+
+# --------------------------------------------------------------------------- beyond the measured shapes
+
+BRACKET_RULE = (
+    "fires at a site an in-model A/B measured as a step win (and none as a loss or a parity failure); at an "
+    "unmeasured site only when in-model wins of the same class (compile mode, neighbourhood, inputs of the "
+    "same dtypes and ranks) bracket it: each size between the smallest and largest measured for that "
+    "dimension (a size equal in every win must be equal), no in-model loss or parity failure and no slower "
+    "isolated kernel row (where bench rows are recorded) inside that box; one measured shape brackets only "
+    "itself; symbolic sizes (dynamic=True) count by the range the compile allows, so an unbounded one declines")
+
+
+@dataclass(frozen=True)
+class Query:
+    """A site to decide: per input ``(((lo, hi) per dim), dtype)`` (lo == hi for a static size) and
+    its neighbourhood (see :class:`Context`)."""
+
+    inputs: tuple
+    producer_fusable: bool
+    consumer_fusable: bool
+
+    @staticmethod
+    def of(signature, producer_fusable: bool, consumer_fusable: bool) -> "Query":
+        """The query of a static signature: per input ``(shape, dtype)``."""
+        return Query(tuple((tuple((int(d), int(d)) for d in shape), dtype) for shape, dtype in signature),
+                     producer_fusable, consumer_fusable)
+
+
+_INPUT_RE = re.compile(r"(\w+)\[([0-9,]*)\]")
+
+
+def parse_site(site: str) -> Query | None:
+    """The :class:`Query` of a site key (``float32[8192,768] | producer:fusable consumer:none``); None when
+    it does not parse."""
+    head, _, hood = site.partition(" | ")
+    inputs = []
+    for token in head.split():
+        m = _INPUT_RE.fullmatch(token)
+        if m is None:
+            return None
+        inputs.append((tuple((int(d), int(d)) for d in m.group(2).split(",") if d), m.group(1)))
+    return Query(tuple(inputs), "producer:fusable" in hood, "consumer:fusable" in hood)
+
+
+def _same_class(q: Query, other: Query) -> bool:
+    return (q.producer_fusable, q.consumer_fusable) == (other.producer_fusable, other.consumer_fusable) \
+        and len(q.inputs) == len(other.inputs) \
+        and all(a[1] == b[1] and len(a[0]) == len(b[0]) for a, b in zip(q.inputs, other.inputs))
+
+
+def bracket(query: Query, measured: Sequence[Query]) -> tuple[bool, str]:
+    """Whether the sizes of ``query`` lie inside those of ``measured`` (the rule :data:`BRACKET_RULE` states).
+
+    Pure. ``measured`` are sites of the same class (neighbourhood, dtypes, ranks: the caller filters).
+    For each input ``k`` and dim ``d`` the measured sizes span ``[min, max]``; the query's range (one
+    size, or a symbolic size's ``[lo, hi]``) must lie inside it. A size equal in every measurement
+    must be equal (a single measured shape brackets only itself).
+
+    Returns
+    -------
+    (bool, str)
+        True and the box in words (``x0 dim 0 in [8, 32]``), or False and the first size outside it
+        (``x0 dim 0 = 64 outside measured [8, 32]``).
+    """
+    if not measured:
+        return False, "no measured site of the same class"
+    box = _box(measured)
+    spans = []
+    for k, (dims, _) in enumerate(query.inputs):
+        for d, (lo, hi) in enumerate(dims):
+            mlo, mhi = box[k][d]
+            if lo < mlo or hi > mhi:
+                size = str(lo) if lo == hi else f"[{lo}, {_inf(hi)}]"
+                return False, f"x{k} dim {d} = {size} outside measured [{mlo}, {mhi}]"
+            if mlo != mhi:
+                spans.append(f"x{k} dim {d} in [{mlo}, {mhi}]")
+    return True, (", ".join(spans) or "the one measured shape") + f" ({len(measured)} measured)"
+
+
+def _box(measured: Sequence[Query]) -> list[list[tuple[int, int]]]:
+    """Per input and dim, the smallest and largest measured size."""
+    return [[(min(q.inputs[k][0][d][0] for q in measured), max(q.inputs[k][0][d][1] for q in measured))
+             for d in range(len(dims))] for k, (dims, _) in enumerate(measured[0].inputs)]
+
+
+def _inside(q: Query, box) -> bool:
+    return all(box[k][d][0] <= lo and hi <= box[k][d][1]
+               for k, (dims, _) in enumerate(q.inputs) for d, (lo, hi) in enumerate(dims))
+
+
+def _inf(v) -> str:
+    return "inf" if v == INF else str(v)
+
+
+INF = 2 ** 63 - 1  # an unbounded symbolic size
+
+
+def isolated_rows(wins: dict | None) -> list[tuple[Query, float]]:
+    """The fusion's isolated bench rows of ``wins.json`` (``wins`` and ``loses``) as (site query of any
+    neighbourhood, speedup over Inductor)."""
+    out = []
+    for row in list((wins or {}).get("wins") or ()) + list((wins or {}).get("loses") or ()):
+        try:
+            sig = tuple((tuple(i["shape"]), i["dtype"]) for i in row["inputs"])
+            out.append((Query.of(sig, False, False), float(row["speedup_vs_inductor"])))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
+def decide_range(query: Query, mode: str, records: list[dict], isolated: Sequence[tuple] = ()) -> tuple[bool, str]:
+    """Fire at an unmeasured site when in-model wins of its class bracket it (:data:`BRACKET_RULE`).
+
+    Records of ``mode`` only (another compile mode is another class). Pure.
+    """
+    sites = [(q, r) for r in records if r.get("compile", "default") == mode
+             for q in map(parse_site, (r.get("contexts") or {})) if q is not None and _same_class(query, q)]
+    wins = [(q, r) for q, r in sites if r["verdict"] == "win"]
+    if not wins:
+        return False, UNMEASURED_REASON + (f"; no in-model win of this class (dtypes, ranks, neighbourhood, "
+                                           f"mode {mode}) to bracket it")
+    ok, where = bracket(query, [q for q, _ in wins])
+    if not ok:
+        return False, f"outside the in-model evidence: {where}"
+    box = _box([q for q, _ in wins])
+    bad = [r for q, r in sites if r["verdict"] in BLOCKING and _inside(q, box)]
+    if bad:
+        return False, "bracketed, but slower inside the bracket: " + "; ".join(map(_describe, bad))
+    slow = [s for q, s in isolated if s < 1.0 and _same_class(Query(q.inputs, query.producer_fusable,
+                                                                     query.consumer_fusable), query)
+            and _inside(q, box)]
+    if slow:
+        return False, f"bracketed, but the kernel alone is slower inside the bracket ({min(slow):.2f}x)"
+    return True, "bracketed by in-model wins: " + where + "; " + "; ".join(
+        dict.fromkeys(_describe(r) for _, r in wins))
+
+
+def coverage(records: list[dict], isolated: Sequence[tuple] = ()) -> list[str]:
+    """Where the gate fires, in words: per class of measured win sites (mode, neighbourhood, dtypes,
+    ranks), the box of sizes it brackets (for ``miner candidates show``)."""
+    out = []
+    classes: dict[tuple, list[Query]] = {}
+    for r in records:
+        mode = r.get("compile", "default")
+        for site in r.get("contexts") or {}:
+            q = parse_site(site)
+            if q is not None and r["verdict"] == "win":
+                key = (mode, q.producer_fusable, q.consumer_fusable, tuple((len(d), t) for d, t in q.inputs))
+                classes.setdefault(key, []).append(q)
+    for (mode, prod, cons, ranks), qs in classes.items():
+        box = _box(qs)
+        sig = " ".join(t + "[" + ",".join(str(lo) if lo == hi else f"{lo}..{hi}" for lo, hi in box[k]) + "]"
+                       for k, (_, t) in enumerate(ranks))
+        fire, why = decide_range(Query(tuple((tuple(b), t) for b, (_, t) in zip(box, ranks)), prod, cons),
+                                 mode, records, isolated)
+        hood = f"producer:{'fusable' if prod else 'none'} consumer:{'fusable' if cons else 'none'}"
+        out.append(f"{'fires' if fire else 'declines'} at {sig} | {hood} | mode:{mode}"
+                   + ("" if fire else f" ({why})"))
+    return out
+
+
 def decide(signature, wins: dict | None, *, producer_fusable: bool = False, consumer_fusable: bool = False,
            mode: str = "default") -> tuple[bool, str]:
     """``decide_context`` for a signature and neighbourhood (pure: no torch, no FX)."""
     signature = tuple((tuple(shape), dtype) for shape, dtype in signature)
-    return decide_context(Context(signature, producer_fusable, consumer_fusable, mode), in_model_records(wins))
+    return decide_context(Context(signature, producer_fusable, consumer_fusable, mode), in_model_records(wins),
+                          isolated_rows(wins))
 
 
 def wins_gate(match, wins: dict | None, n_inputs: int, decisions: Counter | None = None) -> bool:
     """The gate part of a fusion's ``extra_check`` (``rewrite.wins_gate`` delegates here).
 
-    CPU tensors pass (interpreter; the timings are GPU timings). On CUDA: inputs with symbolic
-    sizes (``dynamic=True``) decline with :data:`SYMBOLIC_REASON`, counted like a safety decline
-    (no A/B measures a size-generic context), or fire while the gate is held open; otherwise ``decide_context`` on the match's context, or fire anyway while the A/B
-    harness holds the gate open (``forced_open``). Every decision is counted in ``decisions``
-    (``rewrite.GATE_DECISIONS``) as ``"<fusion> fire|decline <context>: <reason>"`` and in
-    ``OBSERVED``.
+    CPU tensors pass (interpreter; the timings are GPU timings). On CUDA: ``decide_context`` on the
+    match's context (its exact site, else a bracket of measured wins, :data:`BRACKET_RULE`); inputs
+    with symbolic sizes (``dynamic=True``) are decided on the range of sizes the compile allows
+    (:func:`_symbolic`). While the A/B harness holds the gate open (``forced_open``) every match
+    fires. Every decision is counted in ``decisions`` (``rewrite.GATE_DECISIONS``) as ``"<fusion>
+    fire|decline <context>: <reason>"`` and in ``OBSERVED``.
     """
     from miner.runtime.rewrite import match_vals
 
@@ -195,7 +387,7 @@ def wins_gate(match, wins: dict | None, n_inputs: int, decisions: Counter | None
     if not all(isinstance(s, int) for v in vals for s in v.shape):
         if any(v.device.type != "cuda" for v in vals):
             return True
-        return _symbolic(match, name, n_inputs, decisions)
+        return _symbolic(match, vals, wins, name, decisions)
     try:
         ctx = context_of(match, vals)
     except Exception as e:  # never break a compile over the neighbourhood: the context says it is unknown
@@ -205,7 +397,7 @@ def wins_gate(match, wins: dict | None, n_inputs: int, decisions: Counter | None
     if any(v.device.type != "cuda" for v in vals):
         OBSERVED[(name, ctx, True)] += 1
         return True
-    fire, reason = decide_context(ctx, in_model_records(wins))
+    fire, reason = decide_context(ctx, in_model_records(wins), isolated_rows(wins))
     OBSERVED[(name, ctx, fire)] += 1
     forced = FORCE_OPEN["on"]
     if decisions is not None:
@@ -214,21 +406,53 @@ def wins_gate(match, wins: dict | None, n_inputs: int, decisions: Counter | None
     return True if forced else fire
 
 
-SYMBOLIC_REASON = ("symbolic sizes (dynamic shapes): in-model evidence is per static shape, "
-                   "none measures a size-generic context")
+SYMBOLIC_REASON = ("symbolic sizes (dynamic shapes) whose range the compile leaves unbounded: in-model evidence "
+                   "covers only the sizes it measured (torch._dynamo.mark_dynamic(t, dim, min=, max=) inside them "
+                   "lets the bracket rule decide)")
 
 
-def _symbolic(match, name: str, n_inputs: int, decisions: Counter | None) -> bool:
-    """A CUDA match with symbolic sizes: no A/B measured it, so it declines with that reason
-    (counted like a safety decline); with the gate held open it fires (the kernels are size-generic)."""
+def dim_range(size) -> tuple[int, int] | None:
+    """The sizes a dim may take in this compile: ``(n, n)`` for a static size; for a SymInt, the bounds
+    its ShapeEnv knows (``bound_sympy``: ``mark_dynamic(..., min=, max=)`` sets them); None when the
+    upper bound is infinite or cannot be read."""
+    if isinstance(size, int):
+        return size, size
+    try:
+        node = size.node
+        vr = node.shape_env.bound_sympy(node.expr)
+        lo, hi = vr.lower, vr.upper
+        if not (getattr(hi, "is_finite", False) or isinstance(hi, int)) or getattr(hi, "is_integer", True) is False:
+            return None
+        return int(lo), int(hi)
+    except Exception:  # no shape env, an unbacked symbol without bounds, an infinite bound
+        return None
+
+
+def _symbolic(match, vals, wins: dict | None, name: str, decisions: Counter | None) -> bool:
+    """A CUDA match with symbolic sizes: decided by :func:`decide_range` on the range of sizes the compile
+    allows (every dim's :func:`dim_range`); an unbounded range declines with :data:`SYMBOLIC_REASON`,
+    counted like a safety decline. With the gate held open it fires (the kernels are size-generic)."""
     from miner.runtime import rewrite
 
     if FORCE_OPEN["on"]:
         if decisions is not None:
             decisions[f"{name} fire symbolic sizes: {SYMBOLIC_REASON} [gate forced open]"] += 1
         return True
-    rewrite.record_declines(match, name, n_inputs, [SYMBOLIC_REASON])
-    return False
+    ranges = [tuple(dim_range(s) for s in v.shape) for v in vals]
+    if any(r is None for dims in ranges for r in dims):
+        rewrite.record_declines(match, name, len(vals), [SYMBOLIC_REASON])
+        return False
+    try:
+        producer, consumer = neighbourhood(match, len(vals))
+    except Exception:  # unknown neighbourhood: the strictest class
+        producer = consumer = True
+    query = Query(tuple((dims, _dtype_name(v.dtype)) for dims, v in zip(ranges, vals)), producer, consumer)
+    fire, reason = decide_range(query, compile_mode(), in_model_records(wins), isolated_rows(wins))
+    if decisions is not None:
+        decisions[f"{name} {'fire' if fire else 'decline'} symbolic sizes {query.inputs}: {reason}"] += 1
+    if not fire:
+        rewrite.record_declines(match, name, len(vals), [f"symbolic sizes: {reason}"])
+    return fire
 
 
 def observe(match, name: str, n_inputs: int) -> bool:
@@ -285,6 +509,7 @@ def merge_records(wins: dict | None, name: str, records: list[dict]) -> dict:
     return base
 
 
-__all__ = ["Context", "FORCE_OPEN", "OBSERVED", "OVERLAY", "compile_mode", "context_of", "decide",
+__all__ = ["BRACKET_RULE", "Context", "Query", "bracket", "coverage", "decide_range", "dim_range",
+           "isolated_rows", "neighbourhood", "parse_site", "record_shape", "FORCE_OPEN", "OBSERVED", "OVERLAY", "compile_mode", "context_of", "decide",
            "decide_context", "forced_open", "in_model_records", "merge_records", "observe", "observed_since",
            "wins_gate"]
