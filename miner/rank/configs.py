@@ -199,8 +199,8 @@ def _sp(c: Config | None) -> str:
     return f"{c.speedup:.3f}x{rng}"
 
 
-def lines(rec: Recommendation) -> list[str]:
-    """The recommendation in a few lines of at most ~100 columns (terminal, ``miner tune``'s end)."""
+def lines(rec: Recommendation, width: int = 100) -> list[str]:
+    """The recommendation in a few lines of at most ``width`` columns (terminal, ``miner tune``'s end)."""
     band = "-" if rec.band is None else f"±{100 * rec.band:.1f}%"
     out = [f"{rec.where}: run {rec.best.name} ({_sp(rec.best)}; noise band {band})", f"  why: {rec.reason}"]
     if rec.best_knob is not None:
@@ -210,7 +210,9 @@ def lines(rec: Recommendation) -> list[str]:
         else:
             out.append(f"  fusions on top of the best knob ({rec.best_knob.name}): not measured")
     out += [f"  numerics: {n}" for n in rec.numerics]
-    return out
+    import textwrap
+
+    return [w for line in out for w in textwrap.wrap(line, width, subsequent_indent="    ")]
 
 
 HEADER = ("configuration", "ms", "speedup [p20-p80]", "verdict", "peak GiB", "compile s", "parity (max rel diff)")
@@ -229,8 +231,8 @@ def markdown(results: Sequence[Any]) -> str:
     """Per A/B result with knobs: the recommendation, then every configuration (a markdown table)."""
     md = []
     for rec in recommendations(results):
-        md += [f"**{rec.where}**: run `{rec.best.name}`. " + " ".join(x.strip() for x in lines(rec)[1:]), "",
-               "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+        md += [f"**{rec.where}**: run `{rec.best.name}`.", ""] + [f"- {x.strip()}" for x in lines(rec, 10**6)[1:]]
+        md += ["", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
         default = Config(DEFAULT)
         rows = [next((c for c in configurations(_by(results, rec)) if c.name == DEFAULT), default)] + list(rec.configs)
         md += ["| " + " | ".join(cells(c)) + " |" for c in rows] + [""]

@@ -123,6 +123,7 @@ class Decisions:
     together_source: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
     models: tuple["ModelStep", ...] = ()  # per (model, mode, compile): the step with the promoted fusions
+    configs: tuple = ()  # miner.rank.configs.Recommendation per A/B result that measured knobs: what to run
 
     @property
     def adopt(self) -> list[Decision]:
@@ -132,7 +133,8 @@ class Decisions:
         return {"ab_source": self.ab_source, "ab_date": self.ab_date, "models": [asdict(m) for m in self.models],
                 "together": list(self.together),
                 "together_source": self.together_source, "notes": list(self.notes),
-                "rule": RULE, "decisions": [d.to_json() for d in self.rows]}
+                "rule": RULE, "decisions": [d.to_json() for d in self.rows],
+                "configs": [c.to_json() for c in self.configs]}
 
 
 @dataclass(frozen=True)
@@ -465,7 +467,11 @@ def decide(review: Review, ws: Workspace) -> Decisions:
 
     steps = tuple(model_steps([(str(p.relative_to(ws.root)), r) for p, r in found[1]],
                               candidates.fusions_by_candidate(ws))) if found else ()
-    return Decisions(tuple(rows), ab_source, ab_date, together, tsource, models=steps)
+    from miner.rank import configs
+
+    recs = tuple(configs.recommendations([r for _, r in found[1]], [str(p.relative_to(ws.root)) for p, _ in found[1]])
+                 ) if found else ()
+    return Decisions(tuple(rows), ab_source, ab_date, together, tsource, models=steps, configs=recs)
 
 
 def unranked_rows(ws: Workspace, ranked: set[str], only_model: str | None, measured: dict[str, list[StepChange]],
