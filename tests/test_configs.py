@@ -109,3 +109,22 @@ def test_candidates_and_the_report_lead_with_the_recommendation(tmp_path, capsys
     html = (tmp_path / "reports" / "r" / "index.html").read_text()
     assert "run <b>sdpa_reduced_math+fusions</b>" in html
     assert "Configurations: knobs and fusions" in (tmp_path / "reports" / "gpu" / "run1" / "verify.md").read_text()
+
+
+def test_runs_of_one_model_step_split_over_calls_are_pooled():
+    first, second = _result(), _result()
+    first.variants = first.variants[:6]  # fusions and the sdpa knob
+    second.variants = [second.variants[0], second.variants[1]] + [
+        __import__("dataclasses").replace(second.variants[6], speedup=1.40, parity=first.variants[4].parity)]
+    second.noise_band = 0.02
+    [rec] = recommendations([first, second], ["a/verify.json", "b/verify.json"])
+    names = {c.name for c in rec.configs}
+    assert {"fusions", "sdpa_reduced_math", "sdpa_reduced_math+fusions", "reduce_overhead"} <= names
+    assert rec.best.name == "reduce_overhead" and rec.band == 0.02  # the widest band of the pooled runs
+    assert rec.source == "a/verify.json, b/verify.json"
+    # a later measurement of the same configuration replaces the earlier one
+    third = _result()
+    third.variants = third.variants[:2] + [__import__("dataclasses").replace(third.variants[4], speedup=1.01,
+                                                                             verdict="noise")]
+    [rec] = recommendations([first, second, third])
+    assert next(c for c in rec.configs if c.name == "sdpa_reduced_math").speedup == 1.01

@@ -23,6 +23,7 @@ turns one such ``ABResult`` into :class:`Config` rows; ``recommend`` is the rule
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any, Sequence
 
 DEFAULT, FUSIONS = "default", "fusions"
@@ -46,6 +47,8 @@ class Config:
     peak_gib: float | None = None  # None: not measured (CUDA graphs)
     compile_s: float | None = None
     error: str | None = None
+    band: float | None = None  # the noise band of the run that measured it
+    source: str = ""  # that run's verify.json
 
     @property
     def changes(self) -> int:
@@ -156,38 +159,77 @@ def _error_rel(parity: Any) -> float | None:
     return max(vals) if vals else None
 
 
-def _config(name: str, v: Any, *, knob: str | None, fusions: bool) -> Config:
+def _config(name: str, v: Any, *, knob: str | None, fusions: bool, r: Any, source: str) -> Config:
     s = v.step
     return Config(name, knob, fusions, 1.0 if name == DEFAULT else v.speedup, v.speedup_p20, v.speedup_p80,
                   v.verdict, None if v.parity is None else bool(v.parity.ok), _error_rel(v.parity), v.numerics,
                   None if s is None else s.median_ms,
-                  None if s is None or v.cudagraphs else s.peak_mem_bytes / 2**30, v.compile_s, v.error)
+                  None if s is None or v.cudagraphs else s.peak_mem_bytes / 2**30, v.compile_s, v.error,
+                  r.noise_band, source)
 
 
-def configurations(r: Any) -> list[Config]:
+def configurations(r: Any, source: str = "") -> list[Config]:
     """The configurations an ``ABResult`` measured: default, the fusions as a user gets them (``gated``;
     for candidates, which have no gate, ``all``), and each knob variant."""
     out = []
     for v in r.variants:
         if v.name == DEFAULT:
-            out.append(_config(DEFAULT, v, knob=None, fusions=False))
+            out.append(_config(DEFAULT, v, knob=None, fusions=False, r=r, source=source))
         elif v.name == "gated" or (v.name == "all" and r.variant("gated") is None):
-            out.append(_config(FUSIONS, v, knob=None, fusions=True))
+            out.append(_config(FUSIONS, v, knob=None, fusions=True, r=r, source=source))
         elif v.knob:
             fused = v.name.endswith("+fusions")
-            out.append(_config(v.knob + ("+fusions" if fused else ""), v, knob=v.knob, fusions=fused))
+            out.append(_config(v.knob + ("+fusions" if fused else ""), v, knob=v.knob, fusions=fused, r=r,
+                               source=source))
     return out
 
 
 def recommendations(results: Sequence[Any], sources: Sequence[str] = ()) -> list[Recommendation]:
-    """One :class:`Recommendation` per A/B result that measured a knob (``sources``: its file, by position)."""
-    out = []
+    """One :class:`Recommendation` per (model, mode, compile mode, preset) whose A/B results measured a knob.
+
+    ``results`` oldest first (``sources``: each one's file, by position): the configurations of several
+    runs of the same model step are pooled, a later measurement of a configuration replacing an earlier
+    one (a GPU session split over calls: the fusions in one, a knob in the next). Each configuration's
+    verdict is against its own run's noise band; the recommendation's band is the widest of them.
+    """
+    pooled: dict[tuple, dict[str, Config]] = {}
+    latest: dict[tuple, Any] = {}
     for i, r in enumerate(results):
-        if r.error or not any(v.knob for v in r.variants):
+        if r.error:
             continue
-        rec = recommend(configurations(r), r.noise_band, model=r.model, mode=r.mode, compile=r.compile)
-        out.append(replace(rec, source=sources[i] if i < len(sources) else "", date=str(r.env.get("date") or "")))
+        key = (r.model, r.mode, r.compile, r.preset)
+        confs = pooled.setdefault(key, {})
+        for c in configurations(r, sources[i] if i < len(sources) else ""):
+            confs[c.name] = c
+        latest[key] = r
+    out = []
+    for key, confs in pooled.items():
+        if not any(c.knob for c in confs.values()):
+            continue
+        bands = [c.band for c in confs.values() if c.band is not None and c.name != DEFAULT]
+        rec = recommend(list(confs.values()), max(bands) if bands else None, model=key[0], mode=key[1],
+                        compile=key[2])
+        srcs = sorted({c.source for c in confs.values() if c.source})
+        out.append(replace(rec, source=", ".join(srcs), date=str(latest[key].env.get("date") or "")))
     return out
+
+
+def from_workspace(ws: Any) -> list[Recommendation]:
+    """:func:`recommendations` over every ``verify.json`` of kind VerifyAB under ``ws.reports``, oldest first
+    (by the files' environment dates, then path)."""
+    from miner.check import abrun
+
+    found = []
+    for path in sorted(Path(ws.reports).rglob("verify.json")):
+        try:
+            results, _ = abrun.load(path)
+        except Exception:  # noqa: BLE001  another kind of verify.json, or unreadable: not an A/B
+            continue
+        date = next((str(r.env.get("date")) for r in results if r.env.get("date")), "")
+        rel = str(path.relative_to(ws.root)) if path.is_relative_to(ws.root) else str(path)
+        found += [(date, rel, r) for r in results]
+    found.sort(key=lambda f: f[:2])
+    return recommendations([r for _, _, r in found], [src for _, src, _ in found])
 
 
 # --------------------------------------------------------------------------- text

@@ -469,8 +469,7 @@ def decide(review: Review, ws: Workspace) -> Decisions:
                               candidates.fusions_by_candidate(ws))) if found else ()
     from miner.rank import configs
 
-    recs = tuple(configs.recommendations([r for _, r in found[1]], [str(p.relative_to(ws.root)) for p, _ in found[1]])
-                 ) if found else ()
+    recs = tuple(configs.from_workspace(ws)) if found else ()
     return Decisions(tuple(rows), ab_source, ab_date, together, tsource, models=steps, configs=recs)
 
 
