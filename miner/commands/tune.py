@@ -47,6 +47,8 @@ def add_arguments(p) -> None:
     p.add_argument("--regions", type=int, default=2, metavar="N",
                    help="region candidates: the N regions with the most measured time above floor (default 2)")
     p.add_argument("--rounds", type=int, default=15, help="A/B alternating rounds (default 15)")
+    p.add_argument("--fusion-variants", default="all,alone,gated", metavar="V,...",
+                   help="A/B fusion variants (`miner verify --fusion-variants`; all: to save time, no alone:<c>)")
     p.add_argument("--warmup", type=int, default=3, help="A/B warm-up steps, the first compiles (default 3)")
     p.add_argument("--profile-steps", type=int, default=0,
                    help="A/B steps per variant under torch.profiler for the kernel diff (default 0: none)")
@@ -231,7 +233,8 @@ def _ab(run: Run) -> dict:
     ids = run.state["stages"].get("validate", {}).get("outputs", {}).get("validated", [])
     argv = ["verify", "--ab", "--models", ",".join(run.models), "--mode", ",".join(run.modes), "--preset", run.preset,
             "--rounds", str(run.args.rounds), "--warmup", str(run.args.warmup), "--profile-steps",
-            str(run.args.profile_steps), "--out", str(run.out / "ab"), *run.ex_args()]
+            str(run.args.profile_steps), "--out", str(run.out / "ab"), "--fusion-variants", run.args.fusion_variants,
+            *run.ex_args()]
     argv += ["--candidates", ",".join(ids)] if ids else []
     argv += ["--knobs", run.args.knobs] if run.args.knobs else []
     argv += ["--model-budget", str(run.args.model_budget)] if run.args.model_budget else []
