@@ -30,11 +30,13 @@ VERBS: dict[str, tuple[str, str]] = {
     "candidates": ("miner.commands.candidates", "ranked candidate list, or one candidate (`candidates show <id>`)"),
     "report": ("miner.commands.report", "write the HTML report under reports/ and print its path"),
     "profile": ("miner.commands.profile", "profile the compiled step on GPU: step composition, kernels vs memory floor, regions"),
+    "tune": ("miner.commands.tune", "one command from a model to a measured recommendation: profile, mine, generate, "
+                                    "validate, A/B with knobs, report (GPU)"),
 }
 
 
 # Verbs that may start a workspace; every other verb reads one, and a missing one is an error (never created).
-MAKES_WORKSPACE = frozenset({"scan", "models", "profile"})  # profile captures, as scan does (not with --show)
+MAKES_WORKSPACE = frozenset({"scan", "models", "profile", "tune"})  # profile captures, as scan does (not with --show)
 
 WORKSPACE_HELP = ("where captures/, mined/, candidates/, reports/ and fusions/ live, relative to the current "
                   "directory (default: .); before or after the verb")

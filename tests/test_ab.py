@@ -300,3 +300,15 @@ def test_several_batch_and_seq_sizes_make_a_grid_of_ab_rows():
         _sizes("8,x")
     with pytest.raises(UsageError):
         shape_grid([8, 8], None)
+
+
+def test_compile_limits_are_raised_and_a_hit_is_an_error():
+    # found merging the float32 parity reference: the 9th compile of one model's forward in a process
+    # silently ran eager (0 matches, "0.0 s" compiles) and was timed as a variant
+    import torch._dynamo.config as dc
+
+    from miner.check import ab
+
+    with dc.patch(recompile_limit=8, cache_size_limit=8, fail_on_recompile_limit_hit=False):
+        ab.raise_compile_limits()
+        assert dc.recompile_limit >= 64 and dc.fail_on_recompile_limit_hit is True

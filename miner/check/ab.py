@@ -13,7 +13,11 @@ model is compiled as these variants, all resident at once:
 * ``alone:<f>``: each fusion that fired, alone, gate open (when only one fired, ``all`` is it);
 * ``gated``: every fusion with the gate on, deciding from the in-model evidence of earlier runs
   plus this run's ``alone`` verdicts; compiled only when that graph differs from one already
-  measured (every match fires: ``all``; none: ``default``).
+  measured (every match fires: ``all``; none: ``default``);
+* ``knob:<k>`` / ``knob:<k>+fusions`` (``--knobs``, ``miner.check.knobs``): a one-line change a user
+  could make instead (an SDPA flag, ``mode="reduce-overhead"``, an Inductor option), alone and with
+  the fusions as they fire with the gate on; timed with ``gated`` in a second phase beside
+  ``default`` and ``control`` (alone in it when ``all`` is not compiled: then its control gives the band).
 
 Timed steps alternate between the variants (round robin, the start rotating each round), so
 drift falls on all alike: median and 20/80% quantiles of the step per variant, and the speedup as
@@ -59,6 +63,9 @@ class VariantResult:
     error: str | None = None
     speedup_p20: float | None = None  # 20/80% quantiles of the per-round ratios behind ``speedup``
     speedup_p80: float | None = None
+    knob: str | None = None  # knob:<k> and knob:<k>+fusions variants: the knob's name (miner.check.knobs)
+    numerics: str = ""  # how the knob changes numerics ("" when it does not)
+    cudagraphs: bool = False  # ran under CUDA graphs (its step peak is the graphs' pool, not measured)
 
 
 @dataclass
@@ -220,17 +227,23 @@ def _wrap_step(step: Callable, compile_mode: str) -> Callable:
 
 def prepare(name: str, base_model, inputs: dict, loss, *, mode: str, compile_mode: str, device: str,
             graph_pass=None, fusions: Sequence[str] = (), gate: str = NO_GATE, cache: bool = False,
-            warmup: int = 3, compile_fn: Callable | None = None) -> _Live:
-    """A copy of ``base_model`` compiled as one variant, warmed up (the first step compiles)."""
+            warmup: int = 3, compile_fn: Callable | None = None, knob=None) -> _Live:
+    """A copy of ``base_model`` compiled as one variant, warmed up (the first step compiles).
+
+    ``knob`` (``miner.check.knobs.Knob``): its options join the variant's, and its context is entered
+    around each call of the step (the compiling one included)."""
     import torch
 
     from miner.runtime import gate as gate_mod
     from miner.runtime.rewrite import GATE_DECISIONS
 
     model = copy.deepcopy(base_model)
-    options = compile_options(compile_mode, graph_pass, cache=cache, tag=name)
+    options = {**compile_options(compile_mode, graph_pass, cache=cache, tag=name), **(knob.options if knob else {})}
     compiled = compile_fn(model, compile_mode) if compile_fn else _compile(model, compile_mode, options)
-    step = _wrap_step(make_step(compiled, inputs, loss, mode, device), compile_mode)
+    graphs = compile_mode == "reduce-overhead" or bool(options.get("triton.cudagraphs"))
+    step = _wrap_step(make_step(compiled, inputs, loss, mode, device), "reduce-overhead" if graphs else compile_mode)
+    if knob is not None:
+        step = knob.around(step)
     counts_before = Counter(graph_pass.counts) if graph_pass is not None else Counter()
     seen_before, decisions_before = Counter(gate_mod.OBSERVED), Counter(GATE_DECISIONS)
     hits_before = int(torch._dynamo.utils.counters["inductor"].get("fxgraph_cache_hit", 0))
@@ -241,7 +254,8 @@ def prepare(name: str, base_model, inputs: dict, loss, *, mode: str, compile_mod
             step()
         if device.startswith("cuda"):
             torch.cuda.synchronize()
-    res = VariantResult(name, list(fusions), gate, compile_s=time.perf_counter() - t0)
+    res = VariantResult(name, list(fusions), gate, compile_s=time.perf_counter() - t0,
+                        knob=knob.name if knob else None, numerics=knob.numerics if knob else "", cudagraphs=graphs)
     res.fx_cache_hits = int(torch._dynamo.utils.counters["inductor"].get("fxgraph_cache_hit", 0)) - hits_before
     if graph_pass is not None:
         res.matches = {f: graph_pass.counts[f] - counts_before[f] for f in fusions}
@@ -400,16 +414,25 @@ class _SiteCtx:
     mode: str
 
 
+FUSION_VARIANTS = ("all", "alone", "gated")  # the fusion variants run_ab can compile (``fusion_variants``)
+
+
 def run_ab(build: Callable[[], Any], *, model: str, mode: str, compile_mode: str, preset: str, device: str,
            fusions, batch: int | None = None, seq: int | None = None, warmup: int = 3, rounds: int = 15,
            profile_steps: int = 3, deadline: float | None = None, env: dict | None = None,
            compile_fn: Callable | None = None, kernel_times: Callable | None = None,
-           parity_reference: bool = True, log: Callable[[str], None] = print) -> ABResult:
+           parity_reference: bool = True, log: Callable[[str], None] = print, knobs: Sequence[Any] = (),
+           fusion_variants: Sequence[str] = FUSION_VARIANTS) -> ABResult:
     """The A/B of one model, step mode and compile mode (see the module docstring).
 
-    ``fusions``: a ``miner.runtime.fusions.Fusions``. ``deadline`` (``time.perf_counter()``): no new
-    variant is compiled after it (those left out are recorded). ``kernel_times``: the profiler
-    table function (default ``miner.scan.profile.kernel_times``); ``profile_steps=0`` skips it.
+    ``fusions``: a ``miner.runtime.fusions.Fusions`` (or a set of candidates; no names: knobs only).
+    ``deadline`` (``time.perf_counter()``): no new variant is compiled after it (those left out are
+    recorded). ``kernel_times``: the profiler table function (default
+    ``miner.scan.profile.kernel_times``); ``profile_steps=0`` skips it. ``knobs``
+    (``miner.check.knobs.Knob``): each measured alone (``knob:<k>``) and with the fusions as a user gets
+    them (``knob:<k>+fusions``: the gate on; candidates: all of them), timed in the phase of ``gated``.
+    ``fusion_variants``: which of ``all`` (``alone`` needs it) and ``gated`` to compile (without
+    ``all`` the gated variant is always compiled: nothing says which fusions fire).
     ``parity_reference``: compile the float32 reference step parity is judged against (``reference_step``).
     """
     import torch
@@ -417,21 +440,23 @@ def run_ab(build: Callable[[], Any], *, model: str, mode: str, compile_mode: str
     from miner.runtime import gate
 
     t0 = time.perf_counter()
+    raise_compile_limits()
     r = ABResult(model, mode, compile_mode, preset, batch, seq, env=env or {})
     built = build()
     inputs = resize_inputs(built.inputs, batch, seq)
     r.batch, r.seq = input_shape(inputs, batch, seq)
     names = fusions.names()
     modules = {f: fusions.load(f) for f in names}
+    wanted = set(fusion_variants) if names else set()
 
     def late() -> bool:
         return deadline is not None and time.perf_counter() > deadline
 
-    def make(name, graph_pass=None, chosen=(), gate_mode=NO_GATE, cache=False) -> _Live:
+    def make(name, graph_pass=None, chosen=(), gate_mode=NO_GATE, cache=False, knob=None) -> _Live:
         log(f"  {model} {mode}/{compile_mode} {name}: compiling")
         live = prepare(name, built.model, inputs, built.loss, mode=mode, compile_mode=compile_mode, device=device,
                        graph_pass=graph_pass, fusions=chosen, gate=gate_mode, cache=cache, warmup=warmup,
-                       compile_fn=compile_fn)
+                       compile_fn=compile_fn, knob=knob)
         fired = {f: n for f, n in live.res.matches.items() if n}
         log(f"  {model} {mode}/{compile_mode} {name}: {live.res.compile_s:.1f} s"
             f"{f', FX cache hits {live.res.fx_cache_hits}' if live.res.fx_cache_hits else ''}; matches {fired}")
@@ -451,41 +476,45 @@ def run_ab(build: Callable[[], Any], *, model: str, mode: str, compile_mode: str
     control = make("control", cache=True)
     if control.res.fx_cache_hits:
         control.res.note = f"FX graph cache hit ({control.res.fx_cache_hits} graphs): the default's compiled code"
-    all_pass = fusions.graph_pass(names)
-    every = make("all", all_pass, names, GATE_OPEN)
-    r.fires = dict(every.res.matches)
-    fired = [f for f in names if r.fires.get(f)]
-    phase_a = [default, control, every]
-    if len(fired) == 1:
-        every.res.note = f"only {fired[0]} fires: this is {fired[0]} alone"
-    elif not fired:
-        every.res.note = "no fusion fires" + ("" if every.res.gate_decisions else
-                                              ": no pattern matched the graph (nothing declined)")
-    for f in (fired if len(fired) > 1 else []):
-        if late():
-            r.variants.append(VariantResult(f"alone:{f}", [f], GATE_OPEN, error="not compiled: --time-budget spent"))
-            continue
-        phase_a.append(make(f"alone:{f}", fusions.graph_pass([f]), [f], GATE_OPEN))
-    log(f"  {model} {mode}/{compile_mode}: {rounds} alternating rounds over {len(phase_a)} variants")
-    interleave(phase_a, rounds, device)
-    r.noise_band = noise_band(_record_phase(phase_a, None))
-    for live in phase_a[1:]:
-        live.res.verdict = verdict(live.res.speedup, r.noise_band)
-    _parity(phase_a, mode, device, reference)
-    _explain(phase_a, kernel_times, device, profile_steps)
+    phase_a = [default, control]
+    if "all" in wanted:
+        every = make("all", fusions.graph_pass(names), names, GATE_OPEN)
+        r.fires = dict(every.res.matches)
+        fired = [f for f in names if r.fires.get(f)]
+        phase_a.append(every)
+        if len(fired) == 1:
+            every.res.note = f"only {fired[0]} fires: this is {fired[0]} alone"
+        elif not fired:
+            every.res.note = "no fusion fires" + ("" if every.res.gate_decisions else
+                                                  ": no pattern matched the graph (nothing declined)")
+        for f in (fired if len(fired) > 1 and "alone" in wanted else []):
+            if late():
+                r.variants.append(VariantResult(f"alone:{f}", [f], GATE_OPEN, error="not compiled: --time-budget spent"))
+                continue
+            phase_a.append(make(f"alone:{f}", fusions.graph_pass([f]), [f], GATE_OPEN))
+    if len(phase_a) > 2 or not (knobs or "gated" in wanted):  # else the band comes from the second phase
+        log(f"  {model} {mode}/{compile_mode}: {rounds} alternating rounds over {len(phase_a)} variants")
+        interleave(phase_a, rounds, device)
+        r.noise_band = noise_band(_record_phase(phase_a, None))
+        for live in phase_a[1:]:
+            live.res.verdict = verdict(live.res.speedup, r.noise_band)
+        _parity(phase_a, mode, device, reference)
+        _explain(phase_a, kernel_times, device, profile_steps)
     r.variants[:0] = [live.res for live in phase_a]
     for f, rec in alone_records(r).items():  # this run's verdicts join the evidence of the gated compile
         gate.OVERLAY.setdefault(f, []).append(rec)
-    for live in phase_a[2:]:  # free the fusion variants; default and control stay for the gated phase
+    for live in phase_a[2:]:  # free the fusion variants; default and control stay for the second phase
         live.model = live.step = None
-    del phase_a[2:], every
+    del phase_a[2:]
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
 
     # on the CPU the gate passes (interpreter timings decide nothing): the gated graph is ``all``'s
     r.gate = gate_verdicts(r, modules, compile_mode)
-    shortcut = _gated_shortcut(r) if device.startswith("cuda") else "all"
-    if not getattr(fusions, "gated", True):
+    gated_on = getattr(fusions, "gated", True)
+    shortcut = None if "all" not in wanted else _gated_shortcut(r) if device.startswith("cuda") else "all"
+    phase_b: list[_Live] = [default, control]
+    if "gated" not in wanted or not gated_on:
         pass  # candidates have no gate: no gated variant
     elif shortcut is not None:
         src = r.variant(shortcut)
@@ -498,23 +527,62 @@ def run_ab(build: Callable[[], Any], *, model: str, mode: str, compile_mode: str
     elif late():
         r.variants.append(VariantResult("gated", names, GATE_ON, error="not compiled: --time-budget spent"))
     else:
-        gated = make("gated", fusions.graph_pass(names), names, GATE_ON)
-        phase_b = [default, control, gated]
+        phase_b.append(make("gated", fusions.graph_pass(names), names, GATE_ON))
+    fused_mode = GATE_ON if gated_on else NO_GATE
+    for knob in knobs:
+        for fused in (False, True) if names else (False,):
+            name = f"knob:{knob.name}" + ("+fusions" if fused else "")
+            if fused and shortcut == "default":  # with the gate on no fusion fires: the knob's own graph
+                r.variants.append(VariantResult(name, names, fused_mode, knob=knob.name, numerics=knob.numerics,
+                                                note=f"same graph as `knob:{knob.name}`: with the gate on no match "
+                                                     "fires; not compiled"))
+            elif late():
+                r.variants.append(VariantResult(name, names if fused else [], fused_mode if fused else NO_GATE,
+                                                knob=knob.name, error="not compiled: --time-budget spent"))
+            else:
+                phase_b.append(make(name, fusions.graph_pass(names) if fused else None, names if fused else (),
+                                    fused_mode if fused else NO_GATE, knob=knob))
+    if len(phase_b) > 2:
+        log(f"  {model} {mode}/{compile_mode}: {rounds} alternating rounds over {len(phase_b)} variants")
         interleave(phase_b, rounds, device)
-        saved = [(live.res.step, live.res.speedup, live.res.speedup_p20, live.res.speedup_p80, live.res.verdict)
-                 for live in (default, control)]
-        _record_phase(phase_b, r.noise_band)
-        gated.res.note = (f"timed in a second phase with default and control (there: default "
-                          f"{default.res.step.median_ms:.2f} ms, control {control.res.speedup:.3f}x)")
-        for live, kept in zip((default, control), saved):  # phase A's numbers stand
-            (live.res.step, live.res.speedup, live.res.speedup_p20, live.res.speedup_p80,
-             live.res.verdict) = kept
-        _parity([default, gated], mode, device, reference)
-        _explain([default, gated], kernel_times, device, profile_steps)
-        r.variants.append(gated.res)
+        if r.noise_band is None:  # no first phase: this one's control gives the band
+            r.noise_band = noise_band(_record_phase(phase_b, None))
+            for live in phase_b[1:]:
+                live.res.verdict = verdict(live.res.speedup, r.noise_band)
+        else:
+            saved = [(live.res.step, live.res.speedup, live.res.speedup_p20, live.res.speedup_p80, live.res.verdict)
+                     for live in (default, control)]
+            _record_phase(phase_b, r.noise_band)
+            for live in phase_b[2:]:
+                live.res.note = ((live.res.note + "; ") if live.res.note else "") + (
+                    f"timed in a second phase with default and control (there: default "
+                    f"{default.res.step.median_ms:.2f} ms, control {control.res.speedup:.3f}x)")
+            for live, kept in zip((default, control), saved):  # phase A's numbers stand
+                (live.res.step, live.res.speedup, live.res.speedup_p20, live.res.speedup_p80,
+                 live.res.verdict) = kept
+        _parity([default] + phase_b[2:], mode, device, reference)
+        _explain([default] + phase_b[2:], kernel_times, device, profile_steps)
+        r.variants.extend(live.res for live in phase_b[2:])
+    if default.res.step is None:  # neither phase had more than the two defaults: time them for the band
+        interleave([default, control], rounds, device)
+        r.noise_band = noise_band(_record_phase([default, control], None))
+        control.res.verdict = verdict(control.res.speedup, r.noise_band)
+    _same_as_knob(r)
     del reference
     r.seconds = time.perf_counter() - t0
     return r
+
+
+def raise_compile_limits() -> None:
+    """Every variant of a model compiles the same code objects: allow 64 cache entries, not 8, and make
+    a hit of the limit an error (Dynamo would otherwise run the variant eagerly and time that)."""
+    import torch._dynamo.config as dc
+
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(dc, name):
+            setattr(dc, name, max(getattr(dc, name), 64))
+    if hasattr(dc, "fail_on_recompile_limit_hit"):
+        dc.fail_on_recompile_limit_hit = True
 
 
 def input_shape(inputs: dict, batch: int | None, seq: int | None) -> tuple[int | None, int | None]:
@@ -524,6 +592,17 @@ def input_shape(inputs: dict, batch: int | None, seq: int | None) -> tuple[int |
     ids = next((v for v in inputs.values() if torch.is_tensor(v) and v.dim() == 2 and not v.is_floating_point()),
                None)
     return (batch, seq) if ids is None else (int(ids.shape[0]), int(ids.shape[1]))
+
+
+def _same_as_knob(r: ABResult) -> None:
+    """A ``knob:<k>+fusions`` left uncompiled because no fusion fires takes ``knob:<k>``'s numbers."""
+    for v in r.variants:
+        if v.knob and v.name.endswith("+fusions") and v.step is None and v.error is None:
+            src = r.variant(f"knob:{v.knob}")
+            if src is not None:
+                v.step, v.speedup, v.speedup_p20, v.speedup_p80, v.verdict, v.parity, v.compile_s = (
+                    src.step, src.speedup, src.speedup_p20, src.speedup_p80, src.verdict, src.parity, src.compile_s)
+                v.cudagraphs = src.cudagraphs
 
 
 def _parity(lives: Sequence[_Live], mode: str, device: str, reference: tuple | None = None) -> None:

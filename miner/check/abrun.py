@@ -80,13 +80,19 @@ class CandidateSet:
         return rewrite.FusionPass([rewrite.entry_for(self.load(n).__file__, n, self.load(n)) for n in chosen])
 
 
-def _limits() -> None:
-    """Every variant of a model compiles the same code objects: allow more cache entries than 8."""
-    import torch._dynamo.config as dc
+class NoFusions:
+    """No fusion to measure (a workspace without promoted fusions, and no ``--candidates``): knobs only."""
 
-    for name in ("recompile_limit", "cache_size_limit"):
-        if hasattr(dc, name):
-            setattr(dc, name, max(getattr(dc, name), 64))
+    gated = False
+
+    def names(self) -> list[str]:
+        return []
+
+
+def _has_fusions(workspace: Any) -> bool:
+    from miner.runtime.fusions import Fusions
+
+    return bool(Fusions(_root(workspace)).names())
 
 
 def shape_grid(batch: int | Sequence[int] | None, seq: int | Sequence[int] | None) -> list[tuple]:
@@ -109,7 +115,8 @@ def run_all(models: Sequence[str], *, modes: Sequence[str], compile_modes: Seque
             batch: int | Sequence[int] | None, seq: int | Sequence[int] | None, warmup: int, rounds: int,
             profile_steps: int,
             time_budget_s: float | None, model_budget_s: float | None = None, workspace: Any = ".", on_result: Callable[[ABResult], None] | None = None,
-            candidates: Sequence[str] = (), log: Callable[[str], None] = print) -> list[ABResult]:
+            candidates: Sequence[str] = (), log: Callable[[str], None] = print, knobs: str | None = None,
+            fusion_variants: Sequence[str] | None = None) -> list[ABResult]:
     """The A/B of every model in every planned mode; a model that fails or is out of time is recorded.
 
     ``batch``, ``seq``: one size or a list each; every (batch, seq) of :func:`shape_grid` is its own A/B
@@ -117,14 +124,21 @@ def run_all(models: Sequence[str], *, modes: Sequence[str], compile_modes: Seque
     ``candidates``: A/B these candidate ids (ungated) instead of the workspace's promoted fusions.
     ``time_budget_s``: no model starts, and no variant compiles, after this many seconds of the run;
     ``model_budget_s``: no variant compiles after this many seconds of one model and mode.
+    ``knobs``: the ``--knobs`` spec (``miner.check.knobs.parse``; a string, so Ray tasks carry it);
+    ``fusion_variants``: ``run_ab``'s (default: all of them).
     """
     import torch
 
     import miner_models as zoo
 
-    fusions = CandidateSet(workspace, candidates) if candidates else load_fusions(_root(workspace))
-    log(f"fusions: {', '.join(fusions.names())}")
-    _limits()
+    from miner.check import ab, knobs as knob_registry
+
+    chosen_knobs = knob_registry.parse(knobs)
+    fusions = (CandidateSet(workspace, candidates) if candidates else
+               load_fusions(_root(workspace)) if not chosen_knobs or _has_fusions(workspace) else NoFusions())
+    log(f"fusions: {', '.join(fusions.names()) or 'none'}"
+        + (f"; knobs: {', '.join(k.name for k in chosen_knobs)}" if chosen_knobs else ""))
+    ab.raise_compile_limits()
     env = run_env(device)
     specs = [zoo.resolve(m) for m in models]
     start = time.perf_counter()
@@ -146,7 +160,8 @@ def run_all(models: Sequence[str], *, modes: Sequence[str], compile_modes: Seque
                            compile_mode=compile_mode, preset=preset, device=device, fusions=fusions, batch=batch,
                            seq=seq, warmup=warmup, rounds=rounds, profile_steps=profile_steps,
                            deadline=min(ends) if ends else None,
-                           env=env, log=log)
+                           env=env, log=log, knobs=chosen_knobs,
+                           fusion_variants=tuple(fusion_variants or ab.FUSION_VARIANTS))
             except MinerError:
                 raise
             except Exception as e:  # one model failing must not lose the others
@@ -220,7 +235,7 @@ def pct(x: float | None) -> str:
 def _gib(v, compile_mode: str) -> str:
     """The step's peak memory beyond what was allocated before it; not measured under CUDA graphs,
     whose private pool is allocated when the graph is captured (the timed step allocates nothing)."""
-    if v.step is None or compile_mode == "reduce-overhead":
+    if v.step is None or compile_mode == "reduce-overhead" or v.cudagraphs:
         return "-"
     return f"{v.step.peak_mem_bytes / 2**30:.2f}"
 
@@ -341,6 +356,10 @@ def markdown(results: Sequence[ABResult], peers: Sequence[dict] = ()) -> str:
         r, v = min(gated, key=lambda rv: rv[1].speedup)
         md.insert(2, f"With the gate on, the slowest step is {r.model} {r.mode}/{r.compile} at {v.speedup:.3f}x "
                      f"({'within' if v.speedup >= 0.99 else 'BELOW'} the 0.99x target).\n")
+    from miner.rank import configs
+
+    if any(v.knob for r in results for v in r.variants):
+        md += ["\n## Configurations: knobs and fusions (the recommendation)\n", configs.markdown(results)]
     md += ["\n## Per model\n"] + [detail(r) for r in results]
     return "\n".join(md)
 

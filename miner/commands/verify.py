@@ -42,6 +42,13 @@ def add_arguments(p) -> None:
     ab.add_argument("--candidates", default=None, metavar="ID,...",
                     help="A/B these candidates (ungated) instead of the promoted fusions: the evidence "
                          "`miner promote` requires (with --record: candidates/<id>/in_model.json)")
+    ab.add_argument("--knobs", default=None, metavar="K,...",
+                    help="also measure these knobs, each alone (knob:<k>) and with the fusions (knob:<k>+fusions): "
+                         "sdpa_reduced_math, reduce_overhead, max_autotune_no_cudagraphs, coordinate_descent, "
+                         "combo_kernels, benchmark_fusion, all, a+b (together), module:attr (your own Knob)")
+    ab.add_argument("--fusion-variants", default="all,alone,gated", metavar="V,...",
+                    help="fusion variants to compile: all (gate open), alone (each firing fusion; needs all), "
+                         "gated (default: all,alone,gated; e.g. gated for a knobs-only comparison)")
     ab.add_argument("--record", action="store_true",
                     help="write each fusion-alone verdict into fusions/<name>/wins.json (in_model): the gate's "
                          "evidence (CUDA runs only)")
@@ -144,6 +151,11 @@ def _run_ab(args, ws, device: str, preset: str, modes, models, out_dir: Path | N
         raise UsageError("--rounds and --warmup must be at least 1, --profile-steps at least 0")
     compile_modes = [c.strip() for c in args.compile_modes.split(",") if c.strip()]
     abrun.plan(modes, compile_modes)  # a bad mode fails before anything compiles
+    variants = _fusion_variants(args.fusion_variants)
+    if args.knobs:
+        from miner.check import knobs
+
+        knobs.parse(args.knobs)  # an unknown knob fails here, listing the valid names
     peer_variants = [v.strip() for v in (args.peer_variants or ",".join(peers.DEFAULT_VARIANTS)).split(",")]
     bad = [v for v in peer_variants if v not in peers.VARIANTS]
     if bad:
@@ -163,7 +175,7 @@ def _run_ab(args, ws, device: str, preset: str, modes, models, out_dir: Path | N
     if not args.peer_only:
         kwargs = dict(modes=modes, compile_modes=compile_modes, preset=preset, device=device, batch=args.batch,
                       seq=args.seq, warmup=args.warmup, rounds=args.rounds, profile_steps=args.profile_steps,
-                      model_budget_s=args.model_budget,
+                      model_budget_s=args.model_budget, knobs=args.knobs, fusion_variants=variants,
                       candidates=[c.strip() for c in (args.candidates or "").split(",") if c.strip()])
         _spread(args, models, ab=True, ws=ws, device=device, kwargs=kwargs, on_result=on_result)
     if args.peer:
@@ -191,6 +203,18 @@ def _run_ab(args, ws, device: str, preset: str, modes, models, out_dir: Path | N
     return 1 if bad else 0
 
 
+def _fusion_variants(text: str) -> tuple[str, ...]:
+    from miner.check.ab import FUSION_VARIANTS
+
+    chosen = tuple(v.strip() for v in text.split(",") if v.strip())
+    bad = [v for v in chosen if v not in FUSION_VARIANTS]
+    if bad:
+        raise UsageError(f"--fusion-variants: unknown {bad[0]!r}; variants: {', '.join(FUSION_VARIANTS)}")
+    if "alone" in chosen and "all" not in chosen:
+        raise UsageError("--fusion-variants: alone needs all (all's matches say which fusions fire)")
+    return chosen
+
+
 def _spread(args, models, *, ab: bool, ws, device: str, kwargs: dict, on_result) -> list:
     """``run_verify`` / ``abrun.run_all`` here (``--executor local``) or one task per model (``ray``)."""
     from miner.check import abrun, verify
@@ -201,7 +225,7 @@ def _spread(args, models, *, ab: bool, ws, device: str, kwargs: dict, on_result)
         return run(models, time_budget_s=args.time_budget, workspace=ws, on_result=on_result, log=_log, **kwargs)
     from miner.check.remote import run_on
     try:
-        if not kwargs.get("candidates"):
+        if not kwargs.get("candidates") and not kwargs.get("knobs"):
             verify.load_fusions(ws.root)  # none to verify: the one-line error here, not one per task
         return run_on(ex, models, ab=ab, workspace=ws, device=device, kwargs=kwargs, time_budget_s=args.time_budget,
                       on_result=on_result, log=_log)

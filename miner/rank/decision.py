@@ -162,6 +162,7 @@ class Decisions:
     models: tuple["ModelStep", ...] = ()  # per (model, mode, compile): the step with the promoted fusions
     setup: str = ""  # the setup most rows were measured in (each row names its own where it differs)
     not_compared: tuple[str, ...] = ()  # A/B files of CPU-interpreter runs: never beside GPU rows
+    configs: tuple = ()  # miner.rank.configs.Recommendation per A/B result that measured knobs: what to run
 
     @property
     def adopt(self) -> list[Decision]:
@@ -172,7 +173,8 @@ class Decisions:
                 "not_compared": list(self.not_compared), "models": [asdict(m) for m in self.models],
                 "together": list(self.together),
                 "together_source": self.together_source, "notes": list(self.notes),
-                "rule": RULE, "decisions": [d.to_json() for d in self.rows]}
+                "rule": RULE, "decisions": [d.to_json() for d in self.rows],
+                "configs": [c.to_json() for c in self.configs]}
 
 
 @dataclass(frozen=True)
@@ -555,10 +557,13 @@ def decide(review: Review, ws: Workspace) -> Decisions:
 
     steps = tuple(model_steps([(str(p.relative_to(ws.root)), r) for p, r in found[1]],
                               candidates.fusions_by_candidate(ws))) if found else ()
+    from miner.rank import configs
+
+    recs = tuple(configs.from_workspace(ws)) if found else ()
     setups = [m.setup for m in steps] + [x.setup for d in rows for x in d.steps if x.setup]
     setup = max(set(setups), key=setups.count) if setups else ""
     return Decisions(tuple(rows), ab_source, ab_date, together, tsource, models=steps, setup=setup,
-                     not_compared=cpu_runs(ws))
+                     not_compared=cpu_runs(ws), configs=recs)
 
 
 def unranked_rows(ws: Workspace, ranked: set[str], only_model: str | None, measured: dict[str, list[StepChange]],

@@ -1,0 +1,208 @@
+"""Knobs: the one-line changes a user could make instead of (or beside) miner's fusions.
+
+A **knob** is a named, documented change to how a model is compiled or run: ``torch.compile``
+options (Inductor config keys, e.g. ``coordinate_descent_tuning``; ``mode="reduce-overhead"`` is its
+option ``triton.cudagraphs``) and/or a context that sets global state (e.g. an SDPA backend flag).
+``miner verify --ab --knobs ...`` measures each knob alone and combined with the gated fusions in the
+same alternating harness as the fusions (``miner.check.ab``).
+
+The context is entered around **every call of the variant's step**: the first call compiles (so the
+flag is set while Dynamo and Inductor trace) and every later one runs (parity, timed and profiled
+steps), and it is left after each call, so a flag never leaks into the other variants that
+alternate with it in one process. Each knob variant compiles with its own options (the A/B's
+per-variant tag) and with Inductor's FX and AOT caches off: a global flag is in no cache key, so a
+hit would silently run the default's code.
+
+Built in (``KNOBS``): ``sdpa_reduced_math``, ``reduce_overhead``, ``max_autotune_no_cudagraphs``,
+``coordinate_descent``, ``combo_kernels``, ``benchmark_fusion``. Your own: ``--knobs module:attr``
+where ``attr`` is a :class:`Knob` (or a function returning one), imported from the current
+directory like a model factory::
+
+    # myknobs.py
+    from miner.check.knobs import Knob
+    no_padding = Knob("no_padding", "Inductor's shape padding off", options={"shape_padding": False})
+
+``--knobs a+b`` measures knobs ``a`` and ``b`` together as one (``combine``); ``--knobs all``: every
+built-in knob. A name that is not a knob fails with the list of valid names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
+
+from miner.core.errors import UsageError
+
+CUDAGRAPHS = "triton.cudagraphs"  # the option mode="reduce-overhead" sets (torch._inductor.list_mode_options)
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One named change to how the model is compiled or run.
+
+    Parameters
+    ----------
+    name : str
+        How it is named on the command line and in results (letters, digits, ``_``).
+    doc : str
+        What it changes, in one line.
+    options : mapping, optional
+        ``torch.compile(options=...)`` entries (Inductor config keys).
+    context : callable, optional
+        Returns a context manager that sets the knob's global state; entered around every step
+        of the variant (compile and run) and left after it.
+    numerics : str, optional
+        How it changes the numerics ("" when it does not): shown beside its measured parity.
+    """
+
+    name: str
+    doc: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+    context: Callable[[], ContextManager] | None = None
+    numerics: str = ""
+
+    @property
+    def cudagraphs(self) -> bool:
+        """Runs under CUDA graphs (each step must mark its start; peak memory is the graphs' pool)."""
+        return bool(self.options.get(CUDAGRAPHS))
+
+    def around(self, step: Callable) -> Callable:
+        """``step`` with this knob's context entered for each call (a no-op wrapper when it has none)."""
+        if self.context is None:
+            return step
+
+        def with_knob(*args, **kwargs):
+            with self.context():
+                return step(*args, **kwargs)
+        return with_knob
+
+
+@contextlib.contextmanager
+def sdpa_reduction_math() -> Iterator[None]:
+    """``torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)`` inside, the previous value after."""
+    import torch
+
+    before = torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()
+    torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(before)
+
+
+def _mode_options(mode: str) -> dict:
+    """The options ``torch.compile(mode=mode)`` stands for in this torch version."""
+    import torch._inductor
+
+    return dict(torch._inductor.list_mode_options(mode))
+
+
+KNOBS: dict[str, Knob] = {k.name: k for k in (
+    Knob("sdpa_reduced_math",
+         "torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True): SDPA's math path keeps fp16/bf16 "
+         "(no float32 upcast of q, k, v)",
+         context=sdpa_reduction_math,
+         numerics="bf16 GEMMs and bf16 intermediates (scores, softmax, dropout) in SDPA's math path, where the "
+                  "default upcasts to float32"),
+    Knob("reduce_overhead", 'mode="reduce-overhead": CUDA graphs (training too)',
+         options={CUDAGRAPHS: True}),
+    Knob("max_autotune_no_cudagraphs", 'mode="max-autotune-no-cudagraphs": GEMM and kernel autotuning',
+         options={"max_autotune": True, "coordinate_descent_tuning": True}),
+    Knob("coordinate_descent", "Inductor coordinate_descent_tuning: tunes each Triton kernel's block sizes",
+         options={"coordinate_descent_tuning": True}),
+    Knob("combo_kernels", "Inductor combo_kernels: independent kernels launched as one", options={"combo_kernels": True}),
+    Knob("benchmark_fusion", "Inductor benchmark_fusion: times fused vs unfused kernels before fusing",
+         options={"benchmark_fusion": True}),
+)}
+
+
+def _check_options(knob: Knob) -> Knob:
+    """``knob`` if every option is an Inductor config key, else a ``UsageError`` naming the first that is not."""
+    import torch._inductor
+
+    known = set(torch._inductor.list_options())
+    bad = [k for k in knob.options if k not in known]
+    if bad:
+        raise UsageError(f"knob {knob.name}: {bad[0]!r} is not a torch._inductor.config option")
+    return knob
+
+
+def _user_knob(ref: str) -> Knob:
+    """``module:attr`` imported from the current directory (appended last to ``sys.path``, as a model
+    factory is): a Knob, or a function of no arguments returning one."""
+    import importlib
+    import os
+    import sys
+
+    module_name, _, attr = ref.partition(":")
+    if not module_name or not attr or ":" in attr:
+        raise UsageError(f"--knobs {ref}: a knob of your own is module:attr")
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    try:
+        obj = getattr(importlib.import_module(module_name), attr, None)
+    except ImportError as e:
+        raise UsageError(f"--knobs {ref}: cannot import {module_name!r} ({e})") from None
+    if obj is not None and not isinstance(obj, Knob) and callable(obj):
+        obj = obj()
+    if not isinstance(obj, Knob):
+        raise UsageError(f"--knobs {ref}: {type(obj).__name__} is not a miner.check.knobs.Knob")
+    return _check_options(obj)
+
+
+def get(name: str) -> Knob:
+    """The knob ``name``: a built-in (``KNOBS``) or ``module:attr``; a ``UsageError`` listing the valid names."""
+    if ":" in name:
+        return _user_knob(name)
+    try:
+        return KNOBS[name]
+    except KeyError:
+        raise UsageError(f"unknown knob {name!r}; knobs: {', '.join(KNOBS)}, all, or module:attr "
+                         f"(a miner.check.knobs.Knob of your own)") from None
+
+
+def combine(knobs: Sequence[Knob]) -> Knob:
+    """``knobs`` as one knob named ``a+b``: their options merged (a key set to two values is an error),
+    their contexts entered in order."""
+    if len(knobs) == 1:
+        return knobs[0]
+    options: dict = {}
+    for k in knobs:
+        for key, value in k.options.items():
+            if key in options and options[key] != value:
+                raise UsageError(f"knobs {'+'.join(x.name for x in knobs)}: {key} is set to {options[key]!r} "
+                                 f"and {value!r}")
+            options[key] = value
+    contexts = [k.context for k in knobs if k.context is not None]
+
+    @contextlib.contextmanager
+    def together() -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            for c in contexts:
+                stack.enter_context(c())
+            yield
+    return Knob("+".join(k.name for k in knobs), "; ".join(k.doc for k in knobs), options,
+                together if contexts else None, "; ".join(k.numerics for k in knobs if k.numerics))
+
+
+def parse(spec: str | None) -> list[Knob]:
+    """The knobs of ``--knobs``: comma-separated names, ``all`` (every built-in), ``a+b`` (one knob of
+    both), ``module:attr`` (your own). Empty or None: none."""
+    out: list[Knob] = []
+    for item in (s.strip() for s in (spec or "").split(",")):
+        if not item:
+            continue
+        if item == "all":
+            out += [k for k in KNOBS.values() if k.name not in {o.name for o in out}]
+            continue
+        knob = combine([get(part.strip()) for part in item.split("+")])
+        if knob.name not in {o.name for o in out}:
+            out.append(knob)
+    return out
+
+
+def describe() -> str:
+    """One line per built-in knob: name, what it changes, and its numerics where it changes them."""
+    return "\n".join(f"{k.name}: {k.doc}" + (f" [numerics: {k.numerics}]" if k.numerics else "")
+                     for k in KNOBS.values())

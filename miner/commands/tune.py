@@ -1,0 +1,397 @@
+"""``miner tune``: from a model to a measured recommendation, in one command (GPU).
+
+Stages, in order, each through the code of the verb that owns it:
+
+1. ``profile``  ``miner profile``: the compiled step's kernels, captures, ``mined/regions.json``;
+2. ``mine``     ``miner mine --models ...``: ``mined/patterns.json``, ``upcasts.json``, ``recomputed.json``;
+3. ``generate`` every kind that applies (``miner.generate``): the best row patterns (``--top``), the
+                regions with the most measured time above floor (``--regions``), upcast matmuls,
+                compute-once values;
+4. ``validate`` ``miner.check.validate`` on each new candidate (numerics, the rewrite fires in a model);
+5. ``ab``       ``miner verify --ab``: the validated candidates and the knobs (``--knobs``) in the
+                model step, alternating; ``--record`` on CUDA (the candidates' in-model evidence);
+then, always (cheap, no GPU): ``miner report`` and the decision (``miner.rank.configs``) printed.
+
+Resume: ``<out>/tune.json`` records each finished stage; a stage recorded there whose outputs still
+read back is skipped (said so), so a run cut short (Ctrl-C, a lost machine) goes on where it stopped
+when the same command runs again (``--fresh``: start over). ``--time-budget S``: no stage starts after
+S seconds (those skipped are named), and the A/B gets what is left as its own budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from miner.core import executor
+from miner.core.errors import UsageError
+
+HELP = ("one command from a model to a measured recommendation (GPU): profile, mine, generate, validate, "
+        "A/B of the candidates and the knobs, report, the decision")
+DEFAULT_KNOBS = "sdpa_reduced_math,reduce_overhead"
+STATE = "tune.json"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--models", required=True, metavar="M,...", help="zoo models (`miner models`)")
+    p.add_argument("--mode", default="train", metavar="train,infer", help="step modes (default train)")
+    p.add_argument("--preset", default=None, help="zoo preset (default base on CUDA, tiny with --allow-cpu)")
+    p.add_argument("--knobs", default=DEFAULT_KNOBS, metavar="K,...",
+                   help=f"knobs for the A/B (`miner verify --knobs`; default {DEFAULT_KNOBS}; '' for none)")
+    p.add_argument("--top", type=int, default=3, metavar="N", help="row-pattern candidates to generate (default 3)")
+    p.add_argument("--regions", type=int, default=2, metavar="N",
+                   help="region candidates: the N regions with the most measured time above floor (default 2)")
+    p.add_argument("--rounds", type=int, default=15, help="A/B alternating rounds (default 15)")
+    p.add_argument("--fusion-variants", default="all,alone,gated", metavar="V,...",
+                   help="A/B fusion variants (`miner verify --fusion-variants`; all: to save time, no alone:<c>)")
+    p.add_argument("--warmup", type=int, default=3, help="A/B warm-up steps, the first compiles (default 3)")
+    p.add_argument("--profile-steps", type=int, default=0,
+                   help="A/B steps per variant under torch.profiler for the kernel diff (default 0: none)")
+    p.add_argument("--model-budget", type=float, default=None, metavar="S",
+                   help="A/B: compile no further variant after S seconds of one model and mode")
+    p.add_argument("--time-budget", type=float, default=None, metavar="S",
+                   help="start no stage after S seconds (the A/B gets what is left); skipped stages are named")
+    p.add_argument("--out", metavar="DIR", help="where the A/B and tune.json go (default reports/tune/<models>)")
+    p.add_argument("--fresh", action="store_true", help="ignore the saved stages of an earlier run; start over")
+    p.add_argument("--allow-cpu", action="store_true",
+                   help="smoke-run on the CPU (tiny preset, Triton interpreter); its times mean nothing")
+    executor.add_arguments(p)
+
+
+@dataclass
+class Run:
+    """What every stage reads: the settings, the workspace, the saved state, the clock."""
+
+    args: Any
+    ws: Any
+    device: str
+    preset: str
+    models: list[str]
+    modes: list[str]
+    out: Path
+    state: dict = field(default_factory=dict)
+    start: float = field(default_factory=time.perf_counter)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def remaining(self) -> float | None:
+        b = self.args.time_budget
+        return None if b is None else b - self.elapsed()
+
+    def log(self, line: str) -> None:
+        print(f"[tune {self.elapsed():5.0f} s] {line}", flush=True)
+
+    def verb(self, argv: list[str]) -> int:
+        """Run another verb in this process, through its own parser (its defaults, its checks)."""
+        from miner.cli import build_parser
+
+        args = build_parser(argv[0]).parse_args(argv)
+        args.workspace = str(self.ws.root)
+        return int(args.run(args) or 0)
+
+    def ex_args(self) -> list[str]:
+        return ["--executor", self.args.executor] + (["--address", self.args.address] if self.args.address else [])
+
+
+@dataclass(frozen=True)
+class Stage:
+    """``run(run) -> outputs`` (JSON-able, kept in tune.json); ``done(run, outputs)``: they still read back."""
+
+    name: str
+    run: Callable[[Run], dict]
+    done: Callable[[Run, dict], bool]
+    what: str
+
+
+# --------------------------------------------------------------------------- the stages
+
+def _profile(run: Run) -> dict:
+    code = run.verb(["profile", "--models", ",".join(run.models), "--mode", ",".join(run.modes), "--preset",
+                     run.preset, "--device", run.device, *run.ex_args()])
+    if code and not _profiled(run, {}):
+        raise UsageError("miner profile failed for every model (see above)")
+    return {"profiles": sorted(f"{p.model}/{p.mode}" for p in _profiles(run))}
+
+
+def _profiles(run: Run) -> list:
+    from miner.scan import profile as prof
+
+    return [p for p in prof.load_all(run.ws, run.models) if p.preset == run.preset and p.mode in run.modes]
+
+
+def _profiled(run: Run, out: dict) -> bool:
+    try:
+        return {(p.model, p.mode) for p in _profiles(run)} >= {(m, x) for m in run.models for x in run.modes}
+    except Exception:  # a profile that does not read back: profile again
+        return False
+
+
+def _mine(run: Run) -> dict:
+    run.verb(["mine", "--models", ",".join(run.models), "--top", "5"])
+    return {"patterns": "mined/patterns.json"}
+
+
+def _mined(run: Run, out: dict) -> bool:
+    from miner.core.pattern import load_mining
+
+    try:
+        return set(run.models) <= set(load_mining(run.ws).params.get("models", ()))
+    except Exception:
+        return False
+
+
+def _generate(run: Run) -> dict:
+    """Every kind that applies; one kind failing does not stop the others (its error is printed)."""
+    from miner.core.pattern import load_patterns
+    from miner.generate import generate as gen
+    from miner.generate import realize, upcast
+    from miner.mine import regions
+
+    ids: list[str] = []
+
+    def kind(name: str, make: Callable[[], list]) -> None:
+        try:
+            got = [g for g in make() if g is not None]
+        except Exception as e:  # noqa: BLE001  a kind that cannot be generated here is reported, not fatal
+            run.log(f"  generate {name}: {executor.one_line(e)}")
+            return
+        run.log(f"  generate {name}: {len(got)} candidate(s) {' '.join(g.id for g in got)}".rstrip())
+        ids.extend(g.id for g in got if g.id not in ids)
+
+    def rows() -> list:
+        chosen, pre = gen.select(load_patterns(run.ws), run.args.top or None)
+        return gen.generate(run.ws, chosen, command=f"miner generate --top {run.args.top} --keep", pre_skipped=pre)[0]
+
+    def region_rows() -> list:
+        rps = [rp for rp in regions.load(run.ws) if rp.measured and set(rp.pattern.support.models) & set(run.models)]
+        chosen = [rp.pattern for rp in rps[:run.args.regions]]
+        return gen.generate(run.ws, chosen, command="miner tune (regions)", source={"regions": "mined/regions.json"}
+                            )[0] if chosen else []
+
+    mined = Path(run.ws.root) / "mined"
+    if run.args.top:
+        kind("row patterns", rows)
+    if run.args.regions:
+        kind("regions", region_rows)
+    if (mined / "upcasts.json").is_file():
+        kind("upcasts", lambda: [upcast.generate(run.ws, "mined/upcasts.json", "miner generate --upcasts "
+                                                 "mined/upcasts.json", demote=d) for d in (False, True)])
+    if (mined / "recomputed.json").is_file():
+        kind("recomputed", lambda: [realize.generate(run.ws, "mined/recomputed.json",
+                                                     "miner generate --recomputed mined/recomputed.json")])
+    return {"candidates": ids}
+
+
+def _generated(run: Run, out: dict) -> bool:
+    return all((Path(run.ws.candidates) / c / "candidate.json").is_file() for c in out.get("candidates", ()))
+
+
+def _validate(run: Run) -> dict:
+    """Each candidate generated above; one validated earlier (its validation.json reads back) is not redone."""
+    from miner.check.validate import validate
+
+    ok, failed = [], []
+    ids = run.state["stages"]["generate"]["outputs"]["candidates"]
+    for i, cid in enumerate(ids):
+        folder = Path(run.ws.candidates) / cid
+        saved = _read_validation(folder)
+        if saved is not None:
+            run.log(f"  {cid}: validated earlier ({'ok' if saved.get('ok') else 'FAILED'}), kept")
+            (ok if saved.get("ok") else failed).append(cid)
+            continue
+        left = run.remaining()
+        if left is not None and left <= 0:
+            run.log(f"  {cid}: not validated (--time-budget spent)")
+            continue
+        run.log(f"  validate {cid} ({i + 1}/{len(ids)})")
+        v = validate(run.ws, cid, device=run.device, model=True, log=lambda s: None)
+        run.log(f"  {cid}: {'validated' if v.ok else 'FAILED: ' + str(v.failure)[:70]}")
+        (ok if v.ok else failed).append(cid)
+    return {"validated": ok, "failed": failed}
+
+
+def _read_validation(folder: Path) -> dict | None:
+    from miner.core import candidate as candidates
+
+    try:
+        return candidates.validation(folder)
+    except Exception:
+        return None
+
+
+def _validated(run: Run, out: dict) -> bool:
+    return all(_read_validation(Path(run.ws.candidates) / c) is not None for c in out.get("validated", ()))
+
+
+def _ab(run: Run) -> dict:
+    ids = run.state["stages"].get("validate", {}).get("outputs", {}).get("validated", [])
+    argv = ["verify", "--ab", "--models", ",".join(run.models), "--mode", ",".join(run.modes), "--preset", run.preset,
+            "--rounds", str(run.args.rounds), "--warmup", str(run.args.warmup), "--profile-steps",
+            str(run.args.profile_steps), "--out", str(run.out / "ab"), "--fusion-variants", run.args.fusion_variants,
+            *run.ex_args()]
+    argv += ["--candidates", ",".join(ids)] if ids else []
+    argv += ["--knobs", run.args.knobs] if run.args.knobs else []
+    argv += ["--model-budget", str(run.args.model_budget)] if run.args.model_budget else []
+    argv += ["--time-budget", f"{max(1.0, run.remaining()):.0f}"] if run.remaining() is not None else []
+    argv += ["--record"] if run.device == "cuda" else ["--allow-cpu"]
+    if not ids and not run.args.knobs and not _has_fusions(run):
+        raise UsageError("nothing to A/B: no candidate validated, no promoted fusion and --knobs ''")
+    run.log(f"  miner {' '.join(argv)}")
+    code = run.verb(argv)
+    if not _ab_saved(run, {}):
+        raise UsageError(f"miner verify --ab wrote no {run.out / 'ab' / 'verify.json'} (exit {code})")
+    return {"verify": str(run.out / "ab" / "verify.json"), "exit": code}
+
+
+def _has_fusions(run: Run) -> bool:
+    from miner.runtime.fusions import Fusions
+
+    return bool(Fusions(run.ws.root).names())
+
+
+def _ab_saved(run: Run, out: dict) -> bool:
+    from miner.check import abrun
+
+    try:
+        return bool(abrun.load(run.out / "ab" / "verify.json")[0])
+    except Exception:
+        return False
+
+
+STAGES = (
+    Stage("profile", _profile, _profiled, "the compiled step's kernels and regions (miner profile)"),
+    Stage("mine", _mine, _mined, "mined patterns, upcasts, recomputed values (miner mine)"),
+    Stage("generate", _generate, _generated, "candidates of every kind that applies (miner generate)"),
+    Stage("validate", _validate, _validated, "numerics and the rewrite firing in a model (miner validate)"),
+    Stage("ab", _ab, _ab_saved, "the candidates and the knobs in the model step (miner verify --ab)"),
+)
+
+
+# --------------------------------------------------------------------------- the command
+
+def _state_path(run: Run) -> Path:
+    return run.out / STATE
+
+
+def _load_state(run: Run, fresh: bool) -> dict:
+    from miner.core.workspace import read_json
+
+    want = {"models": run.models, "modes": run.modes, "preset": run.preset, "device": run.device}
+    path = _state_path(run)
+    if path.is_file() and not fresh:
+        try:
+            old = read_json(path)
+        except Exception:
+            old = {}
+        if {k: old.get(k) for k in want} == want:
+            return old
+        run.log(f"{path}: saved for other settings ({ {k: old.get(k) for k in want} }); starting over")
+    return {**want, "stages": {}}
+
+
+def _save_state(run: Run) -> None:
+    from miner.core.workspace import write_json
+
+    write_json(_state_path(run), run.state)
+
+
+def run_stages(run: Run, stages: tuple[Stage, ...] | None = None) -> list[str]:
+    """Run (or skip) each stage in order (default ``STAGES``); returns the names of the stages it ran now."""
+    stages = STAGES if stages is None else stages
+    ran: list[str] = []
+    for i, stage in enumerate(stages):
+        saved = run.state["stages"].get(stage.name)
+        if saved and saved.get("done") and stage.done(run, saved.get("outputs", {})):
+            run.log(f"stage {i + 1}/{len(stages)} {stage.name}: done earlier ({saved.get('seconds', 0):.0f} s), "
+                    f"its outputs read back: skipped")
+            continue
+        left = run.remaining()
+        if left is not None and left <= 0:
+            rest = [s.name for s in stages[i:] if not (run.state["stages"].get(s.name) or {}).get("done")]
+            run.log(f"--time-budget {run.args.time_budget:.0f} s spent: skipped {', '.join(rest)} "
+                    f"(run the same command again to go on)")
+            break
+        run.log(f"stage {i + 1}/{len(stages)} {stage.name}: {stage.what}")
+        t0 = time.perf_counter()
+        outputs = stage.run(run)
+        run.state["stages"][stage.name] = {"done": True, "seconds": round(time.perf_counter() - t0, 1),
+                                           "outputs": outputs}
+        _save_state(run)  # a later interruption resumes after this stage
+        ran.append(stage.name)
+        run.log(f"stage {stage.name}: done in {time.perf_counter() - t0:.0f} s")
+    return ran
+
+
+def decision_lines(run: Run) -> list[str]:
+    """The recommendation per model and mode (``miner.rank.configs``) and each candidate's verdict alone."""
+    from miner.check import abrun
+    from miner.check.ab import alone_records
+    from miner.rank import configs
+
+    path = run.out / "ab" / "verify.json"
+    if not path.is_file():
+        return ["no A/B yet: no decision (run the same command again to go on)"]
+    results, _ = abrun.load(path)
+    out = [line for rec in configs.recommendations(results) for line in configs.lines(rec)]
+    for r in results:
+        if r.error:
+            out.append(f"{r.model} {r.mode}/{r.compile}: {r.error}")
+            continue
+        if not any(v.knob for v in r.variants):
+            out.append(f"{r.model} {r.mode}/{r.compile}: no knob measured")
+        for f, rec in sorted(alone_records(r).items()):
+            out.append(f"  candidate {f} alone: {rec['speedup']:.3f}x {rec['verdict']} (±{100 * rec['band']:.1f}%)")
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from miner import bench
+    from miner.core.workspace import Workspace
+
+    if args.allow_cpu and os.environ.get("TRITON_INTERPRET") != "1":
+        import torch
+        if not torch.cuda.is_available():
+            if "triton" in sys.modules:
+                raise UsageError("--allow-cpu needs TRITON_INTERPRET=1 set before triton is imported: "
+                                 "run `TRITON_INTERPRET=1 miner tune --allow-cpu ...`")
+            os.environ["TRITON_INTERPRET"] = "1"
+    device = "cuda" if executor.elsewhere(args) and not args.allow_cpu else \
+        bench.require_cuda("miner tune", allow_cpu=args.allow_cpu)
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    modes = [m.strip() for m in args.mode.split(",") if m.strip()]
+    if not models:
+        raise UsageError("--models is empty")
+    if not modes or any(m not in ("train", "infer") for m in modes):
+        raise UsageError(f"--mode {args.mode!r}: use train, infer or train,infer")
+    if args.rounds < 1 or args.warmup < 1 or args.top < 0 or args.regions < 0:
+        raise UsageError("--rounds and --warmup must be at least 1, --top and --regions at least 0")
+    if args.knobs:
+        from miner.check import knobs
+        knobs.parse(args.knobs)  # an unknown knob fails now, not after the profile
+    ws = Workspace(args.workspace)
+    preset = args.preset or ("base" if device == "cuda" else "tiny")
+    out = Path(args.out) if args.out else ws.reports / "tune" / "-".join(models)[:80]
+    r = Run(args, ws, device, preset, models, modes, out)
+    r.state = _load_state(r, args.fresh)
+    r.log(f"miner tune: {', '.join(models)} ({','.join(modes)}, preset {preset}, {device}); state {_state_path(r)}"
+          + (f"; --time-budget {args.time_budget:.0f} s" if args.time_budget is not None else ""))
+    try:
+        ran = run_stages(r)
+    except KeyboardInterrupt:
+        r.log(f"interrupted: the finished stages are saved in {_state_path(r)}; the same command goes on from there")
+        raise
+    run_name = "tune-" + "-".join(models)[:60]
+    if ran or not (ws.reports / run_name / "index.html").is_file():
+        r.log(f"report: miner report --run {run_name}")
+        r.verb(["report", "--run", run_name])
+    print()
+    print("Decision (measured in the model step; `miner candidates` and the report lead with it):")
+    for line in decision_lines(r):
+        print(line)
+    return 0

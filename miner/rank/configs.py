@@ -1,0 +1,291 @@
+"""Which configuration to run a model with: knobs, fusions, both or neither, from one in-model A/B.
+
+``miner verify --ab --knobs ...`` times, per model, step mode and compile mode, in one alternating
+harness: the default compile, the fusions as a user gets them (``gated``; candidates: ``all``), each
+knob alone (``knob:<k>``) and each knob with the fusions (``knob:<k>+fusions``). ``configurations``
+turns one such ``ABResult`` into :class:`Config` rows; ``recommend`` is the rule, a pure function:
+
+1. **unusable**: a configuration that failed to compile or run, or broke parity against the default
+   compile (``miner.check.verify.make_parity``, the rule the fusions are held to), is never recommended;
+2. **faster beyond noise**: only a configuration whose step is faster than the default by more than
+   the run's noise band (verdict ``win``) can be recommended; none: the default, with that reason;
+3. **the fastest**, except that a configuration with fewer changes (a knob alone rather than the knob
+   with the fusions; the fusions rather than a knob that changes numerics) within the noise band of
+   it is preferred: the extra change buys nothing measurable. Among equals in changes, one that keeps
+   the default's numerics goes first;
+4. **the fusions' share**: speedup(best knob + fusions) / speedup(best knob), the best knob being the
+   fastest usable knob alone; with the run's noise band (the two are paired against the same default
+   in the same rounds), a share above 1 + band is a measured gain of the fusions on top of the knob;
+5. **numerics**: each knob that says it changes numerics, with its measured relative difference to the
+   default compile (the largest of loss, logits and gradients).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+DEFAULT, FUSIONS = "default", "fusions"
+
+
+@dataclass(frozen=True)
+class Config:
+    """One measured configuration of a model step."""
+
+    name: str  # default, fusions, <knob>, <knob>+fusions
+    knob: str | None = None
+    fusions: bool = False
+    speedup: float | None = None  # paired median of default / this
+    p20: float | None = None
+    p80: float | None = None
+    verdict: str | None = None  # win / loss / noise
+    parity_ok: bool | None = None
+    error_rel: float | None = None  # the largest relative difference to the default (loss, logits, grads)
+    numerics: str = ""  # how the knob changes numerics, as it declares
+    ms: float | None = None
+    peak_gib: float | None = None  # None: not measured (CUDA graphs)
+    compile_s: float | None = None
+    error: str | None = None
+    band: float | None = None  # the noise band of the run that measured it
+    source: str = ""  # that run's verify.json
+
+    @property
+    def changes(self) -> int:
+        """How many changes to the default compile: each knob part, and the fusions."""
+        return (len(self.knob.split("+")) if self.knob else 0) + int(self.fusions)
+
+    @property
+    def usable(self) -> bool:
+        return self.error is None and self.speedup is not None and self.parity_ok is not False
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The configuration to run one model step with, and what stands behind it."""
+
+    model: str
+    mode: str
+    compile: str
+    best: Config
+    reason: str
+    band: float | None
+    configs: tuple[Config, ...] = ()  # usable ones fastest first, then the unusable ones
+    best_knob: Config | None = None
+    best_knob_fused: Config | None = None
+    share: float | None = None  # speedup(best knob + fusions) / speedup(best knob)
+    share_verdict: str | None = None  # win / loss / noise against the band
+    numerics: tuple[str, ...] = ()
+    source: str = ""
+    date: str = ""
+
+    @property
+    def where(self) -> str:
+        return f"{self.model} {self.mode}/{self.compile}"
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------- the rule
+
+def _band_verdict(x: float | None, band: float | None) -> str | None:
+    if x is None or band is None:
+        return None
+    return "win" if x > 1.0 + band else "loss" if x < 1.0 - band else "noise"
+
+
+def _why_unusable(c: Config) -> str:
+    if c.error:
+        return c.error
+    if c.parity_ok is False:
+        return "parity failed" + (f" (max rel diff {c.error_rel:.1e})" if c.error_rel is not None else "")
+    return "not timed"
+
+
+def recommend(configs: Sequence[Config], band: float | None, *, model: str = "", mode: str = "",
+              compile: str = "default") -> Recommendation:
+    """The configuration to recommend among ``configs`` of one model step (rules in the module docstring).
+
+    Parameters
+    ----------
+    configs : sequence of Config
+        Every measured configuration, ``default`` included (speedup 1 by definition if absent).
+    band : float, optional
+        The run's noise band (relative), from the default-vs-control rounds.
+
+    Returns
+    -------
+    Recommendation
+    """
+    default = next((c for c in configs if c.name == DEFAULT), Config(DEFAULT, speedup=1.0))
+    usable = sorted((c for c in configs if c.usable and c.name != DEFAULT), key=lambda c: -c.speedup)
+    unusable = [c for c in configs if not c.usable and c.name != DEFAULT]
+    knobs = [c for c in usable if c.knob and not c.fusions]
+    best_knob = knobs[0] if knobs else None
+    fused = next((c for c in usable if best_knob is not None and c.knob == best_knob.knob and c.fusions), None)
+    share = fused.speedup / best_knob.speedup if fused is not None and best_knob.speedup else None
+    numerics = tuple(
+        f"{c.name}: {c.numerics}" + (f"; measured max rel diff to the default {c.error_rel:.1e}"
+                                     if c.error_rel is not None else "")
+        + ("" if c.parity_ok is not False else " (parity FAILED)")
+        for c in configs if c.knob and not c.fusions and c.numerics)
+    wins = [c for c in usable if c.verdict == "win"]
+    bad = "; ".join(f"{c.name}: {_why_unusable(c)}" for c in unusable)
+    if not wins:
+        best = default
+        reason = (f"nothing measured faster than the default beyond the noise band ±{100 * (band or 0):.1f}%"
+                  + (f" (left out: {bad})" if bad else ""))
+    else:
+        fastest = wins[0]
+        near = [c for c in wins if c.speedup >= fastest.speedup * (1.0 - (band or 0.0))]
+        best = min(near, key=lambda c: (c.changes, bool(c.numerics), -c.speedup))
+        reason = f"{best.speedup:.3f}x, faster than the default beyond the noise band ±{100 * (band or 0):.1f}%"
+        if best is not fastest:
+            reason += (f"; {fastest.name} ({fastest.speedup:.3f}x) is within the band of it with more changes "
+                       f"({fastest.changes} vs {best.changes})")
+        if bad:
+            reason += f"; never recommended: {bad}"
+    return Recommendation(model, mode, compile, best, reason, band, tuple(usable + unusable), best_knob, fused, share,
+                          _band_verdict(share, band), numerics)
+
+
+# --------------------------------------------------------------------------- from A/B results
+
+def _error_rel(parity: Any) -> float | None:
+    if parity is None:
+        return None
+    vals = [v for v in (parity.loss_rel, parity.logits_rel, parity.grads_rel) if v is not None]
+    return max(vals) if vals else None
+
+
+def _config(name: str, v: Any, *, knob: str | None, fusions: bool, r: Any, source: str) -> Config:
+    s = v.step
+    return Config(name, knob, fusions, 1.0 if name == DEFAULT else v.speedup, v.speedup_p20, v.speedup_p80,
+                  v.verdict, None if v.parity is None else bool(v.parity.ok), _error_rel(v.parity), v.numerics,
+                  None if s is None else s.median_ms,
+                  None if s is None or v.cudagraphs else s.peak_mem_bytes / 2**30, v.compile_s, v.error,
+                  r.noise_band, source)
+
+
+def configurations(r: Any, source: str = "") -> list[Config]:
+    """The configurations an ``ABResult`` measured: default, the fusions as a user gets them (``gated``;
+    for candidates, which have no gate, ``all``), and each knob variant."""
+    out = []
+    for v in r.variants:
+        if v.name == DEFAULT:
+            out.append(_config(DEFAULT, v, knob=None, fusions=False, r=r, source=source))
+        elif v.name == "gated" or (v.name == "all" and r.variant("gated") is None):
+            out.append(_config(FUSIONS, v, knob=None, fusions=True, r=r, source=source))
+        elif v.knob:
+            fused = v.name.endswith("+fusions")
+            out.append(_config(v.knob + ("+fusions" if fused else ""), v, knob=v.knob, fusions=fused, r=r,
+                               source=source))
+    return out
+
+
+def recommendations(results: Sequence[Any], sources: Sequence[str] = ()) -> list[Recommendation]:
+    """One :class:`Recommendation` per (model, mode, compile mode, preset) whose A/B results measured a knob.
+
+    ``results`` oldest first (``sources``: each one's file, by position): the configurations of several
+    runs of the same model step are pooled, a later measurement of a configuration replacing an earlier
+    one (a GPU session split over calls: the fusions in one, a knob in the next). Each configuration's
+    verdict is against its own run's noise band; the recommendation's band is the widest of them.
+    """
+    pooled: dict[tuple, dict[str, Config]] = {}
+    latest: dict[tuple, Any] = {}
+    for i, r in enumerate(results):
+        if r.error:
+            continue
+        key = (r.model, r.mode, r.compile, r.preset)
+        confs = pooled.setdefault(key, {})
+        for c in configurations(r, sources[i] if i < len(sources) else ""):
+            confs[c.name] = c
+        latest[key] = r
+    out = []
+    for key, confs in pooled.items():
+        if not any(c.knob for c in confs.values()):
+            continue
+        bands = [c.band for c in confs.values() if c.band is not None and c.name != DEFAULT]
+        rec = recommend(list(confs.values()), max(bands) if bands else None, model=key[0], mode=key[1],
+                        compile=key[2])
+        srcs = sorted({c.source for c in confs.values() if c.source})
+        out.append(replace(rec, source=", ".join(srcs), date=str(latest[key].env.get("date") or "")))
+    return out
+
+
+def from_workspace(ws: Any) -> list[Recommendation]:
+    """:func:`recommendations` over every ``verify.json`` of kind VerifyAB under ``ws.reports``, oldest first
+    (by the files' environment dates, then path)."""
+    from miner.check import abrun
+
+    found = []
+    for path in sorted(Path(ws.reports).rglob("verify.json")):
+        try:
+            results, _ = abrun.load(path)
+        except Exception:  # noqa: BLE001  another kind of verify.json, or unreadable: not an A/B
+            continue
+        date = next((str(r.env.get("date")) for r in results if r.env.get("date")), "")
+        rel = str(path.relative_to(ws.root)) if path.is_relative_to(ws.root) else str(path)
+        found += [(date, rel, r) for r in results]
+    found.sort(key=lambda f: f[:2])
+    return recommendations([r for _, _, r in found], [src for _, src, _ in found])
+
+
+# --------------------------------------------------------------------------- text
+
+def _sp(c: Config | None) -> str:
+    if c is None or c.speedup is None:
+        return "-"
+    rng = f" [{c.p20:.3f}-{c.p80:.3f}]" if c.p20 is not None and c.p80 is not None and c.name != DEFAULT else ""
+    return f"{c.speedup:.3f}x{rng}"
+
+
+def lines(rec: Recommendation, width: int = 100) -> list[str]:
+    """The recommendation in a few lines of at most ``width`` columns (terminal, ``miner tune``'s end)."""
+    band = "-" if rec.band is None else f"±{100 * rec.band:.1f}%"
+    out = [f"{rec.where}: run {rec.best.name} ({_sp(rec.best)}; noise band {band})", f"  why: {rec.reason}"]
+    if rec.best_knob is not None:
+        if rec.share is not None:
+            out.append(f"  fusions on top of the best knob ({rec.best_knob.name}): {rec.share:.3f}x "
+                       f"({rec.share_verdict} against ±{100 * (rec.band or 0):.1f}%)")
+        else:
+            out.append(f"  fusions on top of the best knob ({rec.best_knob.name}): not measured")
+    out += [f"  numerics: {n}" for n in rec.numerics]
+    import textwrap
+
+    return [w for line in out for w in textwrap.wrap(line, width, subsequent_indent="    ")]
+
+
+HEADER = ("configuration", "ms", "speedup [p20-p80]", "verdict", "peak GiB", "compile s", "parity (max rel diff)")
+
+
+def cells(c: Config) -> list[str]:
+    """The cells of :data:`HEADER` for one configuration."""
+    par = ("-" if c.parity_ok is None else "ok" if c.parity_ok else "FAIL") + (
+        f" ({c.error_rel:.1e})" if c.error_rel is not None else "")
+    return [c.name + (" *" if c.numerics else ""), "-" if c.ms is None else f"{c.ms:.2f}",
+            c.error or _sp(c), c.verdict or "-", "-" if c.peak_gib is None else f"{c.peak_gib:.2f}",
+            "-" if c.compile_s is None else f"{c.compile_s:.1f}", par]
+
+
+def markdown(results: Sequence[Any]) -> str:
+    """Per A/B result with knobs: the recommendation, then every configuration (a markdown table)."""
+    md = []
+    for rec in recommendations(results):
+        md += [f"**{rec.where}**: run `{rec.best.name}`.", ""] + [f"- {x.strip()}" for x in lines(rec, 10**6)[1:]]
+        md += ["", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+        default = Config(DEFAULT)
+        rows = [next((c for c in configurations(_by(results, rec)) if c.name == DEFAULT), default)] + list(rec.configs)
+        md += ["| " + " | ".join(cells(c)) + " |" for c in rows] + [""]
+    md.append("`*`: the knob changes numerics (its parity column is measured against the default compile). "
+              "Speedup: paired median of default/configuration over the rounds; verdict against the run's noise band.")
+    return "\n".join(md) + "\n"
+
+
+def _by(results: Sequence[Any], rec: Recommendation) -> Any:
+    return next(r for r in results if (r.model, r.mode, r.compile) == (rec.model, rec.mode, rec.compile))
+
+
+__all__ = ["Config", "HEADER", "Recommendation", "cells", "configurations", "lines", "markdown", "recommend",
+           "recommendations"]

@@ -1,0 +1,130 @@
+"""The configuration rule (miner.rank.configs.recommend): ordered cases, each a rule of the docstring."""
+
+from __future__ import annotations
+
+import pytest
+
+from miner.rank.configs import Config, configurations, lines, markdown, recommend, recommendations
+
+D = Config("default", speedup=1.0, parity_ok=None)
+
+
+def c(name, speedup, verdict="win", *, parity=True, numerics="", error=None, rel=None):
+    knob = None if name in ("default", "fusions") else name.removesuffix("+fusions")
+    return Config(name, knob, name == "fusions" or name.endswith("+fusions"), speedup, verdict=verdict,
+                  parity_ok=parity, numerics=numerics, error=error, error_rel=rel)
+
+
+def test_rule_1_a_knob_that_fails_parity_is_never_recommended():
+    rec = recommend([D, c("sdpa", 1.40, parity=False, rel=0.2), c("fusions", 1.05)], 0.01)
+    assert rec.best.name == "fusions"
+    assert "never recommended: sdpa: parity failed (max rel diff 2.0e-01)" in rec.reason
+    assert rec.best_knob is None  # an unusable knob is no best knob either
+    errored = recommend([D, c("ro", None, None, error="not compiled: --time-budget spent")], 0.01)
+    assert errored.best.name == "default" and "not compiled" in errored.reason
+
+
+def test_rule_2_nothing_beyond_the_band_keeps_the_default():
+    rec = recommend([D, c("fusions", 1.008, "noise"), c("cd", 0.95, "loss")], 0.01)
+    assert rec.best.name == "default"
+    assert rec.reason.startswith("nothing measured faster than the default beyond the noise band ±1.0%")
+
+
+def test_rule_3_the_fastest_unless_fewer_changes_are_within_the_band():
+    rec = recommend([D, c("fusions", 1.07), c("sdpa", 1.13, numerics="bf16"), c("sdpa+fusions", 1.25)], 0.01)
+    assert rec.best.name == "sdpa+fusions" and rec.best.changes == 2
+    # the knob + fusions within the band of the knob alone: the knob alone (the fusions buy nothing measurable)
+    rec = recommend([D, c("ro", 1.29), c("ro+fusions", 1.295)], 0.02)
+    assert rec.best.name == "ro" and "within the band" in rec.reason
+    # equal changes within the band: the one keeping the default's numerics first
+    rec = recommend([D, c("sdpa", 1.100, numerics="bf16"), c("cd", 1.095)], 0.01)
+    assert rec.best.name == "cd"
+
+
+def test_rule_4_the_fusions_share_on_top_of_the_best_knob():
+    rec = recommend([D, c("fusions", 1.07), c("sdpa", 1.13), c("sdpa+fusions", 1.25), c("ro", 1.10),
+                     c("ro+fusions", 1.30)], 0.01)
+    assert rec.best_knob.name == "sdpa" and rec.best_knob_fused.name == "sdpa+fusions"
+    assert rec.share == pytest.approx(1.25 / 1.13) and rec.share_verdict == "win"
+    assert rec.best.name == "ro+fusions"  # the best configuration is not necessarily on the best knob
+    small = recommend([D, c("sdpa", 1.13), c("sdpa+fusions", 1.135)], 0.01)
+    assert small.share_verdict == "noise"
+    unfused = recommend([D, c("sdpa", 1.13)], 0.01)
+    assert unfused.share is None and "not measured" in lines(unfused)[2]
+
+
+def test_rule_5_numerics_of_each_knob_with_its_measured_difference():
+    rec = recommend([D, c("sdpa", 1.13, numerics="bf16 GEMMs", rel=3.1e-3), c("cd", 1.02)], 0.01)
+    assert rec.numerics == ("sdpa: bf16 GEMMs; measured max rel diff to the default 3.1e-03",)
+
+
+# --------------------------------------------------------------------------- from an ABResult
+
+def _result():
+    from miner.check.ab import ABResult, VariantResult
+    from miner.check.verify import Parity, StepStats
+
+    def v(name, ms, sp, verdict, *, knob=None, fusions=(), gate="-", numerics="", ok=True, rel=1e-3, graphs=False):
+        return VariantResult(name, list(fusions), gate, step=StepStats(ms, ms * 0.98, ms * 1.02, 10, 2**30, 60.0),
+                             speedup=sp, verdict=verdict, speedup_p20=sp * 0.99, speedup_p80=sp * 1.01,
+                             parity=Parity(5.2, 5.2, rel, rel, rel, "w", rel, ok), compile_s=60.0, knob=knob,
+                             numerics=numerics, cudagraphs=graphs)
+    r = ABResult("t5", "train", "default", "base", 16, 512, noise_band=0.01, env={"date": "2026-12-04"})
+    r.variants = [v("default", 75.0, 1.0, None), v("control", 75.2, 0.997, "noise"),
+                  v("all", 70.0, 1.07, "win", fusions=["f"], gate="open"),
+                  v("gated", 70.6, 1.069, "win", fusions=["f"], gate="on"),
+                  v("knob:sdpa_reduced_math", 66.6, 1.133, "win", knob="sdpa_reduced_math", numerics="bf16"),
+                  v("knob:sdpa_reduced_math+fusions", 60.0, 1.25, "win", knob="sdpa_reduced_math", fusions=["f"],
+                    gate="on", numerics="bf16"),
+                  v("knob:reduce_overhead", 70.0, 1.07, "win", knob="reduce_overhead", graphs=True, ok=False)]
+    return r
+
+
+def test_configurations_and_markdown_from_an_ab_result():
+    r = _result()
+    confs = {x.name: x for x in configurations(r)}
+    assert set(confs) == {"default", "fusions", "sdpa_reduced_math", "sdpa_reduced_math+fusions", "reduce_overhead"}
+    assert confs["fusions"].speedup == 1.069  # gated, not the gate-open `all`
+    assert confs["reduce_overhead"].peak_gib is None  # CUDA graphs: not measured
+    [rec] = recommendations([r], ["reports/x/verify.json"])
+    assert rec.best.name == "sdpa_reduced_math+fusions" and rec.source == "reports/x/verify.json"
+    assert "reduce_overhead: parity failed" in rec.reason
+    md = markdown([r])
+    assert "run `sdpa_reduced_math+fusions`" in md and "| reduce_overhead | 70.00 |" in md and "FAIL" in md
+    assert all(len(line) <= 100 for line in lines(rec))
+    r.variants = r.variants[:4]  # no knob measured: nothing to recommend here
+    assert recommendations([r]) == []
+
+
+def test_candidates_and_the_report_lead_with_the_recommendation(tmp_path, capsys):
+    from miner import cli
+    from miner.check import abrun
+
+    abrun.save([_result()], tmp_path / "reports" / "gpu" / "run1")
+    assert cli.main(["--workspace", str(tmp_path), "candidates"]) == 0
+    out = capsys.readouterr().out
+    assert "What to run" in out and "t5 train/default: run sdpa_reduced_math+fusions" in out
+    assert out.index("What to run") < out.index("Adopt:")
+    assert cli.main(["--workspace", str(tmp_path), "report", "--run", "r"]) == 0
+    html = (tmp_path / "reports" / "r" / "index.html").read_text()
+    assert "run <b>sdpa_reduced_math+fusions</b>" in html
+    assert "Configurations: knobs and fusions" in (tmp_path / "reports" / "gpu" / "run1" / "verify.md").read_text()
+
+
+def test_runs_of_one_model_step_split_over_calls_are_pooled():
+    first, second = _result(), _result()
+    first.variants = first.variants[:6]  # fusions and the sdpa knob
+    second.variants = [second.variants[0], second.variants[1]] + [
+        __import__("dataclasses").replace(second.variants[6], speedup=1.40, parity=first.variants[4].parity)]
+    second.noise_band = 0.02
+    [rec] = recommendations([first, second], ["a/verify.json", "b/verify.json"])
+    names = {c.name for c in rec.configs}
+    assert {"fusions", "sdpa_reduced_math", "sdpa_reduced_math+fusions", "reduce_overhead"} <= names
+    assert rec.best.name == "reduce_overhead" and rec.band == 0.02  # the widest band of the pooled runs
+    assert rec.source == "a/verify.json, b/verify.json"
+    # a later measurement of the same configuration replaces the earlier one
+    third = _result()
+    third.variants = third.variants[:2] + [__import__("dataclasses").replace(third.variants[4], speedup=1.01,
+                                                                             verdict="noise")]
+    [rec] = recommendations([first, second, third])
+    assert next(c for c in rec.configs if c.name == "sdpa_reduced_math").speedup == 1.01

@@ -1,0 +1,156 @@
+"""The knob registry (miner.check.knobs) and knob variants in the in-model A/B (miner.check.ab), on the CPU."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from miner.check import ab, knobs
+from miner.core.errors import UsageError
+
+
+def test_builtin_knobs_say_what_they_change():
+    assert set(knobs.KNOBS) == {"sdpa_reduced_math", "reduce_overhead", "max_autotune_no_cudagraphs",
+                                "coordinate_descent", "combo_kernels", "benchmark_fusion"}
+    sdpa = knobs.get("sdpa_reduced_math")
+    assert sdpa.context is not None and not sdpa.options and "bf16" in sdpa.numerics
+    ro = knobs.get("reduce_overhead")
+    assert ro.cudagraphs and ro.options == {"triton.cudagraphs": True} and not ro.numerics
+    # the built-in options are what torch.compile's modes stand for in this torch version
+    import torch._inductor
+    assert dict(ro.options) == torch._inductor.list_mode_options("reduce-overhead")
+    assert dict(knobs.get("max_autotune_no_cudagraphs").options) == \
+        torch._inductor.list_mode_options("max-autotune-no-cudagraphs")
+    known = set(torch._inductor.list_options())
+    assert all(k in known for knob in knobs.KNOBS.values() for k in knob.options)
+
+
+def test_unknown_knob_is_loud_and_lists_the_names():
+    with pytest.raises(UsageError) as e:
+        knobs.parse("sdpa_reduced_math,nope")
+    assert "unknown knob 'nope'" in str(e.value)
+    assert all(name in str(e.value) for name in knobs.KNOBS)
+
+
+def test_parse_all_and_combined():
+    assert [k.name for k in knobs.parse("all")] == list(knobs.KNOBS)
+    assert [k.name for k in knobs.parse(" coordinate_descent, all ")][0] == "coordinate_descent"
+    assert len(knobs.parse("coordinate_descent,all")) == len(knobs.KNOBS)  # no duplicate
+    both = knobs.parse("sdpa_reduced_math+reduce_overhead")[0]
+    assert both.name == "sdpa_reduced_math+reduce_overhead" and both.cudagraphs and both.context is not None
+    assert "bf16" in both.numerics
+    assert knobs.parse("") == [] and knobs.parse(None) == []
+    clash = knobs.Knob("c", "cudagraphs off", options={"triton.cudagraphs": False})
+    with pytest.raises(UsageError, match="triton.cudagraphs is set to"):
+        knobs.combine([knobs.get("reduce_overhead"), clash])
+
+
+def test_sdpa_context_is_set_while_the_step_runs_and_restored_after():
+    flag = torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed
+    assert flag() is False
+    seen = []
+    step = knobs.get("sdpa_reduced_math").around(lambda: seen.append(flag()))
+    step()
+    assert seen == [True] and flag() is False
+
+    def boom():
+        assert flag() is True
+        raise RuntimeError("step failed")
+    with pytest.raises(RuntimeError):
+        knobs.get("sdpa_reduced_math").around(boom)()
+    assert flag() is False  # restored on the way out of a failing step too
+    plain = knobs.get("coordinate_descent")
+    f = lambda: 1  # noqa: E731
+    assert plain.around(f) is f  # no context: the step itself
+
+
+def test_a_users_knob_from_the_current_directory(tmp_path, monkeypatch):
+    (tmp_path / "myknobs_t.py").write_text(
+        "from miner.check.knobs import Knob\n"
+        "no_padding = Knob('no_padding', 'shape padding off', options={'shape_padding': False})\n"
+        "def made():\n    return Knob('made', 'from a function', options={'coordinate_descent_tuning': True})\n"
+        "bad = Knob('bad', 'not an option', options={'no_such_option': 1})\n"
+        "not_a_knob = 3\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    got = knobs.parse("myknobs_t:no_padding,myknobs_t:made")
+    assert [k.name for k in got] == ["no_padding", "made"] and got[0].options == {"shape_padding": False}
+    with pytest.raises(UsageError, match="'no_such_option' is not a torch._inductor.config option"):
+        knobs.get("myknobs_t:bad")
+    with pytest.raises(UsageError, match="int is not a miner.check.knobs.Knob"):
+        knobs.get("myknobs_t:not_a_knob")
+    with pytest.raises(UsageError, match="cannot import 'nosuchmod_xyz'"):
+        knobs.get("nosuchmod_xyz:k")
+
+
+# --------------------------------------------------------------------------- in the A/B
+
+from tests.test_verify_ab import _build  # noqa: E402  the small layer-norm model
+
+
+@pytest.fixture
+def counting_knob():
+    """A knob whose context counts its entries and flips a global (restored after): what a flag knob does."""
+    state = {"entered": 0, "on": False}
+
+    @contextlib.contextmanager
+    def ctx():
+        state["entered"] += 1
+        before, state["on"] = state["on"], True
+        try:
+            yield
+        finally:
+            state["on"] = before
+    return knobs.Knob("counting", "test", options={"coordinate_descent_tuning": True}, context=ctx,
+                      numerics="test numerics"), state
+
+
+def test_run_ab_measures_each_knob_alone_and_with_the_fusions(counting_knob):
+    from miner.runtime.fusions import Fusions
+
+    knob, state = counting_knob
+    r = ab.run_ab(_build, model="norm", mode="infer", compile_mode="default", preset="tiny", device="cpu",
+                  fusions=Fusions(Path(__file__).resolve().parents[1]), warmup=1, rounds=2, profile_steps=0,
+                  log=lambda s: None, knobs=[knob])
+    names = [v.name for v in r.variants]
+    assert names[:3] == ["default", "control", "all"]
+    assert "knob:counting" in names and "knob:counting+fusions" in names
+    alone, fused = r.variant("knob:counting"), r.variant("knob:counting+fusions")
+    assert alone.knob == fused.knob == "counting" and alone.numerics == "test numerics"
+    assert not alone.fusions and not any(alone.matches.values())
+    assert fused.matches["layer_norm"] >= 1 and fused.gate == ab.GATE_ON  # the fusions as a user gets them
+    for v in (alone, fused):
+        assert v.step is not None and v.step.steps == 2 and v.speedup is not None and v.parity is not None
+        assert v.parity.ok and v.verdict in ("win", "loss", "noise")
+    # the context was entered for the compiling warm-up, the 2 timed rounds and the parity step, per variant
+    assert state["entered"] == 2 * (1 + 2 + 1) and state["on"] is False
+    assert r.variant("default").step.steps == 2  # phase A's numbers kept for default
+
+
+def test_knobs_only_one_phase_without_fusion_variants(counting_knob):
+    from miner.runtime.fusions import Fusions
+
+    knob, _ = counting_knob
+    r = ab.run_ab(_build, model="norm", mode="train", compile_mode="default", preset="tiny", device="cpu",
+                  fusions=Fusions(Path(__file__).resolve().parents[1]), warmup=1, rounds=2, profile_steps=0,
+                  log=lambda s: None, knobs=[knob], fusion_variants=("gated",))
+    names = [v.name for v in r.variants]
+    assert names == ["default", "control", "gated", "knob:counting", "knob:counting+fusions"]
+    assert r.noise_band is not None and r.variant("control").verdict is not None
+    assert r.variant("gated").matches["layer_norm"] >= 1 and r.variant("knob:counting").parity.grads_rel is not None
+
+
+def test_knob_variants_out_of_time_are_recorded(counting_knob):
+    from miner.check.abrun import NoFusions
+
+    knob, _ = counting_knob
+    r = ab.run_ab(_build, model="norm", mode="infer", compile_mode="default", preset="tiny", device="cpu",
+                  fusions=NoFusions(), warmup=1, rounds=2, profile_steps=0, log=lambda s: None, knobs=[knob],
+                  deadline=0.0)
+    assert [v.name for v in r.variants] == ["default", "control", "knob:counting"]  # no fusions: no +fusions
+    assert r.variant("knob:counting").error == "not compiled: --time-budget spent"
+    assert r.noise_band is not None and r.variant("default").step.steps == 2  # the band still measured
