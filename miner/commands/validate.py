@@ -22,6 +22,10 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TRITON_INTERPRET", "1" if on_cpu else "0")  # before triton is imported
     if on_cpu:
         os.environ.setdefault("MINER_INTERPRET", "1")  # validation runs the kernels interpreted: asked
+    import warnings
+
+    # validation compiles with Inductor's caches off on purpose; torch says so in a 170-column warning
+    warnings.filterwarnings("ignore", message="dynamo_pgo force disabled")
     from miner.core.errors import UsageError
     from miner.check.validate import validate
     from miner.core.workspace import Workspace
