@@ -34,8 +34,8 @@ def run(args: argparse.Namespace) -> int:
     if not review.rows:
         raise UsageError(f"nothing to report in {ws.root}: no mined patterns or candidates; run `miner scan "
                          "--models ...`, then `miner mine`")
-    from miner.report.terminal import next_step, say
+    from miner.report.terminal import next_step
 
-    say(str(write_report(review, ws, args.run_name, detail_top=args.detail_top)))
+    print(write_report(review, ws, args.run_name, detail_top=args.detail_top), flush=True)  # whole, for scripts
     next_step("open it in a browser; `miner promote <id> --name <name>` adopts a validated candidate")
     return 0
