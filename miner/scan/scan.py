@@ -381,7 +381,7 @@ def format_table(results: list[ScanResult]) -> str:
                      str(other), str(r.kernels), str(r.graph_breaks),
                      "-" if r.reused else f"{r.seconds:.1f}", status])  # a reused scan compiled nothing now
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(header)]
-    fmt = lambda cells: "  ".join(c.ljust(w) if i in (0, 1, len(header) - 1) else c.rjust(w)
+    fmt = lambda cells: " ".join(c.ljust(w) if i in (0, 1, len(header) - 1) else c.rjust(w)
                                   for i, (c, w) in enumerate(zip(cells, widths)))
     lines = [fmt(header), fmt(["-" * w for w in widths])] + [fmt(row) for row in rows]
     return "\n".join(lines) + "\n(graphs: f = forward, b = backward, i = inference; compile s: - where reused)"
