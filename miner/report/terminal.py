@@ -60,8 +60,9 @@ def width(stream: TextIO | None = None) -> int:
 
 
 def wrap(text: str, indent: str = "  ", stream: TextIO | None = None) -> str:
-    """``text`` fitted to the output :func:`width`: each of its lines wrapped at spaces (a word
-    longer than a line is cut), continuation lines indented by ``indent`` beyond the line's own."""
+    """``text`` fitted to the output :func:`width`: each of its lines wrapped at spaces, continuation
+    lines indented by ``indent`` beyond the line's own. A word longer than a line (a long path) is
+    kept whole, so it can still be copied."""
     import textwrap
 
     w = width(stream)
@@ -69,7 +70,7 @@ def wrap(text: str, indent: str = "  ", stream: TextIO | None = None) -> str:
     for line in text.split("\n"):
         lead = line[:len(line) - len(line.lstrip(" "))]
         out += textwrap.wrap(line, w, initial_indent="", subsequent_indent=lead + indent, break_on_hyphens=False,
-                             drop_whitespace=True) or [""]
+                             break_long_words=False) or [""]
     return "\n".join(out)
 
 
