@@ -9,6 +9,7 @@ import miner  # noqa: F401  first: miner_models / miner_fusions then resolve to 
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # must be set before triton is imported
+    os.environ.setdefault("MINER_INTERPRET", "1")  # the fusions may fire on CPU tensors (interpreted)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -339,7 +339,11 @@ def test_cli_mine_patterns_show(tmp_path, toy_graphs, capsys):
     assert patterns and all(p.n_compute <= 6 for p in patterns)
     assert main(["--workspace", str(tmp_path), "patterns", "--top", "5"]) == 0
     table = capsys.readouterr().out
-    assert patterns[0].id in table and "safe" in table.splitlines()[0]
+    from miner.commands.patterns import ranked
+
+    best = ranked(patterns)[0][0]  # the one ranking (est. us/step), not mining's order
+    assert "ranked by estimated time saved per step" in table.splitlines()[0]
+    assert best.id in table.splitlines()[3] and "safe" in table.splitlines()[1]
     assert main(["--workspace", str(tmp_path), "patterns", "show", patterns[0].id]) == 0
     shown = capsys.readouterr().out
     assert f"pattern {patterns[0].id}" in shown and "def pattern(" in shown and "support:" in shown

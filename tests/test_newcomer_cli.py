@@ -139,18 +139,47 @@ def test_profile_makes_its_workspace_as_scan_does(tmp_path, monkeypatch, capsys)
 
 # --------------------------------------------------------------------------- README and CI
 
-def readme_test_command() -> str:
-    """The README quick start's second command, as written (its comment aside)."""
+def readme_first_block() -> list[str]:
+    """The README's first code block, one command a line, comments aside."""
     block = re.search(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
-    lines = [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
-    assert lines[0] == "pip install -e . && miner scan --models bert,gpt2"
-    return lines[1]
+    return [line.split("#")[0].strip() for line in block.splitlines() if line.split("#")[0].strip()]
+
+
+def readme_test_command() -> str:
+    """The README quick start's test command, as written (its comment aside)."""
+    return next(line for line in readme_first_block() if "pytest" in line)
+
+
+def ci_commands() -> list[str]:
+    return [line.strip() for line in (ROOT / ".ci/run").read_text().splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+
+
+def test_readme_installs_torch_first_then_miner_as_ci_does():
+    """Issue 33: the first block ran `pip install -e .` before the note to install CPU torch first."""
+    lines = readme_first_block()
+    installs = [line for line in lines if line.startswith("python3 -m pip install")]
+    assert lines[:2] == installs == ["python3 -m pip install torch==2.13.0", "python3 -m pip install -e ."]
+    ci = [line.replace(" -q", "") for line in ci_commands()]
+    assert [line for line in ci if line in installs] == installs  # CI runs the same two, in that order
+
+
+@pytest.mark.slow
+def test_readme_first_block_installs_in_a_fresh_venv(tmp_path):
+    """The README's install lines, literally, in a fresh virtual environment; then `miner models`."""
+    subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "venv")], check=True)
+    py = tmp_path / "venv" / "bin" / "python3"
+    for line in readme_first_block()[:2]:
+        cmd = [str(py), *shlex.split(line)[1:]]
+        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+        assert r.returncode == 0, line + "\n" + r.stderr[-3000:]
+    r = subprocess.run([str(py), "-c", "import torch, miner; print(torch.__version__)"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.startswith("2.13.0"), r.stderr[-2000:]
 
 
 def test_readme_test_command_is_what_ci_runs():
-    ci = [line.strip() for line in (ROOT / ".ci/run").read_text().splitlines()
-          if line.strip() and not line.lstrip().startswith("#")]
-    assert ci[-1] == readme_test_command()
+    assert ci_commands()[-1] == readme_test_command()
 
 
 def test_readme_test_command_collects_from_the_repo_root():

@@ -153,14 +153,18 @@ def test_measured_rows_are_marked_measured(ws, page):
 
 def test_cli_report_prints_the_path(ws, capsys):
     assert main(["--workspace", str(ws.root), "report", "--run", "cli"]) == 0
-    out = capsys.readouterr().out.strip()
-    assert out.endswith("reports/cli/index.html") and Path(out).exists()
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[0].endswith("reports/cli/index.html") and Path(out[0]).exists() and out[-1].startswith("next: ")
     assert main(["--workspace", str(ws.root), "report", "--run", "../x"]) == 2
 
 
 def test_report_of_an_empty_workspace(tmp_path, capsys):
-    assert main(["--workspace", str(tmp_path), "report"]) == 0
-    text = (tmp_path / "reports" / "latest" / "index.html").read_text()
+    assert main(["--workspace", str(tmp_path), "report"]) == 2  # issue 33: it wrote an empty report and exited 0
+    assert "nothing to report" in capsys.readouterr().err and not (tmp_path / "reports").exists()
+    from miner.core.workspace import Workspace
+
+    ws = Workspace(tmp_path)
+    text = render_html(rank.review(ws), ws)  # the page's own empty state stays
     assert "Nothing to rank yet" in text and "No scan results" in text
 
 

@@ -64,7 +64,7 @@ def test_corrupt_scan_file_is_captured_again_and_said_so(tmp_path, capsys, monke
     monkeypatch.setattr(S, "_run_worker", lambda req, *a, **k: [ScanResult(req.model, req.preset, m, req.device, True)
                                                                  for m in req.modes])
     assert main(["--workspace", str(tmp_path), "scan", "--models", GOOD]) == 0
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # lines are wrapped to the terminal's width
     assert "capturing train again" in out and "train.scan.json: corrupt JSON" in out
 
 

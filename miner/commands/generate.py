@@ -10,10 +10,12 @@ HELP = "write fusion candidates (pattern, replacement, Triton kernel) for suppor
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top", type=int, default=20, metavar="N",
-                        help="the N best supported patterns (safe occurrences x ops; default 20, 0: all)")
+                        help="the N best patterns it takes, in the ranking every listing uses (estimated time "
+                             "saved per step; default 20, 0: all)")
     parser.add_argument("--only", metavar="ID,...", help="exactly these pattern ids (unique prefixes will do)")
     parser.add_argument("--keep", action="store_true", help="keep candidate folders of patterns not generated now")
-    parser.add_argument("--quiet", action="store_true", help="do not list skipped patterns")
+    parser.add_argument("--quiet", action="store_true", help="do not count skipped patterns by reason")
+    parser.add_argument("--verbose", action="store_true", help="list every skipped pattern with its reason")
     parser.add_argument("--regions", metavar="REGIONS_JSON",
                         help="generate whole-Inductor-kernel region patterns from this regions.json (`miner profile` "
                              "writes mined/regions.json) instead of mined/patterns.json; needs --only; keeps the "
@@ -31,6 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from miner.report.terminal import next_step, say
     from miner.core.errors import UsageError
     from miner.generate.generate import Skipped, describe, generate, remove_stale, select, supported
     from miner.core.pattern import load_patterns
@@ -60,20 +63,38 @@ def run(args: argparse.Namespace) -> int:
     done, skipped = generate(ws, chosen, command=command, pre_skipped=pre)
     if not args.keep:
         for gone in remove_stale(ws, [g.id for g in done]):
-            print(f"removed stale candidate {gone}")
+            say(f"removed stale candidate {gone}")
     for g in done:
-        print(describe(g))
-    if not args.quiet:
+        say(describe(g, ws.root))
+    if args.verbose:
         for s in skipped:
-            if not s.reason.startswith(("below --top", "not selected")) and s.reason != "no safe occurrence":
-                print(describe(s))
-    print(f"{len(done)} candidate(s) written to {ws.candidates}, {len(skipped)} pattern(s) not generated "
-          f"(each with its reason in {ws.candidates / 'index.json'})", file=sys.stderr)
+            say(describe(s, ws.root))
+    elif not args.quiet:
+        for line in skip_counts(skipped):
+            say(line)
+    say(f"{len(done)} candidate(s) written to candidates/, {len(skipped)} pattern(s) not generated (each with "
+        f"its reason in candidates/index.json; --verbose lists them)", file=sys.stderr)
+    next_step("`miner validate --all`" if done else "`miner patterns` (what the generator takes)")
     return 0
+
+
+def skip_counts(skipped) -> list[str]:
+    """One line per reason a pattern was not generated, with how many (most frequent first)."""
+    from collections import Counter
+
+    from miner.report.text import cut
+
+    def reason(s) -> str:
+        r = s.reason.removeprefix("not generated: ")
+        return "below --top" if r.startswith("below --top") else r.split(" (")[0]
+    counts = Counter(reason(s) for s in skipped)
+    return [f"skipped {n:4d}  {cut(r, 80)}" for r, n in counts.most_common()]
 
 
 def _run_regions(args: argparse.Namespace, ws) -> int:
     """``--regions FILE --only ID,...``: candidates from region patterns (each a whole Inductor kernel)."""
+    from miner.report.terminal import next_step, say
+
     from pathlib import Path
 
     from miner.core.errors import UsageError
@@ -104,8 +125,9 @@ def _run_regions(args: argparse.Namespace, ws) -> int:
     source = {"regions": str(rel), "rng": args.rng} if args.rng != "inductor" else {"regions": str(rel)}
     done, skipped = generate(ws, chosen, command=command, source=source)
     for r in done + skipped:
-        print(describe(r))
-    print(f"{len(done)} region candidate(s) written to {ws.candidates}, {len(skipped)} not generated", file=sys.stderr)
+        say(describe(r, ws.root))
+    say(f"{len(done)} region candidate(s) written to candidates/, {len(skipped)} not generated", file=sys.stderr)
+    next_step("`miner validate --all`" if done else "`miner candidates` (what is measured)")
     return 0 if done else 1
 
 
@@ -128,6 +150,8 @@ def _mined_input(ws, flag: str, value: str, written: str):
 def _run_upcasts(args: argparse.Namespace, ws) -> int:
     """``--upcasts FILE``: the upcast-matmul candidates, exact (``u...``) and demoting (``d...``)
     (``miner.generate.upcast``); keeps the other candidates."""
+    from miner.report.terminal import next_step, say
+
     from miner.generate import upcast
     from miner.generate.generate import describe
 
@@ -135,24 +159,28 @@ def _run_upcasts(args: argparse.Namespace, ws) -> int:
     done = [g for demote in (False, True) if (g := upcast.generate(ws, rel, f"miner generate --upcasts {rel}",
                                                                    demote=demote)) is not None]
     if not done:
-        print(f"{args.upcasts}: no float32 bmm/mm there is a bf16/fp16 upcast (exact, or with one operand rounded "
+        say(f"{args.upcasts}: no float32 bmm/mm there is a bf16/fp16 upcast (exact, or with one operand rounded "
               f"where the output is rounded anyway); nothing written", file=sys.stderr)
         return 1
     for g in done:
-        print(describe(g))
+        say(describe(g, ws.root))
+    next_step("`miner validate --all`")
     return 0
 
 
 def _run_recomputed(args: argparse.Namespace, ws) -> int:
     """``--recomputed FILE``: the compute-once candidate (``miner.generate.realize``); keeps the other candidates."""
+    from miner.report.terminal import next_step, say
+
     from miner.generate import realize
     from miner.generate.generate import describe
 
     rel = _mined_input(ws, "--recomputed", args.recomputed, "mined/recomputed.json")
     g = realize.generate(ws, rel, f"miner generate --recomputed {rel}")
     if g is None:
-        print(f"{args.recomputed}: no value there is recomputed in several kernels and small enough to compute "
+        say(f"{args.recomputed}: no value there is recomputed in several kernels and small enough to compute "
               f"once; nothing written", file=sys.stderr)
         return 1
-    print(describe(g))
+    say(describe(g, ws.root))
+    next_step("`miner validate --all`")
     return 0

@@ -40,6 +40,7 @@ def run(args) -> int:
     from miner.mine.mine import mine
     from miner.core.pattern import save_patterns
     from miner.core.workspace import Workspace
+    from miner.report.terminal import next_step, say
 
     ws = Workspace(args.workspace)
     models = [m for m in args.models.split(",") if m] if args.models else None
@@ -57,8 +58,9 @@ def run(args) -> int:
 
     upcasts = upcast.mine(graphs)
     if args.upcasts_only:
-        print(upcast.summary(upcasts))
-        print(f"wrote {upcast.save(ws, upcasts)}")
+        say(upcast.summary(upcasts))
+        say(f"wrote {upcast.save(ws, upcasts)}")
+        next_step("`miner generate --upcasts mined/upcasts.json`")
         return 0
     result = mine(graphs, min_support=args.min_support, min_models=args.min_models, max_nodes=args.max_nodes,
                   max_views=args.max_views, closed_only=not args.all, max_extra_outputs=args.max_extra_outputs,
@@ -69,19 +71,23 @@ def run(args) -> int:
     params = dict(result.params, limit=args.limit)
     path = save_patterns(ws, saved, params, stats)
     s = result.stats
-    print(f"mined {s['graphs']} graphs ({s['nodes']} nodes, {s['fusable_nodes']} fusable) of "
+    say(f"mined {s['graphs']} graphs ({s['nodes']} nodes, {s['fusable_nodes']} fusable) of "
           f"{len(result.params['models'])} models in {s['seconds']['total']:.1f} s: "
           f"{s['reported_patterns']} {'closed ' if not args.all else ''}patterns "
           f"({s['frequent_patterns']} frequent subgraphs), "
           f"{sum(p.inductor.missed_fusion for p in result.patterns)} of the {len(result.patterns)} kept with "
           f"missed fusions")
-    from miner.commands.patterns import table
-    print(table(result.patterns[:args.top]))
-    print(upcast.summary(upcasts) + f" ({upcast.save(ws, upcasts)})")
+    from miner.commands.patterns import listing
+    from miner.report.terminal import print_listings
+
+    say(upcast.summary(upcasts) + f" ({upcast.save(ws, upcasts)})")
     from miner.mine import recompute
 
     recomputed = recompute.mine(graphs)
-    print(recompute.summary(recomputed) + f" ({recompute.save(ws, recomputed)})")
-    print(f"wrote {path}" + (f" ({len(saved)} best-ranked of {s['reported_patterns']} patterns)"
-                             if len(saved) < s["reported_patterns"] else ""))
+    say(recompute.summary(recomputed) + f" ({recompute.save(ws, recomputed)})")
+    say(f"wrote {path}" + (f" ({len(saved)} most frequent of {s['reported_patterns']} patterns)"
+                           if len(saved) < s["reported_patterns"] else ""))
+    say()
+    print_listings([listing(saved, args.top)[0]], "`miner patterns` (all of them, ranked the same way), then "
+                   "`miner generate --top 3`")
     return 0

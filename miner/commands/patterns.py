@@ -20,23 +20,45 @@ def add_arguments(p) -> None:
 
 def columns():
     from miner.report.terminal import Column
-    return [Column("id", "id", wrap=False), Column("ops", "ops", ratio=1),
-            Column("models", "models", justify="right", wrap=False), Column("graphs", "graphs", justify="right", wrap=False),
+    return [Column("n", "#", justify="right", wrap=False), Column("id", "id", wrap=False),
+            Column("ops", "ops", ratio=2),
+            Column("models", "mod", justify="right", wrap=False), Column("graphs", "graphs", justify="right", wrap=False),
             Column("occ", "occ", justify="right", wrap=False), Column("safe", "safe", justify="right", wrap=False),
-            Column("kernels", "kernels", justify="right", wrap=False), Column("missed", "missed", wrap=False)]
+            Column("kernels", "kern", justify="right", wrap=False), Column("missed", "split", wrap=False),
+            Column("saved", "est. us/step", justify="right", wrap=False), Column("generate", "generate", ratio=1)]
 
 
-def row(p) -> dict:
+def ranked(patterns) -> list[tuple]:
+    """``(pattern, est. us/step, why the generator refuses it or None)`` in the one ranking
+    (``miner.rank.rank.RANKING``; what ``miner generate --top``, ``candidates`` and the report use),
+    the patterns ``miner generate`` refuses after the others."""
+    from miner.generate.generate import refusal
+    from miner.rank.rank import rank
+
+    refused = {p.id: why for p in patterns if (why := refusal(p))}
+    by_id = {p.id: p for p in patterns}
+    rows = sorted(rank(list(patterns), ()).rows, key=lambda r: r.id in refused) if patterns else []
+    return [(by_id[r.id], r.saved_ms.value * 1e3, refused.get(r.id)) for r in rows]
+
+
+def row(p, saved_us: float | None = None, refused: str | None = None) -> dict:
     """One pattern's row: the text cells and, under the same keys, the JSON / CSV values."""
     k = p.inductor.typical_kernels
     return {"id": p.id, "ops": p.ops, "models": p.support.n_models, "graphs": p.support.n_graphs,
             "occ": p.counts.non_overlapping, "safe": p.counts.safe_share, "kernels": k,
-            "missed": bool(p.inductor.missed_fusion)}
+            "missed": bool(p.inductor.missed_fusion), "saved_us_per_step": saved_us, "refused": refused}
 
 
-def cells(r: dict) -> dict:
-    return {**{k: str(v) for k, v in r.items()}, "safe": f"{100 * r['safe']:.0f}%",
-            "kernels": "-" if r["kernels"] is None else str(r["kernels"]), "missed": "yes" if r["missed"] else ""}
+def cells(r: dict, n: int | None = None) -> dict:
+    from miner.rank.records import PREDICTED_MARK
+    from miner.report.text import cut
+
+    why = r["refused"]
+    return {**{k: str(v) for k, v in r.items()}, "n": "" if n is None else str(n), "safe": f"{100 * r['safe']:.0f}%",
+            "ops": r["ops"].replace(" -> ", " "),
+            "kernels": "-" if r["kernels"] is None else str(r["kernels"]), "missed": "yes" if r["missed"] else "",
+            "saved": "-" if r["saved_us_per_step"] is None else f"{PREDICTED_MARK}{r['saved_us_per_step']:.1f}",
+            "generate": "yes" if why is None else "no: " + cut(why.removeprefix("not generated: "), 48)}
 
 
 def data(p) -> dict:
@@ -47,17 +69,24 @@ def data(p) -> dict:
             "rejections": dict(p.rejections)}
 
 
-def table(patterns) -> str:
-    """A fixed-width table: id, ops, support, occurrences, safe share, kernels, missed fusion."""
-    rows = [("id", "ops", "models", "graphs", "occ", "safe", "kernels", "missed")]
-    for p in patterns:
-        ops = p.ops if len(p.ops) <= 60 else p.ops[:57] + "..."
-        k = p.inductor.typical_kernels
-        rows.append((p.id, ops, str(p.support.n_models), str(p.support.n_graphs), str(p.counts.non_overlapping),
-                     f"{100 * p.counts.safe_share:.0f}%", "-" if k is None else str(k),
-                     "yes" if p.inductor.missed_fusion else ""))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+LEGEND = ("est. us/step: predicted time a fused kernel saves per step at the models' published size (~: "
+          "predicted); generate: whether `miner generate` makes a candidate of it (refused ones are listed "
+          "last); mod: models; occ: non-overlapping occurrences; safe: share the safety checks accept; kern: "
+          "Inductor kernels per occurrence (typical); split: Inductor splits it into several kernels somewhere.")
+
+
+def listing(patterns, top: int):
+    """The ranked patterns table (``top`` rows, 0: all) and its rows as data."""
+    from miner.rank.rank import RANKING
+    from miner.report.terminal import Listing
+
+    order = ranked(patterns)
+    shown = order if top == 0 else order[:top]
+    rows = [row(p, saved, why) for p, saved, why in shown]
+    after = [f"({len(order) - len(shown)} more; --top 0 for all)"] if len(shown) < len(order) else []
+    after.append(LEGEND)
+    return (Listing(f"Mined patterns, {RANKING}", columns(), [cells(r, i) for i, r in enumerate(rows, 1)],
+                    after=after, empty="No mined patterns (run `miner mine`)."), [p for p, _, _ in shown], rows)
 
 
 def find(patterns, pid: str):
@@ -150,11 +179,6 @@ def run(args) -> int:
         patterns = [p for p in patterns if p.inductor.missed_fusion]
     if args.top < 0:
         raise UsageError("--top must be 0 (all) or positive")
-    shown = patterns if args.top == 0 else patterns[:args.top]
-    rows = [row(p) for p in shown]
-    after = [f"({len(patterns) - len(shown)} more; --top 0 for all)"] if len(shown) < len(patterns) else []
-    after.append("occ: non-overlapping occurrences; safe: share the safety checks accept; kernels: Inductor kernels "
-                 "per occurrence (typical); missed: Inductor splits it into several kernels somewhere.")
-    lst = Listing("", columns(), [cells(r) for r in rows], after=after, empty="No mined patterns (run `miner mine`).")
-    hint = (f"`miner patterns show {shown[0].id}` (one in full); " if shown else "") + "`miner candidates` (what to adopt)"
-    return emit(args, [lst], [data(p) for p in shown], rows, hint)
+    lst, shown, rows = listing(patterns, args.top)
+    hint = "`miner generate --top 3` (candidates of the three best it takes)" if shown else "`miner mine`"
+    return emit(args, [lst], [{**data(p), **r} for p, r in zip(shown, rows)], rows, hint)

@@ -31,5 +31,11 @@ def run(args: argparse.Namespace) -> int:
     review = rank.review(ws, only_model=args.model, scale=args.scale)
     if review.problems:  # a corrupt file is never ranked around
         raise unreadable(review.problems)
-    print(write_report(review, ws, args.run_name, detail_top=args.detail_top))
+    if not review.rows:
+        raise UsageError(f"nothing to report in {ws.root}: no mined patterns or candidates; run `miner scan "
+                         "--models ...`, then `miner mine`")
+    from miner.report.terminal import next_step
+
+    print(write_report(review, ws, args.run_name, detail_top=args.detail_top), flush=True)  # whole, for scripts
+    next_step("open it in a browser; `miner promote <id> --name <name>` adopts a validated candidate")
     return 0

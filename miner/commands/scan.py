@@ -9,6 +9,7 @@ import time
 from miner.core import executor
 from miner.core.errors import UsageError
 from miner.core.workspace import Workspace
+from miner.report.terminal import next_step, say
 
 HELP = "build models from their configs, compile them with Inductor, capture every post-grad graph"
 
@@ -74,25 +75,27 @@ def run(args) -> int:
     require_device(args)
     preset = args.preset or ("base" if args.device.startswith("cuda") else "tiny")
     t0 = time.perf_counter()
-    print(f"miner scan: {len(names)} model(s), preset {preset}, mode {','.join(modes)}, device {args.device}, "
-          f"workspace {args.workspace}", flush=True)
+    say(f"miner scan: {len(names)} model(s), preset {preset}, mode {','.join(modes)}, device {args.device}, "
+        f"workspace {args.workspace}")
     # one profile at a time on the local pool (a profile times the GPU); on Ray each task has its own GPU
     jobs = 1 if args.profile and args.executor == "local" else args.jobs or default_jobs(len(names))
     ex = executor.make(args.executor, address=args.address, jobs=jobs)
     try:
         results = scan(names, preset=preset, modes=modes, device=args.device, dtype=args.dtype,
                        batch=args.batch, seq=args.seq, workspace=Workspace(args.workspace), force=args.force,
-                       jobs=jobs, timeout=args.timeout or DEFAULT_TIMEOUT_S, echo=lambda s: print(s, flush=True),
+                       jobs=jobs, timeout=args.timeout or DEFAULT_TIMEOUT_S, echo=say,
                        profile=args.profile, executor=ex)
     finally:
         ex.close()
-    print()
-    print(format_table(results))
+    say()
+    say(format_table(results))
     failed = [r for r in results if not r.ok]
-    print(f"\n{len(results) - len(failed)}/{len(results)} scans ok in {time.perf_counter() - t0:.1f}s; "
-          f"graphs under {Workspace(args.workspace).captures}")
+    say(f"\n{len(results) - len(failed)}/{len(results)} scans ok in {time.perf_counter() - t0:.1f}s; "
+        f"graphs under {Workspace(args.workspace).captures}")
     if failed:
-        print(f"miner scan: {len(failed)} scan(s) failed: "
-              + ", ".join(f"{r.model}/{r.mode}" for r in failed), file=sys.stderr)
+        say(f"miner scan: {len(failed)} scan(s) failed: " + ", ".join(f"{r.model}/{r.mode}" for r in failed),
+            file=sys.stderr)
+        next_step("`miner scan --models ...` again for the failed ones (saved graphs are reused), or `miner mine`")
         return 1
+    next_step("`miner mine`")
     return 0

@@ -20,9 +20,16 @@ def run(args: argparse.Namespace) -> int:
 
     on_cpu = args.device == "cpu" or args.device is None and not _has_cuda()
     os.environ.setdefault("TRITON_INTERPRET", "1" if on_cpu else "0")  # before triton is imported
+    if on_cpu:
+        os.environ.setdefault("MINER_INTERPRET", "1")  # validation runs the kernels interpreted: asked
+    import warnings
+
+    # validation compiles with Inductor's caches off on purpose; torch says so in a 170-column warning
+    warnings.filterwarnings("ignore", message="dynamo_pgo force disabled")
     from miner.core.errors import UsageError
     from miner.check.validate import validate
     from miner.core.workspace import Workspace
+    from miner.report.terminal import next_step, say
 
     ws = Workspace(args.workspace)
     if args.all == bool(args.ids):
@@ -32,12 +39,14 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"no candidates under {ws.candidates}; run `miner generate` first")
     failed = 0
     for cid in ids:
-        print(f"{cid}:")
-        v = validate(ws, cid, device=args.device, model=not args.no_model, log=print)
+        say(f"{cid}:")
+        v = validate(ws, cid, device=args.device, model=not args.no_model, log=say)
         not_run = sum(c.ok is None for c in v.checks)
-        print(f"{v.id}: {'validated' if v.ok else 'FAILED: ' + str(v.failure)}"
-              + (f" ({not_run} check(s) not run on {v.device}: marked skip above)" if not_run else ""))
+        say(f"{v.id}: {'validated' if v.ok else 'FAILED: ' + str(v.failure)}"
+            + (f" ({not_run} check(s) not run on {v.device}: marked skip above)" if not_run else ""))
         failed += not v.ok
+    next_step("`miner bench --all` on a CUDA machine, then `miner candidates`" if on_cpu
+              else "`miner bench --all`, then `miner candidates`")
     return 1 if failed else 0
 
 

@@ -504,6 +504,8 @@ def load_mining(workspace: Any) -> MiningResult:
     from miner.core.workspace import read_envelope
 
     path = patterns_path(workspace)
+    if not path.exists():
+        raise WorkspaceError(f"{path}: no mined patterns yet; run `miner mine` (after `miner scan`)")
     data = read_envelope(path, "MiningResult", PATTERNS_SCHEMA, "miner mine")
     try:
         r = data["result"]

@@ -15,6 +15,7 @@ files export, candidate.json's fields) is documented in docs/architecture.md.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import shutil
 from collections import Counter
@@ -437,38 +438,34 @@ def supported(pattern) -> str | None:
     return None
 
 
-def score(pattern) -> int:
-    """Selection order for ``--top``: safe occurrences x compute nodes (bigger, more frequent first)."""
-    return pattern.counts.safe * pattern.n_compute
+def refusal(pattern) -> str | None:
+    """Why ``miner generate`` will never make a candidate of ``pattern`` (None: it will).
+
+    Unsupported (:func:`supported`), or not worth it: no reduction inside and fewer than three
+    compute ops (Inductor always fuses a chain of two pointwise ops itself).
+    """
+    why = supported(pattern)
+    if why is None and not any(n.category == "reduction" for n in pattern.nodes) and pattern.n_compute < 3:
+        why = "not generated: fewer than 3 pointwise ops and no reduction (Inductor fuses those)"
+    return why
 
 
 def select(patterns: Iterable, top: int | None) -> tuple[list, list[Skipped]]:
-    """The supported patterns worth a candidate, best first (``top``: how many), and the rest.
+    """The patterns worth a candidate, best first (``top``: how many), and the rest with their reasons.
 
-    Order: the two best (by ``score``) of each named family (``label_for``: softmax_like, layer_norm,
-    rms_norm, gelu_erf, ...), then everything else by ``score``.
-
-    Worth it: a reduction inside, or at least three compute ops (two pointwise ops are left to
-    Inductor, which always fuses them).
+    Order: the one ranking every listing uses (``miner.rank.rank.pattern_order``: estimated time
+    saved per step); patterns the generator refuses (:func:`refusal`) are skipped with the reason.
     """
+    from miner.rank.rank import pattern_order
+
     chosen, skipped = [], []
     for p in patterns:
-        why = supported(p)
-        if why is None and not any(n.category == "reduction" for n in p.nodes) and p.n_compute < 3:
-            why = "not generated: fewer than 3 pointwise ops and no reduction (Inductor fuses those)"
+        why = refusal(p)
         if why:
             skipped.append(Skipped(p.id, p.ops, why))
         else:
             chosen.append(p)
-    chosen.sort(key=lambda p: (-score(p), p.id))
-    # Named families first (softmax, norms, activations: best two of each), then by score.
-    named: dict[str, list] = {}
-    for p in chosen:
-        label = label_for(p.ops)
-        if not label.startswith("fused_") and len(named.setdefault(label, [])) < 2:
-            named[label].append(p)
-    first = [p for group in named.values() for p in group]
-    chosen = first + [p for p in chosen if p not in first]
+    chosen = pattern_order(chosen)
     if top:
         skipped += [Skipped(p.id, p.ops, f"below --top {top}") for p in chosen[top:]]
         chosen = chosen[:top]
@@ -510,9 +507,14 @@ def remove_stale(workspace: Workspace, keep: Iterable[str]) -> list[str]:
     return gone
 
 
-def describe(r: Generated | Skipped) -> str:
-    """One line of ``miner generate``'s output for a generated or skipped pattern."""
+def describe(r: Generated | Skipped, root: Path | None = None) -> str:
+    """One line of ``miner generate``'s output for a generated or skipped pattern (``root``: paths
+    relative to this workspace root)."""
     if isinstance(r, Generated):
-        return f"{r.id}  {r.label:<14} {r.observed} observed shape(s) -> {r.path}"
+        path = r.path
+        if root is not None:
+            with contextlib.suppress(ValueError):
+                path = Path(r.path).resolve().relative_to(Path(root).resolve())
+        return f"{r.id}  {r.label:<14} {r.observed} observed shape(s) -> {path}"
     return f"{r.id}  skipped: {r.reason}  [{r.ops}]"
 

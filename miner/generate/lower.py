@@ -199,6 +199,14 @@ def _literal(x: Any) -> str:
     raise Unsupported(f"non-scalar literal operand {x!r}")
 
 
+def dtype_reason(k: int, dts: set[str]) -> str:
+    """Why input ``k`` of dtypes ``dts`` (over the pattern's occurrences) has no kernel."""
+    if "bool" in dts and dts & set(FLOAT_DTYPES):
+        return (f"input {k} is bool in some occurrences and {'/'.join(sorted(dts - {'bool'}))} in others "
+                "(one kernel takes floats or bool)")
+    return f"input {k} has dtype {'/'.join(sorted(dts))} (float32, bfloat16, float16 or bool only)"
+
+
 def lower(spec: PatternSpec) -> Program:
     """Lower a pattern into kernel values.
 
@@ -234,7 +242,7 @@ def lower(spec: PatternSpec) -> Program:
         elif dts == {"bool"}:
             is_bool = True
         else:
-            raise Unsupported(f"input {k} has dtype {'/'.join(sorted(dts))} (float32/bfloat16/float16/bool only)")
+            raise Unsupported(dtype_reason(k, dts))
         input_is_bool.append(is_bool)
         values[f"a{k}"] = Value(f"a{k}", "vec", 0, is_bool=is_bool)
     node_value: list[str | None] = []

@@ -237,6 +237,33 @@ def rank(patterns: Sequence[Pattern], candidates: Sequence[CandidateInfo], runs:
                   _basis(rows, runs, model, scale), tuple(problems), mining or {})
 
 
+RANKING = "ranked by estimated time saved per step (est. us/step)"  # every listing's header says so
+
+
+def pattern_order(patterns: Sequence[Pattern], refused: dict[str, str] | None = None) -> list[Pattern]:
+    """``patterns`` in the one ranking every verb uses (:func:`rank`'s, without candidates: estimated
+    time saved per step at the published size); those in ``refused`` (id -> why ``miner generate``
+    will not take it) after all the others, in the same order among themselves."""
+    refused = refused or {}
+    by_id = {p.id: p for p in patterns}
+    rows = rank(list(patterns), ()).rows
+    return [by_id[r.id] for r in sorted(rows, key=lambda r: r.id in refused)]
+
+
+def refused_reasons(skipped: dict[str, str]) -> dict[str, str]:
+    """The reasons of ``candidates/index.json`` that say the generator will never take a pattern
+    (not "below --top N" or "not selected": those it would take)."""
+    return {i: why for i, why in skipped.items() if not why.startswith(("below --top", "not selected"))}
+
+
+def _refused_last(review_: Review) -> Review:
+    """``review_`` with the mined patterns the generator refuses after the others (rows and families)."""
+    refused = refused_reasons(review_.skipped)
+    rows = tuple(sorted(review_.rows, key=lambda r: r.candidate is None and r.id in refused))
+    fams = tuple(sorted(review_.families, key=lambda f: f.id in refused))
+    return replace(review_, rows=rows, families=fams)
+
+
 def _basis(rows: Sequence[Ranked], runs: Sequence[BenchRun], model: CostModel, scale: str) -> str:
     where = ("at each model's published size (tiny-preset captures scaled up)" if scale == "published"
              else "at the captured shapes")
@@ -269,6 +296,7 @@ def review(workspace: Workspace | str | Path, *, only_model: str | None = None, 
     tables = run_tables(ws, problems)
     out = replace(rank(patterns, candidates, runs, scale=scale, only_model=only_model, problems=problems,
                        mining=mining), run_tables=tuple(tables), skipped=skipped_reasons(ws))
+    out = _refused_last(out)
     from miner.rank import measured  # ranks by measured recoverable time where step profiles exist
     return out if only_model else measured.apply(out, ws)
 
@@ -293,7 +321,7 @@ def dumps(review_: Review) -> str:
 
 
 __all__ = ["PREDICTED_MARK", "SCALES", "BenchPoint", "BenchRun", "Call", "CallEstimate", "CandidateInfo", "Estimate",
-           "Ranked", "Review", "RunTable", "at_published_size", "bench_points", "calls_for", "calls_of_candidate",
+           "RANKING", "Ranked", "Review", "RunTable", "pattern_order", "refused_reasons", "at_published_size", "bench_points", "calls_for", "calls_of_candidate",
            "calls_of_pattern", "combine_sources", "estimate_call", "expected_calls", "load_bench", "load_candidates",
            "load_patterns", "rank", "rank_one", "review", "run_tables", "skipped_reasons", "to_json", "dumps",
            "training_samples", "call_features"]

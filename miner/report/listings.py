@@ -321,8 +321,11 @@ def show_listings(review: Review, r: Ranked, d: Decision | None) -> list[Listing
         out.append(Listing("why occurrences were rejected", [], [], [f"  {v:5d}  {k}" for k, v in sorted(
             p.rejections.items(), key=lambda kv: -kv[1])], empty=""))
     if r.calls:
+        derived = any(e.call.source == "derived" for e in r.calls)
         out.append(Listing("per call (safe occurrences with the same inputs)", CALL_COLS,
-                           [call_cells(e) for e in r.calls]))
+                           [call_cells(e) for e in r.calls],
+                           after=["derived: not captured; the captured shapes scaled up to the model's published "
+                                  "size (`--scale captured` shows the captured ones)"] if derived else []))
     if c is None:
         out.append(Listing("", [], [], [f"no candidate: {review.skipped.get(r.id, 'not generated yet (miner generate)')}"],
                            empty=""))
@@ -407,7 +410,7 @@ CALL_COLS = [Column("model", "model", wrap=False), Column("phase", "phase", wrap
 
 def call_cells(e) -> dict[str, str]:
     c = e.call
-    return {"model": c.model, "phase": c.phase, "inputs": c.label + (" (derived)" if c.source == "derived" else ""),
+    return {"model": c.model, "phase": c.phase, "inputs": ("derived " if c.source == "derived" else "") + c.label,
             "count": count(c.count), "kern": c.mix_label, "ind": _est(e.inductor_ms, ".1f", scale=1e3),
             "speedup": e.speedup.fmt(".2f", "x"), "saved": _est(e.saved_ms, ".2f", scale=1e3)}
 

@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Sequence, TextIO
 
@@ -56,6 +57,38 @@ def width(stream: TextIO | None = None) -> int:
     if _tty(stream):
         return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
     return DEFAULT_WIDTH
+
+
+def wrap(text: str, indent: str = "  ", stream: TextIO | None = None) -> str:
+    """``text`` fitted to the output :func:`width`: each of its lines wrapped at spaces, continuation
+    lines indented by ``indent`` beyond the line's own. A word longer than a line (a long path) is
+    kept whole, so it can still be copied."""
+    import textwrap
+
+    w = width(stream)
+    out = []
+    for line in text.split("\n"):
+        lead = line[:len(line) - len(line.lstrip(" "))]
+        out += textwrap.wrap(line, w, initial_indent="", subsequent_indent=lead + indent, break_on_hyphens=False,
+                             break_long_words=False) or [""]
+    return "\n".join(out)
+
+
+def say(text: str = "", *, file: TextIO | None = None) -> None:
+    """Print ``text`` fitted to the output width (:func:`wrap`), flushed (progress lines of workers
+    stay whole lines)."""
+    stream = file or sys.stdout
+    with _SAY_LOCK:  # one write per call: lines of two workers' threads never share a line
+        stream.write(wrap(text, stream=stream) + "\n")
+        stream.flush()
+
+
+_SAY_LOCK = threading.Lock()
+
+
+def next_step(hint: str, file: TextIO | None = None) -> None:
+    """The last line of every verb: ``next: <the command to run next>``."""
+    say(f"next: {hint}", file=file)
 
 
 def _tty(stream: TextIO) -> bool:

@@ -63,6 +63,20 @@ def interpreter_enabled() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
+INTERPRET_ENV = "MINER_INTERPRET"  # "1": a user's pass may run its kernels on CPU tensors (interpreted)
+CPU_NOT_ASKED = ("device: CPU tensors: interpreted Triton kernels are for tests (~100x slower than "
+                 "Inductor's C++); ask with install(..., interpret=True) or MINER_INTERPRET=1")
+
+
+def interpret_requested(asked: bool | None = None) -> bool:
+    """Whether a pass may run its kernels on CPU tensors: ``asked`` when given, else ``MINER_INTERPRET=1``.
+
+    The Triton interpreter runs a fused kernel ~100x slower than the C++ Inductor makes on the CPU,
+    so a user's CPU compile gets interpreted kernels only when it asks (tests and ``miner validate`` do).
+    """
+    return bool(asked) if asked is not None else os.environ.get(INTERPRET_ENV) == "1"
+
+
 def scalar_trace_values(n: int) -> dict[str, float]:
     """Values to trace const slots with: unusual floats no dim, flag or literal will ever equal."""
     return {f"c{i}": 0.000123456789 + 0.001 * i for i in range(n)}
@@ -158,12 +172,17 @@ def match_vals(match, n_inputs: int) -> list[torch.Tensor] | None:
     return vals
 
 
-def device_reasons(vals: Sequence[torch.Tensor]) -> list[str]:
-    """Where the kernel can run: one device, CUDA or the CPU under the Triton interpreter."""
+def device_reasons(vals: Sequence[torch.Tensor], interpret: bool | None = None) -> list[str]:
+    """Where the kernel can run: one device, CUDA or the CPU under the Triton interpreter when the
+    pass asked for it (``interpret``; None: the active pass's ``interpret``, True outside a pass)."""
     devices = {v.device for v in vals}
     if len(devices) > 1:
         return [f"device: inputs on several devices {sorted(map(str, devices))}"]
     device = next(iter(devices))
+    if interpret is None:
+        interpret = _ACTIVE[-1][0].interpret if _ACTIVE else True
+    if device.type == "cpu" and not interpret:
+        return [CPU_NOT_ASKED]
     if device.type == "cpu" and not interpreter_enabled():
         return ["device: CPU tensors need the Triton interpreter (TRITON_INTERPRET=1)"]
     if device.type not in ("cpu", "cuda"):
@@ -253,6 +272,11 @@ def record_decline(name: str, reason: str, label: str = "") -> None:
     GATE_DECISIONS[f"{name} decline {label}: {reason}"] += 1
     for p, active in _ACTIVE[-1:]:
         p.declined.setdefault(active, Counter())[reason] += 1
+        if reason == CPU_NOT_ASKED and not p.warned:
+            p.warned = True
+            log.warning("miner fusions: not firing on CPU tensors (the Triton interpreter is for tests, "
+                        "~100x slower); to run them anyway: install(..., interpret=True) or "
+                        "MINER_INTERPRET=1 with TRITON_INTERPRET=1")
     log.debug("%s decline %s: %s", name, label, reason)
 
 
@@ -373,13 +397,37 @@ class Entry:
 
 
 class FusionPass(CustomGraphPass):
-    """Runs every entry's pattern over a post-grad graph; ``counts`` = matches per entry."""
+    """Runs every entry's pattern over a post-grad graph.
 
-    def __init__(self, entries: Iterable[Entry]):
+    Attributes
+    ----------
+    counts : Counter
+        Matches per entry made by the compiles *this pass ran in*, in this process. A compile that
+        Inductor serves from its FX graph cache (or AOTAutograd's) runs no pass, so its matches are
+        not counted: :meth:`cache_hits` says how many compiles since the pass was made were served
+        so (their fused ops do run). Set ``TORCHINDUCTOR_FX_GRAPH_CACHE=0`` and
+        ``TORCHINDUCTOR_AUTOGRAD_CACHE=0`` to count every compile.
+    declined : dict
+        Per entry, each reason a match was declined, with how many matches.
+    interpret : bool
+        Whether matches on CPU tensors may run the kernels in the Triton interpreter (tests,
+        ``miner validate``); False declines them with a reason and one logged warning.
+    """
+
+    def __init__(self, entries: Iterable[Entry], *, interpret: bool = True):
         self.entries = list(entries)
+        self.interpret = interpret
+        self.warned = False
         self.counts: Counter[str] = Counter()
         self.declined: dict[str, Counter[str]] = {}  # fusion -> reason -> declined matches
         self._passes: dict[str, Any] | None = None
+        self._hits_at_start = _cache_hits()
+
+    def cache_hits(self) -> int:
+        """Compiles in this process served from Inductor's caches since this pass was made: the pass
+        did not run for them, so their matches are missing from ``counts``."""
+        now = _cache_hits()
+        return max(a - b for a, b in zip(now, self._hits_at_start))
 
     def _build(self) -> dict[str, Any]:
         from torch._inductor.pattern_matcher import PatternMatcherPass
@@ -417,6 +465,9 @@ class FusionPass(CustomGraphPass):
         # the measurement appearing later changes the uuid too.
         files = tuple(sorted({f for e in self.entries for f in e.files} | {__file__} | set(RULE_FILES)))
         h = hashlib.sha256(",".join(e.name for e in self.entries).encode())
+        # what a match's decision depends on besides the files: a graph compiled with the kernels
+        # interpreted on CPU tensors must never be served to a process without the interpreter
+        h.update(repr(decision_state(self)).encode())
         for f in files:
             path = Path(f)
             h.update(path.read_bytes() if path.exists() else f"absent:{path.name}".encode())
@@ -427,6 +478,25 @@ class FusionPass(CustomGraphPass):
 
     def total(self) -> int:
         return sum(self.counts.values())
+
+
+def _cache_hits() -> tuple[int, int]:
+    """Inductor FX-graph and AOTAutograd cache hits so far in this process (torch's own counters;
+    an AOTAutograd hit also counts its graphs' FX-cache hits, so a caller takes the larger delta)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"]["fxgraph_cache_hit"]), int(counters["aot_autograd"]["autograd_cache_hit"])
+
+
+def decision_state(p: FusionPass) -> tuple:
+    """The process state a match's decision reads (hashed by ``FusionPass.uuid``): the interpreter,
+    the pass's ``interpret``, the gate's compile mode, forced-open switch and unrecorded evidence."""
+    from miner.runtime import gate
+
+    overlay = getattr(gate, "OVERLAY", {})
+    return (("interpreter", interpreter_enabled()), ("interpret", p.interpret),
+            ("mode", gate.compile_mode()), ("forced_open", bool(getattr(gate, "FORCE_OPEN", {}).get("on"))),
+            ("overlay", sorted((e.name, repr(overlay.get(e.name))) for e in p.entries if overlay.get(e.name))))
 
 
 # The rules every extra check applies (``match_ok`` -> safety, ``upcast_decision`` -> upcast,
@@ -450,7 +520,7 @@ def entry_for(pattern_path: str | Path, name: str, module: ModuleType | None = N
 
 
 __all__ = ["Entry", "FusionPass", "Signature", "WINS_FILE", "decide", "define_op", "entry_for",
-           "inductor_options", "interpreter_enabled", "load_module", "load_wins", "match_ok",
+           "decision_state", "inductor_options", "interpret_requested", "interpreter_enabled", "load_module", "load_wins", "match_ok",
            "match_reasons", "match_vals", "record_decline", "record_declines", "upcast_decision", "canonicalize_dims",
            "measurements", "module_name", "op_schema", "realize_once", "recompute_decision", "scalar_trace_values", "signature_of", "upcast_replace",
            "wins_gate"]

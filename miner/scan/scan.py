@@ -369,21 +369,22 @@ def scan(model_names: list[str], *, preset: str = "tiny", modes: tuple[str, ...]
 def format_table(results: list[ScanResult]) -> str:
     """One row per (model, mode): graphs, nodes by category, kernels, breaks, seconds."""
     cats = ("pointwise", "reduction", "view", "matmul", "other")
-    header = ["model", "mode", "graphs", "nodes", *cats, "kernels", "breaks", "seconds", "status"]
+    header = ["model", "mode", "graphs", "nodes", *cats, "kernels", "breaks", "compile s", "status"]
     rows = []
     for r in results:
         phases = Counter(k.phase for k in r.graphs)
         graphs = "+".join(f"{n}{p[0]}" for p, n in sorted(phases.items(), reverse=True)) or "0"
         nodes = sum(r.nodes_by_category.values())
         other = nodes - sum(r.nodes_by_category.get(c, 0) for c in cats[:-1])
-        status = ("reused" if r.reused else "ok") if r.ok else f"FAILED {r.error}"
+        status = ("reused" if r.reused else "ok") if r.ok else f"FAILED {r.error}"[:60]
         rows.append([r.model, r.mode, graphs, str(nodes), *(str(r.nodes_by_category.get(c, 0)) for c in cats[:-1]),
-                     str(other), str(r.kernels), str(r.graph_breaks), f"{r.seconds:.1f}", status])
+                     str(other), str(r.kernels), str(r.graph_breaks),
+                     "-" if r.reused else f"{r.seconds:.1f}", status])  # a reused scan compiled nothing now
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(header)]
-    fmt = lambda cells: "  ".join(c.ljust(w) if i in (0, 1, len(header) - 1) else c.rjust(w)
+    fmt = lambda cells: " ".join(c.ljust(w) if i in (0, 1, len(header) - 1) else c.rjust(w)
                                   for i, (c, w) in enumerate(zip(cells, widths)))
     lines = [fmt(header), fmt(["-" * w for w in widths])] + [fmt(row) for row in rows]
-    return "\n".join(lines) + "\n(graphs: f = forward, b = backward, i = inference)"
+    return "\n".join(lines) + "\n(graphs: f = forward, b = backward, i = inference; compile s: - where reused)"
 
 
 def results_json(results: list[ScanResult]) -> str:
