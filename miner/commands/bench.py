@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -46,11 +45,9 @@ def add_arguments(p) -> None:
 
 
 def _prepare_cpu_smoke() -> None:
-    if os.environ.get("TRITON_INTERPRET") != "1":
-        if "triton" in sys.modules:
-            raise UsageError("--allow-cpu runs Triton kernels in the interpreter, which must be switched on before "
-                             "triton is imported: run it as `TRITON_INTERPRET=1 miner bench --allow-cpu ...`")
-        os.environ["TRITON_INTERPRET"] = "1"
+    from miner.commands import interpret_on_cpu
+
+    interpret_on_cpu("bench")
 
 
 def run(args) -> int:

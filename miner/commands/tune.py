@@ -21,15 +21,13 @@ S seconds (those skipped are named), and the A/B gets what is left as its own bu
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from miner.core import executor
-from miner.core.errors import UsageError
+from miner.core.errors import MinerError, UsageError
 
 HELP = ("one command from a model to a measured recommendation (GPU): profile, mine, generate, validate, "
         "A/B of the candidates and the knobs, report, the decision")
@@ -354,13 +352,10 @@ def run(args: argparse.Namespace) -> int:
     from miner import bench
     from miner.core.workspace import Workspace
 
-    if args.allow_cpu and os.environ.get("TRITON_INTERPRET") != "1":
-        import torch
-        if not torch.cuda.is_available():
-            if "triton" in sys.modules:
-                raise UsageError("--allow-cpu needs TRITON_INTERPRET=1 set before triton is imported: "
-                                 "run `TRITON_INTERPRET=1 miner tune --allow-cpu ...`")
-            os.environ["TRITON_INTERPRET"] = "1"
+    if args.allow_cpu:
+        from miner.commands import interpret_on_cpu
+
+        interpret_on_cpu("tune")
     device = "cuda" if executor.elsewhere(args) and not args.allow_cpu else \
         bench.require_cuda("miner tune", allow_cpu=args.allow_cpu)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -389,7 +384,10 @@ def run(args: argparse.Namespace) -> int:
     run_name = "tune-" + "-".join(models)[:60]
     if ran or not (ws.reports / run_name / "index.html").is_file():
         r.log(f"report: miner report --run {run_name}")
-        r.verb(["report", "--run", run_name])
+        try:
+            r.verb(["report", "--run", run_name])
+        except MinerError as e:  # e.g. nothing to report: every stage was skipped or found nothing
+            r.log(f"report: not written ({e})")
     print()
     print("Decision (measured in the model step; `miner candidates` and the report lead with it):")
     for line in decision_lines(r):

@@ -69,16 +69,11 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    import os
-    import sys
 
-    if args.allow_cpu and os.environ.get("TRITON_INTERPRET") != "1":
-        import torch
-        if not torch.cuda.is_available():
-            if "triton" in sys.modules:
-                raise UsageError("--allow-cpu needs TRITON_INTERPRET=1 set before triton is imported: "
-                                 "run `TRITON_INTERPRET=1 miner verify --allow-cpu ...`")
-            os.environ["TRITON_INTERPRET"] = "1"
+    if args.allow_cpu:
+        from miner.commands import interpret_on_cpu
+
+        interpret_on_cpu("verify")
     from miner import bench
     from miner.check import verify
     from miner.core.workspace import Workspace
