@@ -479,6 +479,8 @@ def gather_views_source(prog: Program) -> str:
              '    of the embedding result) and each table\'s row stride (``miner.generate.emit.gather_views_source``)."""',
              "    xs = list(xs)",
              "    strides = []"]
+    if any(re.search(r"\bx\d+\.", source.arg_source(a)) for g in prog.gathers for n in g.views for a in n.args[1:]):
+        lines.insert(4, "    " + ", ".join(f"x{k}" for k in range(prog.spec.n_inputs)) + ", = xs  # sizes tied to inputs")
     for g in prog.gathers:
         w, i = g.table, g.index
         lines += [f"    w, i = xs[{w}], xs[{i}]",
@@ -495,8 +497,53 @@ def gather_views_source(prog: Program) -> str:
     return "\n".join(lines) + "\n"
 
 
+def gather_dims(prog: Program, inputs: list[dict]) -> list[dict]:
+    """Where each embedding's index dims and table column land in the rows' space, for one observed entry.
+
+    ``_gather_views`` is run on meta tensors of the entry's shapes, the index given distinct strides,
+    so each viewed dim names its source. ``miner.check.cases`` reshapes a gathered input with this
+    when it shrinks an entry for the interpreter (the table keeps its rows; its columns and the index
+    dims follow the rows' dims they land on).
+
+    Parameters
+    ----------
+    prog : Program
+        A lowered pattern with ``gathers``.
+    inputs : list of dict
+        The entry's inputs (``{"shape", "dtype", ...}``).
+
+    Returns
+    -------
+    list of dict
+        Per gather ``{"table": k, "index": i, "index_dims": [...], "column_dim": d}``: dims counted
+        from the right of the rows' shape (negative), one per index dim.
+    """
+    import torch
+
+    from miner.core.source import compile_function
+    from miner.runtime import launch
+
+    fn = compile_function(gather_views_source(prog).replace("_launch.", "launch."), "_gather_views", "<gather>")
+    fn.__globals__["launch"] = launch
+    xs = [torch.empty(i["shape"], dtype=getattr(torch, i["dtype"]), device="meta") for i in inputs]
+    out = []
+    for g in prog.gathers:
+        shape = list(inputs[g.index]["shape"])
+        probe = [1 << (2 * d + 4) for d in range(len(shape))]  # distinct strides, none 0 or the column's 1
+        ys = list(xs)
+        ys[g.index] = torch.empty_strided(shape, probe, dtype=torch.int64, device="meta")
+        ys[g.table] = torch.empty_strided(inputs[g.table]["shape"], (1 << 40, 1), device="meta")
+        viewed, _ = fn(ys)
+        t, j = viewed[g.table], viewed[g.index]
+        index_dims = [next(e - j.dim() for e in range(j.dim()) if j.stride(e) == st and j.shape[e] == n)
+                      for st, n in zip(probe, shape)]
+        column = next(e - t.dim() for e in range(t.dim()) if t.stride(e) == 1 and t.shape[e] > 1)
+        out.append({"table": g.table, "index": g.index, "index_dims": index_dims, "column_dim": column})
+    return out
+
+
 PRIM_RANDOM = "torch.ops.prims.inductor_random.default"
 PRIM_CONVERT = "torch.ops.prims.convert_element_type.default"
 
 
-__all__ = ["gather_views_source", "kernel_source", "reference_source", "render_kernel_py", "fill_template", "jit_imports", "signature_params"]
+__all__ = ["gather_dims", "gather_views_source", "kernel_source", "reference_source", "render_kernel_py", "fill_template", "jit_imports", "signature_params"]

@@ -369,6 +369,8 @@ def generate_one(pattern, workspace: Workspace, command: str, source: dict | Non
     if cid != spec.id:
         prog.spec = spec = replace(spec, id=cid)
     observed = observed_entries(pattern, spec, prog.seed_consts)
+    for o in observed if prog.gathers else ():  # where each embedding's index and table land (miner.check.cases)
+        o["gathers"] = emit.gather_dims(prog, o["inputs"])
     if not any(o.get("outputs") for o in observed):
         return Skipped(pattern.id, pattern.ops, "not generated: no observed shape the pattern runs on")
     label = label_for(pattern.ops)
