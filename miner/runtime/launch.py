@@ -289,7 +289,8 @@ def configs(n_rows: int, n_cols: int, variant: str) -> list[tuple[int, int, int]
             if rows <= max_rows and rows * block <= 16384 and cfg not in out:
                 out.append(cfg)
         return out
-    block0 = min(triton.next_power_of_2(n_cols), LOOP_BLOCK)
+    # a chunk is at least ALIGN wide: the head chunk must cover the row's lead (< ALIGN) before full chunks start
+    block0 = max(ALIGN, min(triton.next_power_of_2(n_cols), LOOP_BLOCK))
     out = [(1, block0, _warps(block0))]
     for block, warps in ((8192, 16), (2048, 4), (4096, 16)):
         if block <= triton.next_power_of_2(n_cols) and (1, block, warps) not in out:
@@ -451,6 +452,8 @@ def _first_launch(one_pass_kernel, looped_kernel, reference, xs, scalars, output
     # int scalars are runtime seed indices (one per dropout layer): they do not change the best tile
     key = (pattern_id, variant, n_rows, n_cols, dtypes, flags, tuple(s for s in scalars if not isinstance(s, int)))
     cfg = config or pick(key, configs(n_rows, n_cols, variant), launch, device.type)
+    if variant == "looped" and cfg[1] < ALIGN:
+        raise ValueError(f"{pattern_id}: looped BLOCK {cfg[1]} < {ALIGN}: a chunk must cover the row's aligned lead")
     launch(cfg)
     return outs, Plan(tuple(metas), kernel, grid_of(cfg), seed_idx, row_idx, copy_shape, (n_rows, n_cols, d1, d2),
                       tuple(strides), constexprs(cfg))
