@@ -210,3 +210,17 @@ def test_looped_rows_shorter_than_the_alignment(tmp_path, n_cols):
     torch.testing.assert_close(out.double(), torch.softmax(x.double(), -1), rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="looped BLOCK 8 < 16"):
         cand.kernel_module.launch(x + 1, variant="looped", config=(1, 8, 4))
+
+
+@pytest.mark.parametrize("cid", ["p4a7fd15d60_x4", "p9836c8c870_x4"])
+def test_committed_gather_candidates_register_their_pattern(cid):
+    """The initial trace runs the pattern on EXAMPLE_INPUTS: the table and index must fit the views
+    (the table's columns on the heads dim) and the index must be a valid row (zeros, not garbage)."""
+    from pathlib import Path
+
+    from torch._inductor.pattern_matcher import PatternMatcherPass
+
+    cand = candidates.at(Path(__file__).resolve().parents[1] / "candidates" / cid)
+    cand.pattern_module.register(PatternMatcherPass())
+    shapes = dict(enumerate(cand.pattern_module.EXAMPLE_INPUTS))
+    assert shapes[len(shapes) - 2][0][1] == 2 and shapes[len(shapes) - 1][0] == [2, 8]
