@@ -384,3 +384,20 @@ def test_meta_rule_notes_dtype_mixes_inside_a_whole_region():
     assert any("mixes dtypes" in r for r in plain.reasons)
     region_ = safety.check_meta(occ, fx, region=True)
     assert region_.reasons == () and any("mixes dtypes" in n for n in region_.notes)
+
+
+T5_SOFTMAX = {"p4a7fd15d60": 1, "p9836c8c870": 1, "pbb9b9d613b": 0}  # region -> embeddings (bias gathers)
+
+
+@pytest.mark.parametrize("rid", sorted(T5_SOFTMAX))
+def test_t5_attention_softmax_regions_lower(rps, rid):
+    """The decoder (causal mask), encoder layer 0 (bias gather + padding masks) and encoder layers 1-11
+    (realized bias) softmax + dropout regions: full/expand shapes tied to inputs, the gather lowered."""
+    p = region.prepare(rps[rid].pattern)
+    for node in p.nodes:
+        if node.target in region.SHAPED:
+            shape = node.args[region.SHAPED[node.target]]
+            assert not isinstance(shape, list) or all(not isinstance(s, int) or s <= 1 for s in shape), node
+            assert set(node.kwargs.get("device", {"device_of": 0})) == {"device_of"}
+    prog = lower.lower(gen.spec_from_pattern(p))
+    assert len(prog.gathers) == T5_SOFTMAX[rid] and prog.levels == 1 and prog.online_softmax

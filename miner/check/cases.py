@@ -24,9 +24,16 @@ def _is_seeds(i: dict) -> bool:
     return i["dtype"] == "int64"
 
 
+def _gathered(entry: dict) -> dict[int, dict]:
+    """Input -> its embedding record (``entry["gathers"]``, ``miner.generate.emit.gather_dims``): a
+    table and an index are no part of the rows' broadcast; they follow the rows' dims they land on."""
+    return {k: g for g in entry.get("gathers", ()) for k in (g["table"], g["index"])}
+
+
 def broadcast_shape(entry: dict) -> list[int]:
-    """The broadcast shape of the entry's inputs (seed vectors aside)."""
-    shapes = [i["shape"] for i in entry["inputs"] if not _is_seeds(i)]
+    """The broadcast shape of the entry's inputs (seed vectors, embedding tables and indices aside)."""
+    gathered = _gathered(entry)
+    shapes = [i["shape"] for k, i in enumerate(entry["inputs"]) if not _is_seeds(i) and k not in gathered]
     rank = max(len(s) for s in shapes)
     return [max((s[d - rank + len(s)] if d - rank + len(s) >= 0 else 1) for s in shapes) for d in range(rank)]
 
@@ -47,7 +54,11 @@ def reshape(entry: dict, lead: list[int] | None = None, n_cols: int | None = Non
     if n_cols is not None:
         new_full[-1] = n_cols
     inputs = []
-    for i in entry["inputs"]:
+    gathered = _gathered(entry)
+    for k, i in enumerate(entry["inputs"]):
+        if k in gathered:
+            inputs.append(_gathered_input(k, i, gathered[k], full, new_full, dtype))
+            continue
         if _is_seeds(i):
             inputs.append({**i, "stride": None})
             continue
@@ -57,6 +68,16 @@ def reshape(entry: dict, lead: list[int] | None = None, n_cols: int | None = Non
         dt = dtype if dtype and i["dtype"] in dtypes.ELEMENT_TOL else i["dtype"]
         inputs.append({"shape": shape, "dtype": dt, "stride": None})
     return {**entry, "inputs": inputs}
+
+
+def _gathered_input(k: int, i: dict, g: dict, full: list[int], new_full: list[int], dtype: str | None) -> dict:
+    """An embedding's table or index in a reshaped entry: the table keeps its rows and takes the size
+    of the rows' dim its column lands on; each index dim the size of its rows' dim (1 stays 1)."""
+    if k == g["table"]:
+        dt = dtype if dtype and i["dtype"] in dtypes.ELEMENT_TOL else i["dtype"]
+        return {"shape": [i["shape"][0], new_full[g["column_dim"]]], "dtype": dt, "stride": None}
+    shape = [1 if s == 1 and full[d] != 1 else new_full[d] for s, d in zip(i["shape"], g["index_dims"])]
+    return {"shape": shape, "dtype": i["dtype"], "stride": None}
 
 
 def shrink(entry: dict, max_rows: int) -> dict:

@@ -19,7 +19,7 @@ from miner.generate.lower import PatternSpec, Program, Value, signature_params
 TEMPLATES = Path(__file__).with_name("templates")
 # miner.runtime.jit's helpers (its __all__ but the fill_random kernel)
 JIT_HELPERS = ("tanh", "pow_rt", "pow_c", "load_masked", "load_full", "uniform", "normal", "uniform_tile4",
-               "uniform_at")
+               "uniform_at", "gather_masked", "gather_full")
 
 
 # a reduction's per-row result from its [ROWS, BLOCK] accumulator (or masked operand) ``a``
@@ -68,9 +68,11 @@ class _Emitter:
             lines.append("lin = abase + cols  # row-major element offset: row_start + (cols - lead)")
         for n in names:
             val = self.v[n]
-            if n in self.p.inputs:
+            if val.gather is not None:
+                lines.append(self._gather_line(val, aligned, masked))
+            elif n in self.p.inputs:
                 k = self.p.inputs.index(n)
-                cast = "" if val.is_bool else ".to(tl.float32)"
+                cast = "" if val.is_bool or val.index else ".to(tl.float32)"
                 if aligned:
                     where = f"x{k}_ptr, x{k}_row, x{k}_sc, abase, lead, cols"
                     load = f"load_masked({where}, mask, X{k}_ALIGNED)" if masked else f"load_full({where}, X{k}_ALIGNED)"
@@ -88,6 +90,15 @@ class _Emitter:
             else:
                 lines.append(f"{n} = {val.expr}" + _op(val))
         return lines
+
+    def _gather_line(self, val: Value, aligned: bool, masked: bool) -> str:
+        """``table[index, col]`` at each element: the table's row input (``x<w>_row``, its column seen
+        through the gather's views) plus the loaded index times the table's row stride ``x<w>_g``."""
+        w = val.gather.table
+        col = "(cols - lead)" if aligned else "cols"
+        where = f"x{w}_row, x{w}_sc, {col}, {val.deps[0]}, x{w}_g"
+        call = f"gather_masked({where}, mask)" if masked else f"gather_full({where})"
+        return f"{val.name} = {call}.to(tl.float32)" + _op(val)
 
     def _rand4_lines(self, val: Value, aligned: bool) -> list[str]:
         """The four-per-call stream: one Philox call per group of four elements when the tile
@@ -145,6 +156,7 @@ class _Emitter:
         # exponents are fixed per model), folded into the arithmetic; a seed index is a runtime
         # int (it differs in every layer: one compile for all of them)
         params += [f"c{c}" if c in self.p.seed_consts else f"c{c}: tl.constexpr" for c in range(self.p.spec.n_consts)]
+        params += [f"x{g.table}_g" for g in self.p.gathers]  # an embedding table's row stride (runtime)
         params += ["n_rows", "n_cols", "d1", "d2"]
         params += [f"x{k}_s{d}" for k in rows_in for d in ("0", "1", "2", "c")]
         params += ["ROWS: tl.constexpr", "BLOCK: tl.constexpr"]
@@ -392,9 +404,8 @@ def render_kernel_py(prog: Program, head: str) -> str:
         # element, masks included
         draw = "_philox.rand(" if prog.rand4 else "_launch.triton_rand("
         reference = reference.replace(f"{PRIM_RANDOM}(", draw)
-        for name, val in prog.values.items():  # Inductor elides a random number's cast to bf16/fp16
-            if val.op == "prims.convert_element_type" and any(prog.values[d].random for d in val.deps):
-                reference = reference.replace(f"    {name} = {PRIM_CONVERT}(", f"    {name} = _launch.elided_cast(")
+        for name in elided_casts(prog):  # as Inductor computes them: in float32, see ``elided_casts``
+            reference = reference.replace(f"    {name} = {PRIM_CONVERT}(", f"    {name} = _launch.elided_cast(")
         random_consts = (f"SEEDS = {prog.seed_inputs!r}  # inputs that are dropout seed vectors (one seed per program)\n"
                          f"COLUMNS = {spec.column_inputs!r}  # inputs read once per program when broadcast over the rows\n"
                          f"RANDOM = {prog.random!r}  # draws inductor_random's numbers in the kernel (reference: the same numbers)\n")
@@ -403,6 +414,9 @@ def render_kernel_py(prog: Program, head: str) -> str:
             random_consts += ('RNG = "philox4"  # u(L) = word L % 4 of Philox4x32-10 at counter L // 4 '
                               "(miner.runtime.philox)\n")
             seeds_arg += ", rand4=True"
+    if prog.gathers:
+        kernels += "\n\n" + gather_views_source(prog)
+        seeds_arg += ", views=_gather_views"
     imports = jit_imports(kernels)
     if random_consts:
         imports += "import torch._inductor.inductor_prims  # noqa: F401 - registers prims.inductor_random & co.\n"
@@ -417,8 +431,119 @@ def render_kernel_py(prog: Program, head: str) -> str:
                               for c in range(spec.n_consts)) + ")")
 
 
+def elided_casts(prog: Program) -> list[str]:
+    """The values whose cast to bf16/fp16 the kernel (and its reference) leave out: a random number's,
+    and any cast whose result is no output (``prims.convert_element_type`` of an intermediate, e.g.
+    t5's position bias rounded to bf16 before it is added to float32 scores).
+
+    Inductor computes such intermediates in float32: its Triton ``to_dtype`` emits ``.to(tl.float32)``
+    for a bf16/fp16 target (``use_compute_types``) unless ``config.emulate_precision_casts`` is on (the
+    ``randomness`` rule then declines the rewrite). The kernel replaces Inductor's, so it computes what
+    Inductor computes, and its reference does the same; casts of outputs are kept (they are stored).
+    """
+    out = []
+    for j, node in enumerate(prog.spec.nodes):
+        name = f"v{j}"
+        val = prog.values.get(name)
+        if val is None or val.op != "prims.convert_element_type":
+            continue
+        dt = node.args[1] if len(node.args) > 1 else node.kwargs.get("dtype")
+        low = isinstance(dt, dict) and dt.get("dtype") in ("bfloat16", "float16")
+        if any(prog.values[d].random for d in val.deps) or low and name not in prog.outputs:
+            out.append(name)
+    return out
+
+
+def gather_views_source(prog: Program) -> str:
+    """``_gather_views(xs)`` of a kernel.py whose pattern holds embeddings (``Program.gathers``).
+
+    For ``embedding(table, index)`` followed by views, the kernel reads element ``e`` of the viewed
+    result as ``table[index_v[e], col_v[e]]``: ``index_v`` is the index with a stride-0 column dim
+    appended, ``col_v`` the table's row 0 broadcast over the index's shape (its column stride kept),
+    both put through the same views as the result, so that their strides in the rows' space give each
+    element's index and column; the kernel adds ``index * x<table>_g`` (the table's row stride).
+
+    Parameters
+    ----------
+    prog : Program
+        A lowered pattern with ``gathers``.
+
+    Returns
+    -------
+    str
+        Python source of ``_gather_views(xs) -> (xs with each table and index replaced by its view, the
+        tables' row strides)``, called by ``miner.runtime.launch.run`` before laying the rows out.
+    """
+    lines = ["def _gather_views(xs):",
+             '    """The row inputs of the embeddings (table column and index, seen through the views',
+             '    of the embedding result) and each table\'s row stride (``miner.generate.emit.gather_views_source``)."""',
+             "    xs = list(xs)",
+             "    strides = []"]
+    if any(re.search(r"\bx\d+\.", source.arg_source(a)) for g in prog.gathers for n in g.views for a in n.args[1:]):
+        lines.insert(4, "    " + ", ".join(f"x{k}" for k in range(prog.spec.n_inputs)) + ", = xs  # sizes tied to inputs")
+    for g in prog.gathers:
+        w, i = g.table, g.index
+        lines += [f"    w, i = xs[{w}], xs[{i}]",
+                  "    if w.dim() != 2 or w.shape[0] == 0:",
+                  f'        raise _launch.ContractError(f"{prog.spec.id}: embedding table of shape {{list(w.shape)}} (2-D, rows > 0)")',
+                  "    t = w[0].expand(*i.shape, w.shape[1])  # column c of the table at every index position",
+                  "    j = i.unsqueeze(-1).expand(*i.shape, w.shape[1])  # the index, the same for every column"]
+        for node in g.views:
+            rest = ", ".join(source.arg_source(a) for a in node.args[1:])
+            call = source.callable_source(node.target)
+            lines.append(f"    t, j = {call}(t, {rest}), {call}(j, {rest})  # {node.target}")
+        lines += [f"    xs[{w}], xs[{i}] = t, j", "    strides.append(w.stride(0))"]
+    lines.append("    return xs, tuple(strides)")
+    return "\n".join(lines) + "\n"
+
+
+def gather_dims(prog: Program, inputs: list[dict]) -> list[dict]:
+    """Where each embedding's index dims and table column land in the rows' space, for one observed entry.
+
+    ``_gather_views`` is run on meta tensors of the entry's shapes, the index given distinct strides,
+    so each viewed dim names its source. ``miner.check.cases`` reshapes a gathered input with this
+    when it shrinks an entry for the interpreter (the table keeps its rows; its columns and the index
+    dims follow the rows' dims they land on).
+
+    Parameters
+    ----------
+    prog : Program
+        A lowered pattern with ``gathers``.
+    inputs : list of dict
+        The entry's inputs (``{"shape", "dtype", ...}``).
+
+    Returns
+    -------
+    list of dict
+        Per gather ``{"table": k, "index": i, "index_dims": [...], "column_dim": d}``: dims counted
+        from the right of the rows' shape (negative), one per index dim.
+    """
+    import torch
+
+    from miner.core.source import compile_function
+    from miner.runtime import launch
+
+    fn = compile_function(gather_views_source(prog).replace("_launch.", "launch."), "_gather_views", "<gather>")
+    fn.__globals__["launch"] = launch
+    xs = [torch.empty(i["shape"], dtype=getattr(torch, i["dtype"]), device="meta") for i in inputs]
+    out = []
+    for g in prog.gathers:
+        shape = list(inputs[g.index]["shape"])
+        probe = [1 << (2 * d + 4) for d in range(len(shape))]  # distinct strides, none 0 or the column's 1
+        ys = list(xs)
+        ys[g.index] = torch.empty_strided(shape, probe, dtype=torch.int64, device="meta")
+        ys[g.table] = torch.empty_strided(inputs[g.table]["shape"], (1 << 40, 1), device="meta")
+        viewed, _ = fn(ys)
+        t, j = viewed[g.table], viewed[g.index]
+        index_dims = [next(e - j.dim() for e in range(j.dim()) if j.stride(e) == st and j.shape[e] == n)
+                      for st, n in zip(probe, shape)]
+        column = next(e - t.dim() for e in range(t.dim()) if t.stride(e) == 1 and t.shape[e] > 1)
+        out.append({"table": g.table, "index": g.index, "index_dims": index_dims, "column_dim": column})
+    return out
+
+
 PRIM_RANDOM = "torch.ops.prims.inductor_random.default"
 PRIM_CONVERT = "torch.ops.prims.convert_element_type.default"
 
 
-__all__ = ["kernel_source", "reference_source", "render_kernel_py", "fill_template", "jit_imports", "signature_params"]
+__all__ = ["gather_dims", "gather_views_source", "kernel_source", "reference_source", "render_kernel_py", "fill_template", "jit_imports", "signature_params"]

@@ -30,7 +30,7 @@ from miner.generate.lower import PatternSpec, Program, Unsupported
 from miner.core import dtypes, source
 from miner.core.pattern import canonical_nodes
 from miner.core.source import literal_value
-from miner.runtime.launch import LOOP_BLOCK, ONE_PASS_MAX
+from miner.runtime.launch import LOOP_BLOCK, ONE_PASS_MAX, row_shape
 from miner.core.workspace import Workspace, write_json, write_text
 
 
@@ -283,6 +283,12 @@ def example_shapes(observed: list[dict], n_inputs: int, seeds: tuple[int, ...] =
         if shape and i["shape"][-1] != 1:
             shape[-1] = 8
         out.append((shape, i["dtype"]))
+    for g in observed[0].get("gathers", ()):  # an embedding's table and index follow the dims they land on
+        gathered = (g["table"], g["index"])
+        full = row_shape([s for k, (s, _) in enumerate(out) if k not in seeds and k not in gathered])
+        index = observed[0]["inputs"][g["index"]]["shape"]
+        out[g["table"]] = ([2, full[g["column_dim"]]], out[g["table"]][1])
+        out[g["index"]] = ([1 if n == 1 else full[d] for n, d in zip(index, g["index_dims"])], out[g["index"]][1])
     return out
 
 
@@ -326,7 +332,10 @@ def render_pattern_py(prog: Program, head: str, op_name: str, kernel_import: str
         rank=repr(spec.rank if any(v.reduce for v in prog.values.values()) else None), examples=repr(examples),
         wins=wins, trace_values=trace_values, reference=emit.reference_source(spec, name="pattern"),
         kernel_import=kernel_import,
-        params=p, search_return=ret_search.format(p), op_attr=op_attr, check=check)
+        params=p, search_return=ret_search.format(p), op_attr=op_attr, check=check,
+        # an embedding's index must be a valid row while the pattern is traced: zeros, not garbage
+        example_fill="zeros" if prog.gathers else "empty",
+        example_note="  # zeros: valid embedding indices" if prog.gathers else "")
 
 
 KERNEL_IMPORT = '''_KERNEL = None
@@ -370,6 +379,8 @@ def generate_one(pattern, workspace: Workspace, command: str, source: dict | Non
     if cid != spec.id:
         prog.spec = spec = replace(spec, id=cid)
     observed = observed_entries(pattern, spec, prog.seed_consts)
+    for o in observed if prog.gathers else ():  # where each embedding's index and table land (miner.check.cases)
+        o["gathers"] = emit.gather_dims(prog, o["inputs"])
     if not any(o.get("outputs") for o in observed):
         return Skipped(pattern.id, pattern.ops, "not generated: no observed shape the pattern runs on")
     label = label_for(pattern.ops)

@@ -3,9 +3,13 @@
 The supported class is "pointwise ops + reductions over the last dim".
 
 The supported class: a DAG whose nodes are pointwise aten ops and reductions (``sum``,
-``amax``, ``amin``, ``mean``, ``var_mean``, ``var``, ``any``) over the *last* dimension of the
-broadcast shape of the pattern's inputs; a reduction's result is a per-row value that may
-broadcast back (keepdim) into later pointwise ops. Everything is computed in float32 and cast on
+``amax``, ``amin``, ``mean``, ``var_mean``, ``var``, ``any``, ``prims.prepare_softmax_online``)
+over the *last* dimension of the broadcast shape of the pattern's inputs; a reduction's result is
+a per-row value that may broadcast back (keepdim) into later pointwise ops. Besides: ``full``
+scalars (a constant of the rows' shape is the constant), and ``aten.embedding(table, index)`` of
+a small table by an int64 index input, followed by views (``permute``, ``unsqueeze``, ``expand``,
+``squeeze``): a gather whose views are applied to its table and index at launch (``Gather``), so
+each element reads ``table[index[...], col]`` at its own coordinates. Everything is computed in float32 and cast on
 store. ``miner.generate.emit`` writes two kernels from one lowered program:
 
 - ``one_pass_kernel``: a ``[ROWS, BLOCK]`` tile holds whole rows (``BLOCK >= n_cols``); every
@@ -87,6 +91,23 @@ class Value:
     parts: tuple[str, ...] = ()  # tuple values (var_mean): the part names
     op: str | None = None  # the pattern node's op (``aten.sub``), a trailing comment in the kernel
     random: bool = False  # drawn by ``inductor_random`` (the element's offset is ``lin``)
+    index: bool = False  # an int64 input read as an embedding's index (loaded without a float cast)
+    gather: "Gather | None" = None  # ``aten.embedding``: the table row ``deps[0]`` at each element
+
+
+@dataclass(frozen=True)
+class Gather:
+    """``aten.embedding(x<table>, x<index>)`` and the views its result takes before it is used.
+
+    The kernel reads element ``e`` of the viewed result as ``table[index_v[e], col_v[e]]``, where
+    ``index_v`` is the index and ``col_v`` the table's column, each seen through the same views
+    (``emit.gather_views`` renders them: the launcher passes the viewed index and table as row inputs,
+    and the table's row stride as the runtime int ``x<table>_g``).
+    """
+
+    table: int
+    index: int
+    views: tuple[PatternNode, ...] = ()  # permute / unsqueeze / expand / squeeze, in order
 
 
 @dataclass
@@ -101,6 +122,7 @@ class Program:
     levels: int  # number of reduction passes the looped kernel makes
     seed_inputs: tuple[int, ...] = ()  # inputs read only by inductor_lookup_seed (int64 seed vectors)
     seed_consts: tuple[int, ...] = ()  # const slots that index a seed vector (runtime ints, not constexpr)
+    gathers: tuple[Gather, ...] = ()  # embeddings, each read through its views (``Gather``)
 
     @property
     def random(self) -> bool:
@@ -229,8 +251,21 @@ def lower(spec: PatternSpec) -> Program:
     values: dict[str, Value] = {}
     input_is_bool = []
     seed_inputs, seed_consts = _seed_slots(spec)
+    tables, indices = _gather_slots(spec)
     for k in range(spec.n_inputs):
         dts = set(spec.input_dtypes[k]) if k < len(spec.input_dtypes) else {"float32"}
+        if k in indices:
+            if not dts <= {"int64", "int32"}:
+                raise Unsupported(f"input {k} indexes an embedding but has dtype {'/'.join(sorted(dts))}")
+            input_is_bool.append(False)
+            values[f"a{k}"] = Value(f"a{k}", "vec", 0, index=True)
+            continue
+        if k in tables:
+            if not dts <= set(FLOAT_DTYPES):
+                raise Unsupported(f"input {k} is an embedding table of dtype {'/'.join(sorted(dts))}")
+            input_is_bool.append(False)
+            values[f"a{k}"] = Value(f"a{k}", "table", 0)
+            continue
         if k in seed_inputs:
             if dts != {"int64"}:
                 raise Unsupported(f"input {k} is a seed vector of dtype {'/'.join(sorted(dts))} (int64 only)")
@@ -258,6 +293,8 @@ def lower(spec: PatternSpec) -> Program:
             v = values[name]
             if v.kind == "tuple":
                 raise Unsupported("a multi-output op used without getitem")
+            if v.kind == "const":
+                return v.expr, None
             return name, v
         if isinstance(a, dict) and "const" in a:
             return f"c{a['const']}", None
@@ -280,7 +317,31 @@ def lower(spec: PatternSpec) -> Program:
             values[name].op = f"{ns}.{base}"
             node_value.append(name)
             continue
+        if base == "embedding":
+            values[name] = _lower_embedding(name, node, values)
+            node_value.append(name)
+            continue
+        if base == "expand" and not _reads_gather(node, node_value, values):
+            # broadcasting is the identity in the rows' space: every lane already holds its element's
+            # value (size-1 dims read at 0, new dims leading), so an expand of an input or a computed
+            # value is that value (the launch contract checks the outputs still fill the rows)
+            e, v = operand(node.args[0])
+            if v is None:
+                raise Unsupported(f"{node.target} of a scalar")
+            node_value.append(v.name)
+            continue
+        if base in GATHER_VIEWS:
+            node_value.append(_lower_gather_view(spec, j, node, node_value, values))
+            continue
         args = normalize_args(node.target, node.args, node.kwargs)
+        if base == "full":
+            values[name] = _lower_full(name, node, args, operand)
+            node_value.append(name)
+            continue
+        if base == "prepare_softmax_online":
+            _lower_prepare_softmax(spec, values, name, node.target, args, operand)
+            node_value.append(name)
+            continue
         if base in _REDUCTIONS:
             _lower_reduction(spec, values, name, node.target, base, args, operand)
             for part in (name, f"{name}_mean", f"{name}_var"):
@@ -306,8 +367,104 @@ def lower(spec: PatternSpec) -> Program:
                 raise Unsupported("a keepdim=False reduction feeds further ops (broadcast would not be per row)")
     _mark_online_softmax(values)
     levels = max((v.level for v in values.values() if v.kind == "row"), default=0)
+    gathers = tuple(v.gather for v in values.values() if v.gather is not None)
     return Program(spec, values, tuple(f"a{k}" for k in range(spec.n_inputs)), tuple(input_is_bool),
-                   tuple(outputs), levels, tuple(sorted(seed_inputs)), tuple(sorted(seed_consts)))
+                   tuple(outputs), levels, tuple(sorted(seed_inputs)), tuple(sorted(seed_consts)), gathers)
+
+
+# the views a gather's result may take before it is used: applied to its table and index at launch
+GATHER_VIEWS = ("permute", "unsqueeze", "expand", "squeeze")
+
+
+def _gather_slots(spec: PatternSpec) -> tuple[set[int], set[int]]:
+    """(tables, indices): the inputs ``aten.embedding`` reads, which nothing else may read (the kernel
+    never loads a table per element, and an index is no float value)."""
+    tables, indices, other = set(), set(), set()
+    for node in spec.nodes:
+        refs = [a["input"] for a in _walk(list(node.args) + list(node.kwargs.values()))
+                if isinstance(a, dict) and "input" in a]
+        if node.target == "aten.embedding.default":
+            w, i = (list(node.args) + [None, None])[:2]
+            if not (isinstance(w, dict) and "input" in w and isinstance(i, dict) and "input" in i):
+                raise Unsupported("aten.embedding of a computed table or index (inputs only)")
+            tables.add(w["input"])
+            indices.add(i["input"])
+        else:
+            other.update(refs)
+    if (tables | indices) & other:
+        raise Unsupported(f"embedding input(s) {sorted((tables | indices) & other)} also read per element")
+    if tables & indices:
+        raise Unsupported(f"input(s) {sorted(tables & indices)} both an embedding's table and its index")
+    return tables, indices
+
+
+def _lower_embedding(name: str, node: PatternNode, values: dict[str, Value]) -> Value:
+    """``embedding(table, index)`` -> a gather: ``table[index, col]`` per element (``Gather``); its
+    views follow (``_lower_gather_view``). ``padding_idx`` and ``scale_grad_by_freq`` only matter to
+    the backward; ``sparse`` must be False."""
+    args = (list(node.args) + [None] * 5)[:5]
+    if args[4] not in (None, False) or node.kwargs.get("sparse") not in (None, False):
+        raise Unsupported("aten.embedding with sparse=True")
+    w, i = args[0]["input"], args[1]["input"]
+    return Value(name, "vec", 0, deps=(f"a{i}",), gather=Gather(w, i), op="aten.embedding")
+
+
+def _reads_gather(node: PatternNode, node_value: list, values: dict) -> bool:
+    """Whether ``node``'s first argument is an embedding's (viewed) result."""
+    src = node.args[0] if node.args else None
+    if not (isinstance(src, dict) and "node" in src):
+        return False
+    name = node_value[src["node"]]
+    return name is not None and values[name].gather is not None
+
+
+def _lower_gather_view(spec: PatternSpec, j: int, node: PatternNode, node_value: list, values: dict) -> str:
+    """A view of a gather's result: recorded on the gather (applied to its table and index at launch).
+
+    A view of any other computed value is outside the class: the kernel holds one element of the
+    rows per lane, and a view would move elements between lanes."""
+    src = node.args[0] if node.args else None
+    if isinstance(src, dict) and "input" in src:
+        raise Unsupported(f"{node.target} of input {src['input']} (input views are taken out by region.prepare)")
+    name = node_value[src["node"]] if isinstance(src, dict) and "node" in src else None
+    val = values.get(name) if name else None
+    if val is None or val.gather is None:
+        raise Unsupported(f"{node.target} of a computed value (only an embedding's result is viewed in-kernel)")
+    users = [n for n in spec.nodes if {"node": src["node"]} in list(_walk(list(n.args) + list(n.kwargs.values())))]
+    if len(users) != 1:
+        raise Unsupported(f"{node.target} of an embedding result that {len(users)} ops read (one view chain only)")
+    val.gather = Gather(val.gather.table, val.gather.index, val.gather.views + (node,))
+    return name
+
+
+def _lower_full(name: str, node: PatternNode, args: dict, operand) -> Value:
+    """``full(shape, c)``: the constant ``c`` wherever it is read (its shape broadcasts into the rows:
+    region.prepare ties it to an input's shape)."""
+    dt = args.get("dtype")
+    dname = (dt["dtype"] if isinstance(dt, dict) else str(dt).replace("torch.", "")) if dt is not None else "float32"
+    if dname not in FLOAT_DTYPES and dname not in ("float64", "bool"):
+        raise Unsupported(f"{node.target} of dtype {dname}")
+    e, v = operand(args["fill_value"])
+    if v is not None:
+        raise Unsupported(f"{node.target} of a tensor value")
+    return Value(name, "const", 0, is_bool=dname == "bool", expr=e, op="aten.full")
+
+
+def _lower_prepare_softmax(spec, values, name, target, args, operand) -> None:
+    """``prims.prepare_softmax_online(x, dim)`` -> ``(max, sum(exp(x - max)))`` over the row: the max's
+    pass accumulates the sum online (``_mark_online_softmax`` finds the pair)."""
+    _reduction_dims(spec, target, args.get("dim"))
+    e, v = operand(args["a"])
+    if v is None or v.kind != "vec":
+        raise Unsupported(f"{target} of a per-row value")
+    op = "prims.prepare_softmax_online"
+    m = Value(f"{name}_max", "row", v.level + 1, reduce="max", operand=v.name, deps=(v.name,), op=op)
+    d = Value(f"{name}_d", "vec", m.level, expr=f"({v.name} - {m.name})", deps=(v.name, m.name), op=op)
+    x = Value(f"{name}_e", "vec", m.level, expr=f"tl.exp({d.name})", deps=(d.name,), op=op)
+    s = Value(f"{name}_sum", "row", m.level + 1, reduce="sum", operand=x.name, deps=(x.name,), op=op)
+    for val in (m, d, x, s):
+        values[val.name] = val
+    values[name] = Value(name, "tuple", s.level, parts=(m.name, s.name))
 
 
 def _seed_slots(spec: PatternSpec) -> tuple[set[int], set[int]]:
@@ -521,4 +678,4 @@ def signature_params(spec: PatternSpec) -> list[str]:
     return [f"x{k}" for k in range(spec.n_inputs)] + [f"c{c}" for c in range(spec.n_consts)]
 
 
-__all__ = ["RNGS", "PatternSpec", "Program", "Value", "Unsupported", "lower", "normalize_args", "signature_params"]
+__all__ = ["RNGS", "GATHER_VIEWS", "Gather", "PatternSpec", "Program", "Value", "Unsupported", "lower", "normalize_args", "signature_params"]

@@ -12,6 +12,10 @@ values, and ``prepare`` rewrites them before lowering:
   a literal): it becomes ``{"shape_of": k}``, the shape of the input ``k`` with the same shape in
   the observed occurrences, so the pattern (and the custom op's fake implementation) follows the
   shapes it is called with. No such input: ``Unsupported``.
+- the **literal shape of a ``full`` or an ``expand``** (``full([16, 12, 512, 512], 0.0)``,
+  ``expand(mask, [16, -1, 512, 512])``) becomes ``{"shape_of": k}`` when input ``k`` has that
+  shape, else one ``{"dim_of": [k, d]}`` per size (``-1`` and ``1`` stay), and ``full``'s device
+  ``{"device_of": k}``: the pattern follows the batch it is called with.
 - the **index of a dropout seed** (``inductor_lookup_seed(seeds, 4)``, a const slot since every
   layer reads its own seed) becomes ``{"int_const": c}``: rendered ``int(c<c>)``, since const
   slots are passed as floats.
@@ -80,7 +84,44 @@ def prepare(pattern: Pattern) -> Pattern:
             if k is None:
                 raise Unsupported(f"inductor_random of shape {list(node.args[0])}: no input has that shape")
             nodes[j] = replace(node, args=({"shape_of": k},) + tuple(node.args[1:]))
+        if node.target in SHAPED and metas:
+            nodes[j] = _tie_shape(node, [list(m.shape) for m in metas])
     return replace(pattern, nodes=tuple(nodes), occurrences=tuple(occs))
+
+
+# ops whose literal shape argument is tied to the inputs' (position of the shape argument)
+SHAPED = {"aten.full.default": 0, "aten.expand.default": 1}
+
+
+def _tie_shape(node: PatternNode, shapes: list[list[int]]) -> PatternNode:
+    """``node`` with its literal shape tied to the inputs' shapes (and ``full``'s device to an input's)."""
+    pos = SHAPED[node.target]
+    args, kwargs = list(node.args), dict(node.kwargs)
+    shape = list(args[pos]) if len(args) > pos and isinstance(args[pos], (list, tuple)) else None
+    if shape is None:
+        return node
+    whole = next((k for k, s in enumerate(shapes) if s == shape and shape), None)
+    if whole is not None:
+        args[pos] = {"shape_of": whole}
+    else:
+        args[pos] = [_tie_size(s, d, len(shape), shapes) for d, s in enumerate(shape)]
+    if "device" in kwargs:
+        kwargs["device"] = {"device_of": whole if whole is not None else 0}
+    return replace(node, args=tuple(args), kwargs=kwargs)
+
+
+def _tie_size(s: Any, d: int, rank: int, shapes: list[list[int]]) -> Any:
+    """A size as ``{"dim_of": [k, e]}``: input ``k`` of the same rank with ``s`` at ``d``, else the
+    first input dim of size ``s``; -1, 0, 1 and sizes no input has stay literal."""
+    if not isinstance(s, int) or isinstance(s, bool) or s <= 1:
+        return s
+    for k, shape in enumerate(shapes):
+        if len(shape) == rank and shape[d] == s:
+            return {"dim_of": [k, d]}
+    for k, shape in enumerate(shapes):
+        if s in shape:
+            return {"dim_of": [k, shape.index(s)]}
+    return s
 
 
 def column_inputs(pattern: Pattern) -> tuple[int, ...]:

@@ -10,6 +10,9 @@ They run under ``TRITON_INTERPRET=1`` as well (``tests/test_jit.py`` checks each
   the row's 16-aligned start ``abase``: an input laid out like the rows (``ALIGNED``) is read at
   ``x_ptr + abase + cols`` (vectorizable), any other at its logical column through its strides
   (``x_row + (cols - lead) * x_sc``). ``load_full`` reads a whole chunk without a mask.
+- ``gather_masked`` / ``gather_full``: ``aten.embedding``'s ``table[index, col]`` per element: the
+  table's row pointer ``w_row`` (its column through the views, ``miner.generate.emit.gather_views_source``)
+  plus ``col * w_sc`` plus ``index * w_g`` (the table's row stride); masked lanes read nothing.
 - ``uniform(seed, offset)`` / ``normal(seed, offset)``: ``prims.inductor_random`` ("rand" /
   "randn") at a row-major element offset, exactly as Inductor's Triton kernels draw it
   (``tl.rand(seed, offset.to(tl.uint32))``), so a replaced dropout keeps Inductor's mask.
@@ -30,7 +33,7 @@ import triton
 import triton.language as tl
 
 __all__ = ["tanh", "pow_rt", "pow_c", "load_masked", "load_full", "uniform", "normal", "fill_random",
-           "philox_words", "uniform_tile4", "uniform_at", "fill_uniform4"]
+           "philox_words", "uniform_tile4", "uniform_at", "fill_uniform4", "gather_masked", "gather_full"]
 
 
 @triton.jit
@@ -95,6 +98,18 @@ def load_full(x_ptr, x_row, x_sc, abase, lead, cols, ALIGNED: tl.constexpr):
     else:
         v = tl.load(x_row + (cols - lead) * x_sc)
     return v
+
+
+@triton.jit
+def gather_masked(w_row, w_sc, col, idx, w_g, mask):
+    """``table[idx, col]`` where ``mask`` (0 elsewhere): ``w_row + col * w_sc + idx * w_g``."""
+    return tl.load(w_row + col * w_sc + idx * w_g, mask=mask, other=0)
+
+
+@triton.jit
+def gather_full(w_row, w_sc, col, idx, w_g):
+    """``table[idx, col]`` for a full chunk (every lane a real element)."""
+    return tl.load(w_row + col * w_sc + idx * w_g)
 
 
 @triton.jit

@@ -67,7 +67,8 @@ def row_shape(shapes: Sequence[Sequence[int]]) -> tuple[int, ...] | None:
 def shape_contract(inputs: Sequence[tuple[Sequence[int], str]],
                    reductions: Sequence[tuple[str, Sequence[int], Sequence[int] | None]] = (),
                    outputs: Sequence[tuple[str, Sequence[int], str]] = (),
-                   seeds: Sequence[int] = (), randoms: Sequence[tuple[str, Sequence[int]]] = ()) -> list[str]:
+                   seeds: Sequence[int] = (), randoms: Sequence[tuple[str, Sequence[int]]] = (),
+                   gathered: Sequence[tuple[int, Sequence[int]]] = ()) -> list[str]:
     """Why a generated row kernel cannot compute these shapes: an empty list when it can.
 
     The kernel's model: every input is read per element of the inputs' broadcast shape ``full``
@@ -93,6 +94,10 @@ def shape_contract(inputs: Sequence[tuple[Sequence[int], str]],
     randoms : sequence of (who, shape)
         Every random op (``inductor_random``): the kernel draws one number per element of the rows
         at the element's row-major offset, so its shape must be the rows' full shape.
+    gathered : sequence of (int, shape)
+        Inputs an embedding reads (its table and int64 index), each with its shape in the rows' space
+        (seen through the embedding result's views, ``miner.generate.emit.gather_views_source``): they
+        broadcast with that shape, and their dtypes are the gather's to check.
 
     Returns
     -------
@@ -109,11 +114,12 @@ def shape_contract(inputs: Sequence[tuple[Sequence[int], str]],
         shape, dtype = inputs[k]
         if dtype != "int64" or len(shape) != 1:
             out.append(f"in{k} is {dtype}{list(shape)}; a seed input is a 1-D int64 vector")
-    inputs = [x for k, x in enumerate(inputs) if k not in set(seeds)]
+    viewed = dict((k, tuple(s)) for k, s in gathered)
+    inputs = [(viewed[k], None) if k in viewed else x for k, x in enumerate(inputs) if k not in set(seeds)]
     if not inputs:
         return out + ["no tensor inputs"]
     for k, (shape, dtype) in enumerate(inputs):
-        if dtype not in KERNEL_DTYPES:
+        if dtype is not None and dtype not in KERNEL_DTYPES:
             out.append(f"in{k} is {dtype}; the kernel loads {', '.join(KERNEL_DTYPES)}")
     if out:
         return out
@@ -172,7 +178,7 @@ def _reduction_dims(func, args, kwargs):
 
 @functools.lru_cache(maxsize=1024)
 def traced_contract(reference: Callable, shapes: tuple, dtypes: tuple, scalars: tuple,
-                    output_kinds: tuple, seeds: tuple = ()) -> tuple[str, ...]:
+                    output_kinds: tuple, seeds: tuple = (), gathered: tuple = ()) -> tuple[str, ...]:
     """:func:`shape_contract` of ``reference`` (the pattern) on inputs of these shapes and dtypes.
 
     Runs ``reference`` on meta tensors (no device work, safe inside a CUDA-graph capture) and
@@ -197,18 +203,20 @@ def traced_contract(reference: Callable, shapes: tuple, dtypes: tuple, scalars: 
     with Record():
         outs = reference(*xs, *scalars)
     outputs = [(f"out{i}", tuple(o.shape), kind) for i, (o, kind) in enumerate(zip(outs, output_kinds))]
-    return tuple(shape_contract(list(zip(shapes, dtypes)), reductions, outputs, seeds=seeds, randoms=randoms))
+    return tuple(shape_contract(list(zip(shapes, dtypes)), reductions, outputs, seeds=seeds, randoms=randoms,
+                                gathered=gathered))
 
 
 def check_contract(pattern_id: str, reference: Callable, xs: Sequence, scalars: Sequence,
-                   output_kinds: Sequence[str], seeds: Sequence[int] = ()) -> None:
-    """Raise :class:`ContractError` when the kernel of ``pattern_id`` cannot compute these inputs."""
+                   output_kinds: Sequence[str], seeds: Sequence[int] = (), gathered: Sequence = ()) -> None:
+    """Raise :class:`ContractError` when the kernel of ``pattern_id`` cannot compute these inputs
+    (``gathered``: :func:`shape_contract`'s, the embedding inputs' shapes in the rows' space)."""
     devices = {x.device for x in xs}
     if len(devices) > 1:
         raise ContractError(f"{pattern_id}: inputs on several devices {sorted(map(str, devices))}")
     reasons = traced_contract(reference, tuple(tuple(x.shape) for x in xs),
                               tuple(str(x.dtype).removeprefix("torch.") for x in xs),
-                              tuple(scalars), tuple(output_kinds), tuple(seeds))
+                              tuple(scalars), tuple(output_kinds), tuple(seeds), tuple(gathered))
     if reasons:
         raise ContractError(f"{pattern_id}: the kernel cannot compute these inputs: " + "; ".join(reasons))
 
@@ -281,7 +289,8 @@ def configs(n_rows: int, n_cols: int, variant: str) -> list[tuple[int, int, int]
             if rows <= max_rows and rows * block <= 16384 and cfg not in out:
                 out.append(cfg)
         return out
-    block0 = min(triton.next_power_of_2(n_cols), LOOP_BLOCK)
+    # a chunk is at least ALIGN wide: the head chunk must cover the row's lead (< ALIGN) before full chunks start
+    block0 = max(ALIGN, min(triton.next_power_of_2(n_cols), LOOP_BLOCK))
     out = [(1, block0, _warps(block0))]
     for block, warps in ((8192, 16), (2048, 4), (4096, 16)):
         if block <= triton.next_power_of_2(n_cols) and (1, block, warps) not in out:
@@ -321,7 +330,8 @@ def pick(key: tuple, candidates: list[tuple[int, int, int]], launch: Callable[[t
 def run(one_pass_kernel, looped_kernel, reference: Callable, xs: Sequence, scalars: Sequence,
         output_kinds: Sequence[str], *, pattern_id: str, levels: int, variant: str | None = None,
         out_meta: Callable | None = None, config: tuple[int, int, int] | None = None,
-        seeds: Sequence[int] = (), columns: Sequence[int] = (), rand4: bool = False) -> tuple:
+        seeds: Sequence[int] = (), columns: Sequence[int] = (), rand4: bool = False,
+        views: Callable | None = None) -> tuple:
     """Run a generated pattern on ``xs`` (tensors) and ``scalars``; returns fresh contiguous outputs.
 
     ``variant`` forces ``one_pass`` or ``looped``; ``config`` forces (ROWS, BLOCK, num_warps).
@@ -330,6 +340,9 @@ def run(one_pass_kernel, looped_kernel, reference: Callable, xs: Sequence, scala
     one-pass kernel can read once per program as a ``[1, BLOCK]`` per-column vector (flag
     ``X<k>_COL``, set here when the input is broadcast over every row: a norm's weight). ``rand4``:
     the kernel draws the four-per-call stream and takes the ``RAND4`` flag (:func:`rand4_flag`).
+    ``views``: the kernel.py's ``_gather_views`` when the pattern holds embeddings: ``views(xs) ->
+    (xs with each table and index replaced by its view in the rows' space, the tables' row strides)``;
+    the rows are laid out over the views, and the strides follow the scalars as runtime ints.
     """
     import torch
 
@@ -342,18 +355,19 @@ def run(one_pass_kernel, looped_kernel, reference: Callable, xs: Sequence, scala
     if plan is None:
         outs, plan = _first_launch(one_pass_kernel, looped_kernel, reference, xs, scalars, output_kinds,
                                    pattern_id=pattern_id, levels=levels, variant=variant, out_meta=out_meta,
-                                   config=config, seeds=seeds, columns=columns, rand4=rand4)
+                                   config=config, seeds=seeds, columns=columns, rand4=rand4, views=views)
         if not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
             PLANS[key] = plan  # a tile picked untimed inside a capture is not kept (see ``pick``)
         return outs
     # the same shapes, strides and dtypes as a call before: only allocate and launch
     outs = tuple(torch.empty(s, dtype=d, device=device) for s, d in plan.metas)
     if plan.kernel is not None:
+        xs, extra = views(xs) if views is not None else (xs, ())
         rows = [xs[k] for k in plan.rows]
         if plan.copy_shape is not None:
             rows = [x.expand(plan.copy_shape).contiguous() for x in rows]
-        plan.kernel[plan.grid](*(xs[k] for k in plan.seeds), *rows, *outs, *scalars, *plan.sizes, *plan.strides,
-                               **plan.constexprs)
+        plan.kernel[plan.grid](*(xs[k] for k in plan.seeds), *rows, *outs, *scalars, *extra, *plan.sizes,
+                               *plan.strides, **plan.constexprs)
     return outs
 
 
@@ -376,15 +390,18 @@ PLANS: dict[tuple, Plan] = {}
 
 
 def _first_launch(one_pass_kernel, looped_kernel, reference, xs, scalars, output_kinds, *, pattern_id, levels,
-                  variant, out_meta, config, seeds, columns, rand4=False) -> tuple[tuple, Plan]:
+                  variant, out_meta, config, seeds, columns, rand4=False, views=None) -> tuple[tuple, Plan]:
     """:func:`run` for shapes not seen before: check the contract, lay the rows out, pick the tile,
     launch; returns the outputs and the :class:`Plan` later calls reuse."""
     import torch
     import triton
 
     device = xs[0].device
-    check_contract(pattern_id, reference, xs, scalars, output_kinds, seeds)
+    viewed, gather_ints = views(xs) if views is not None else (xs, ())
+    gathered = tuple((k, tuple(v.shape)) for k, (v, x) in enumerate(zip(viewed, xs)) if v is not x)
+    check_contract(pattern_id, reference, xs, scalars, output_kinds, seeds, gathered)
     metas = out_meta(tuple(tuple(x.shape) for x in xs), tuple(x.dtype for x in xs), tuple(scalars))
+    xs = viewed
     outs = tuple(torch.empty(s, dtype=d, device=device) for s, d in metas)
     seed_idx = tuple(k for k in range(len(xs)) if k in set(seeds))
     row_idx = tuple(k for k in range(len(xs)) if k not in set(seeds))
@@ -430,10 +447,13 @@ def _first_launch(one_pass_kernel, looped_kernel, reference, xs, scalars, output
         return {"ROWS": rows if variant == "one_pass" else 1, "BLOCK": block, "num_warps": warps, **extra, **flag}
 
     def launch(cfg):
-        kernel[grid_of(cfg)](*seed_ptrs, *xs, *outs, *scalars, n_rows, n_cols, d1, d2, *strides, **constexprs(cfg))
+        kernel[grid_of(cfg)](*seed_ptrs, *xs, *outs, *scalars, *gather_ints, n_rows, n_cols, d1, d2, *strides,
+                             **constexprs(cfg))
     # int scalars are runtime seed indices (one per dropout layer): they do not change the best tile
     key = (pattern_id, variant, n_rows, n_cols, dtypes, flags, tuple(s for s in scalars if not isinstance(s, int)))
     cfg = config or pick(key, configs(n_rows, n_cols, variant), launch, device.type)
+    if variant == "looped" and cfg[1] < ALIGN:
+        raise ValueError(f"{pattern_id}: looped BLOCK {cfg[1]} < {ALIGN}: a chunk must cover the row's aligned lead")
     launch(cfg)
     return outs, Plan(tuple(metas), kernel, grid_of(cfg), seed_idx, row_idx, copy_shape, (n_rows, n_cols, d1, d2),
                       tuple(strides), constexprs(cfg))
