@@ -357,3 +357,33 @@ def slots_of(cands) -> dict[str, list[MaskSlot]]:
     ``Candidate``: ``kernel_module`` and ``meta``) whose kernel draws the four-per-call stream."""
     return {c.kernel_module.PATTERN_ID: mask_slots(c.meta["pattern"]) for c in cands
             if getattr(c.kernel_module, "RNG", None) == "philox4"}
+
+
+def check_model(cand, model_name: str, mode: str, device: str):
+    """``miner validate``'s model check for a candidate drawing its own stream: ``model_name``
+    (tiny) compiled with only this candidate's pass under bf16 autocast (the patterns' casts come
+    from it) on ``device``; the rewrite must fire and :func:`masked_parity` pass. Returns a
+    ``miner.check.validate.Check`` (kind ``rewrite``; ``ok=None`` when not judged)."""
+    import time
+
+    from miner.check.validate import Check, models_build
+    from miner.runtime import rewrite
+
+    t0 = time.perf_counter()
+    label = f"{model_name}/tiny/{mode} ({METHOD}, bf16 autocast)"
+    graph_pass = rewrite.FusionPass([rewrite.entry_for(cand.path / "pattern.py", cand.id, cand.pattern_module)])
+    try:
+        r = masked_parity(models_build(model_name, mode, device), mode=mode, device=device,
+                          slots_of=slots_of([cand]), graph_pass=graph_pass, autocast=True)
+    except Exception as e:  # noqa: BLE001 - a failure to compile or run is a failed check
+        return Check("rewrite", label, False, f"{type(e).__name__}: {str(e).splitlines()[0][:300]}",
+                     matches=graph_pass.total(), seconds=time.perf_counter() - t0, device=device)
+    n = graph_pass.total()
+    # its patterns come from the GPU's graphs (bf16 autocast): on the CPU the graph may differ (e.g. the
+    # partitioner saves relu's gradient mask in the forward, a reader outside the region): not judged there
+    ok = (None if device == "cpu" else False) if n == 0 else r.ok
+    detail = (f"the rewrite did not fire (0 matches){'; judge it with --device cuda' if device == 'cpu' else ''}"
+              if n == 0 else f"{n} match(es), {r.recorded} of {r.dropouts} dropouts drawn by the kernel: {r.reason}")
+    worst = max((v for v in (r.error or {}).values() if v is not None), default=None)
+    return Check("rewrite", label, ok, detail[:400], max_rel=worst, matches=n, seconds=time.perf_counter() - t0,
+                 device=device)
