@@ -153,3 +153,32 @@ def test_fails_when_the_backward_reads_another_mask(tmp_path, floor):
     r = _parity([bad], floor)
     assert r.ok is False and "grads" in r.reason.split(";")[0], r
 
+
+
+def test_ab_judges_a_variant_with_a_philox4_fusion_by_injected_masks(tmp_path):
+    # the A/B's hook: a variant holding an _x4 candidate gets the masks-injected parity (ok here), one
+    # without gets None (its own parity stands); without such a fusion there is no judge at all
+    import types
+
+    from miner.check import ab
+    from miner.check.verify import make_parity
+    from miner.runtime import rewrite
+
+    cand = _candidate(tmp_path, "pf4693d7449_x4")
+    module = rewrite.load_module(cand.path / "pattern.py", rewrite.module_name(cand.path / "pattern.py", "pattern"))
+    built = _built()
+    assert masks.ab_judge(built, built.inputs, {}, mode="train", device=DEVICE) is None
+    judge = masks.ab_judge(built, built.inputs, {"x4": module}, mode="train", device=DEVICE)
+
+    def live(name, fusions, graph_pass):
+        with torch._inductor.config.patch(force_disable_caches=True):
+            return ab.prepare(name, built.model, built.inputs, built.loss, mode="train", compile_mode="default",
+                              device=DEVICE, graph_pass=graph_pass, fusions=fusions, warmup=1)
+    default = live("default", (), None)
+    x4 = live("x4", ["x4"], rewrite.FusionPass([rewrite.Entry("x4", module, ())]))
+    assert x4.res.matches == {"x4": 1}
+    before = make_parity(1.0, 1.0, None, None, {}, {})
+    p = judge(default, x4, before)
+    assert p.judged == masks.METHOD and p.ok is True and p.error is not None, p
+    other = types.SimpleNamespace(res=types.SimpleNamespace(fusions=["rms_norm"]))
+    assert judge(default, other, before) is None

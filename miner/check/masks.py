@@ -387,3 +387,65 @@ def check_model(cand, model_name: str, mode: str, device: str):
     worst = max((v for v in (r.error or {}).values() if v is not None), default=None)
     return Check("rewrite", label, ok, detail[:400], max_rel=worst, matches=n, seconds=time.perf_counter() - t0,
                  device=device)
+
+
+def _meta_of(pattern_module) -> dict | None:
+    """The ``candidate.json`` (or ``fusion.json``) beside a loaded pattern.py, if it holds the pattern."""
+    import json
+    from pathlib import Path
+
+    for name in ("candidate.json", "fusion.json"):
+        p = Path(pattern_module.__file__).with_name(name)
+        if p.is_file():
+            meta = json.loads(p.read_text())
+            if "pattern" in meta:
+                return meta
+    return None
+
+
+def ab_judge(built, inputs: dict, modules: dict[str, Any], *, mode: str, device: str,
+             seed: int = 0) -> Callable | None:
+    """For ``miner verify --ab``: None when no fusion in ``modules`` (name -> pattern module) draws
+    the four-per-call stream; else ``judge(default_live, live, parity) -> Parity | None``, the
+    "masks injected" parity of a variant holding such a fusion (None for the others), its floor the
+    default variant's step against its own masks (measured once)."""
+    import dataclasses
+
+    from miner.check.verify import Parity
+
+    def kernel(m):
+        k = getattr(m, "_kernel", None)  # a region pattern.py's loader of its kernel.py
+        return k() if callable(k) else None
+
+    stream = {f: m for f, m in modules.items() if getattr(kernel(m), "RNG", None) == "philox4"}
+    if not stream:
+        return None
+    built = dataclasses.replace(built, inputs=inputs)
+    slots, missing = {}, []
+    for f, m in stream.items():
+        meta = _meta_of(m)
+        if meta is None:
+            missing.append(f)
+        else:
+            slots[kernel(m).PATTERN_ID] = mask_slots(meta["pattern"])
+    count = len(dropout_calls(built, mode, device))
+    floors: dict = {}
+
+    def judge(default_live, live, parity):
+        if not set(live.res.fusions) & set(stream):
+            return None
+        if missing:
+            r = MaskedParity(None, f"{', '.join(missing)}: no pattern nodes beside pattern.py to find the masks")
+        else:
+            if "floor" not in floors:
+                floors["floor"] = floor_of(built, mode, device, autocast=True, seed=seed, count=count,
+                                           default=observe_compiled(built, mode, device, autocast=True, seed=seed,
+                                                                    runner=(default_live.step, default_live.model)))
+            got = observe_compiled(built, mode, device, autocast=True, seed=seed, runner=(live.step, live.model))
+            floor, why = floors["floor"]
+            r = (masked_parity(built, mode=mode, device=device, slots_of=slots, autocast=True, seed=seed,
+                               floor=floor, compiled=got) if floor is not None else MaskedParity(None, why))
+        judged = METHOD if r.ok is not None else f"{METHOD} (not judged)"
+        return dataclasses.replace(parity, ok=bool(r.ok), judged=judged, floor=r.floor, error=r.error,
+                                   reason=r.reason[:300])
+    return judge
