@@ -18,6 +18,9 @@ from miner.runtime import philox
 from miner.runtime.jit import fill_uniform4
 
 REPO = Path(__file__).resolve().parents[1]
+# the compiled kernels on a CUDA machine (their tl.join/tl.reshape element order as the GPU runs it), the
+# interpreter on CPU tensors otherwise (conftest sets TRITON_INTERPRET=1 when there is no CUDA device)
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 SEEDS = (0, 12345, -5, 2**62 + 17, -(2**63))
 
 
@@ -34,15 +37,16 @@ def _randint4x_kernel(seed_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 def _triton_words(seed: int, n: int) -> torch.Tensor:
-    out = torch.empty(n * 4, dtype=torch.int64)
-    _randint4x_kernel[(triton.cdiv(n, 256),)](torch.tensor([seed]), out, n, BLOCK=256)
-    return out.view(n, 4)
+    out = torch.empty(n * 4, dtype=torch.int64, device=DEVICE)
+    _randint4x_kernel[(triton.cdiv(n, 256),)](torch.tensor([seed], device=DEVICE), out, n, BLOCK=256)
+    return out.view(n, 4).cpu()
 
 
 def _fill(seed: int, n: int, per_group: bool, start: int = 0, block: int = 64) -> torch.Tensor:
-    out = torch.empty(n, dtype=torch.float32)
-    fill_uniform4[(triton.cdiv(n, block),)](torch.tensor([seed]), out, n, start, PER_GROUP=per_group, BLOCK=block)
-    return out
+    out = torch.empty(n, dtype=torch.float32, device=DEVICE)
+    fill_uniform4[(triton.cdiv(n, block),)](torch.tensor([seed], device=DEVICE), out, n, start,
+                                            PER_GROUP=per_group, BLOCK=block)
+    return out.cpu()
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -58,9 +62,9 @@ def test_torch_uniform_is_tritons_conversion():
     def k(seed_ptr, out_ptr, n, BLOCK: tl.constexpr):
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         tl.store(out_ptr + offs, tl.rand(tl.load(seed_ptr), offs.to(tl.uint32)), mask=offs < n)
-    out = torch.empty(3000)
-    k[(triton.cdiv(3000, 256),)](torch.tensor([7]), out, 3000, BLOCK=256)
-    assert torch.equal(out, philox.to_uniform(philox.philox4x32(7, torch.arange(3000))[0]))
+    out = torch.empty(3000, device=DEVICE)
+    k[(triton.cdiv(3000, 256),)](torch.tensor([7], device=DEVICE), out, 3000, BLOCK=256)
+    assert torch.equal(out.cpu(), philox.to_uniform(philox.philox4x32(7, torch.arange(3000))[0]))
 
 
 @pytest.mark.parametrize("seed", SEEDS[:3])
@@ -129,7 +133,7 @@ def test_generated_kernel_draws_the_stream_and_one_mask_per_tiling(x4):
     for cid in ("pf4693d7449_x4", "p010eaa2cbb_x4"):
         cand = candidates.load(x4, cid)
         assert cand.kernel_module.RNG == "philox4"
-        checks = stream_checks(cand, "cpu")
+        checks = stream_checks(cand, DEVICE)
         assert len(checks) == 3 and all(c.ok for c in checks), [c.detail for c in checks]
 
 
@@ -140,7 +144,7 @@ def test_tiling_check_fails_when_the_looped_kernel_ignores_its_chunk(x4):
     cand = _broken(x4, "pf4693d7449_x4", "(abase + chunk) // 4", "abase // 4")
     entry = {"inputs": [{"shape": [112], "dtype": "int64", "stride": None},
                         {"shape": [2, 3, 1000], "dtype": "bfloat16", "stride": None}], "scalars": [3, 0.5, 2.0]}
-    c = check_tiling(cand, "planted", entry, "cpu")
+    c = check_tiling(cand, "planted", entry, DEVICE)
     assert c.ok is False and "differ under looped" in c.detail
 
 
@@ -154,7 +158,7 @@ def test_numerics_fail_when_the_grouped_draw_is_off_by_one_group(x4):
                         {"shape": [112], "dtype": "int64", "stride": None},
                         {"shape": [2, 4, 64], "dtype": "bfloat16", "stride": None}],
              "scalars": [4, 0.5, 2.0, 2, 1e-6]}
-    c = check_numerics(cand, "planted", entry, None, "cpu")
+    c = check_numerics(cand, "planted", entry, None, DEVICE)
     assert c.ok is False and "output 0" in c.detail  # the mask
 
 

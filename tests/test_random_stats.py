@@ -17,6 +17,8 @@ from miner.check import random_stats as rs
 from miner.runtime import philox
 
 REPO = Path(__file__).resolve().parents[1]
+# Triton sources run compiled on a CUDA machine, under the interpreter on CPU tensors otherwise (conftest)
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 N = 1 << 17  # draws per case with the pure-torch Philox
 
 
@@ -115,7 +117,7 @@ def test_triton_helpers_pass_under_the_interpreter():
     # the jit helpers' stream (both draws) at interpreter sizes: keep rate, neighbours, words
     for per_group in (True, False):
         def keep(seed, shape, p, per_group=per_group):
-            return rs.triton_keep(seed, shape, p, per_group=per_group)
+            return rs.triton_keep(seed, shape, p, device=DEVICE, per_group=per_group).cpu()
         stats = [rs.keep_rate(keep, 0.5, 1 << 14)] + rs.neighbours(keep, [2, 2, 16, 32]) + rs.words(keep, 1 << 12)
         assert all(s.ok for s in stats), [s.line() for s in stats if not s.ok]
 
@@ -128,11 +130,12 @@ def test_generated_candidate_passes_under_the_interpreter():
     launch = candidates.load(Workspace(REPO), "pf4693d7449_x4").kernel_module.launch
 
     def keep(seed, shape, p):
-        return rs.candidate_keep(launch, seed, shape, p)
+        return rs.candidate_keep(launch, seed, shape, p, device=DEVICE).cpu()
     stats = [rs.keep_rate(keep, 0.1, 1 << 14)] + rs.neighbours(keep, [2, 2, 16, 32]) + rs.words(keep, 1 << 12)
     # float32 outputs: the interpreter rounds float32 -> bf16 toward zero (18 of 64 kept bf16 elements came
     # out one ulp low here), the GPU to nearest; the GPU test checks bf16
-    stats.append(rs.scale(lambda x, s, p: rs.candidate_apply(launch, x, s, p), 0.1, 1 << 14, dtype=torch.float32))
+    stats.append(rs.scale(lambda x, s, p: rs.candidate_apply(launch, x, s, p), 0.1, 1 << 14, dtype=torch.float32,
+                          device=DEVICE))
     assert all(s.ok for s in stats), [s.line() for s in stats if not s.ok]
 
 

@@ -11,7 +11,9 @@ For each candidate and each (shape, dtype) it occurs with, four variants run on 
 
 Every variant's outputs are checked against a float64 evaluation of the subgraph on the same
 inputs *before* it is timed (``miner.core.dtypes.NORM_TOL``); a variant that fails the check is
-not timed. Bytes moved count each input read once and each output written once; the roofline
+not timed. A dropout candidate drawing its own stream (``RNG = "philox4"``) is checked against its
+kernel.py ``reference`` (its stream), each baseline against the pattern drawing that baseline's
+stream (:func:`baseline_references`): the same computation, other random numbers. Bytes moved count each input read once and each output written once; the roofline
 share divides that by the device-to-device copy bandwidth measured in the same run.
 docs/benchmarking.md explains the method.
 """
@@ -78,6 +80,65 @@ def reference64(fn: Callable, args: Sequence) -> tuple:
 
     with torch.no_grad(), _float64_mode():
         return as_tuple(fn(*upcast(args)))
+
+
+EAGER_SEED = 20261204  # the global RNG seed eager's dropout draws from when checked and timed
+
+
+def stream_reference(fn: Callable, args: Sequence, rand: Callable, *, round_casts: bool = False) -> tuple:
+    """``fn`` in float64 (:func:`reference64`) with each ``prims.inductor_random(size, seed, mode)``
+    drawn by ``rand(size, seed, mode)``: the pattern's reference with another random stream than the
+    candidate's own. The random numbers and their comparison stay in their own dtype (float32: the
+    mask is the baseline's, bit for bit); a cast of them to a narrower dtype is elided (as Inductor
+    computes it) or, with ``round_casts``, applied (as eager computes it)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    widen = _float64_mode()
+    drawn: set[int] = set()
+
+    class Stream(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.prims.inductor_random.default:
+                out = rand(*args, **(kwargs or {}))
+                drawn.add(id(out))
+                return out
+            if any(id(a) in drawn for a in args if torch.is_tensor(a)):  # the random numbers' own dtype
+                if func is torch.ops.prims.convert_element_type.default:
+                    out = args[0].to(args[1]) if round_casts else args[0]
+                    drawn.add(id(out))
+                    return out
+                return func(*args, **(kwargs or {}))  # dropout's comparison, as the baseline makes it
+            with widen:
+                return func(*args, **(kwargs or {}))
+
+    with torch.no_grad(), Stream():
+        return as_tuple(fn(*upcast(args)))
+
+
+def baseline_references(cand: Candidate, args: Sequence) -> dict[str, tuple]:
+    """For a candidate whose kernel draws another stream than Inductor's (``RNG = "philox4"``): each
+    baseline's own reference. ``inductor`` / ``max-autotune``: the pattern with Inductor's stream
+    (``miner.check.masks.inductor_uniform``: its Triton kernels' ``tl.rand`` on CUDA, its C++
+    kernels' on the CPU); ``eager``: the prim's eager implementation (the global generator, seeded
+    with ``EAGER_SEED`` before the reference and before eager's check), its bf16 cast applied."""
+    import torch
+
+    from miner.check.masks import inductor_uniform
+
+    def inductor_rand(size, seed, mode, **_):
+        if mode != "rand":
+            raise MinerError(f"{cand.id}: inductor_random {mode!r}: only 'rand' is reproduced")
+        return inductor_uniform(int(seed), math.prod(size), seed.device.type).reshape(tuple(size)).to(seed.device)
+
+    def eager_rand(size, seed, mode, **kwargs):  # the prim's own eager implementation (global generator)
+        return torch.ops.prims.inductor_random.default(size, seed, mode, **kwargs)
+
+    pattern = cand.pattern_module.pattern
+    inductor = stream_reference(pattern, args, inductor_rand)
+    torch.manual_seed(EAGER_SEED)
+    eager = stream_reference(pattern, args, eager_rand, round_casts=True)
+    return {"eager": eager, "inductor": inductor, "max-autotune": inductor}
 
 
 def compare(outs: Sequence, refs: Sequence) -> tuple[float, float, bool]:
@@ -170,6 +231,7 @@ def bench_case(cand: Candidate, case: BenchCase, env: Env, *, variants: Sequence
         else:
             ref = reference64(reference, first)
         meta_out = as_tuple(reference(*first))
+        own = baseline_references(cand, first) if getattr(cand.kernel_module, "RNG", None) == "philox4" else {}
     outputs = tuple(TensorSpec(tuple(o.shape), str(o.dtype).removeprefix("torch."),
                                None if o.is_contiguous() else tuple(o.stride())) for o in meta_out)
     del meta_out
@@ -183,10 +245,12 @@ def bench_case(cand: Candidate, case: BenchCase, env: Env, *, variants: Sequence
         try:
             with torch.no_grad(), gpu_timing_lock():
                 fn = build_variant(name, cand)
+                if name == "eager" and own:
+                    torch.manual_seed(EAGER_SEED)  # the numbers its reference drew
                 out = as_tuple(fn(*first))  # compiles, for the compiled variants
                 sync(device)
                 compile_s = time.perf_counter() - t0
-                rel, mx, ok = compare(out, ref)
+                rel, mx, ok = compare(out, own.get(name, ref))
                 del out
                 if not ok:
                     results.append(VariantResult(name, None, rel, mx, False,
@@ -206,7 +270,7 @@ def bench_case(cand: Candidate, case: BenchCase, env: Env, *, variants: Sequence
         finally:
             if name in ("inductor", "max-autotune"):
                 torch._dynamo.reset()
-    del arg_sets, first, ref
+    del arg_sets, first, ref, own
     if device.startswith("cuda"):
         try:
             with gpu_timing_lock():

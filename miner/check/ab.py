@@ -476,6 +476,9 @@ def run_ab(build: Callable[[], Any], *, model: str, mode: str, compile_mode: str
     control = make("control", cache=True)
     if control.res.fx_cache_hits:
         control.res.note = f"FX graph cache hit ({control.res.fx_cache_hits} graphs): the default's compiled code"
+    from miner.check.masks import ab_judge
+
+    masked = ab_judge(built, inputs, modules, mode=mode, device=device)  # philox4 variants' parity
     phase_a = [default, control]
     if "all" in wanted:
         every = make("all", fusions.graph_pass(names), names, GATE_OPEN)
@@ -498,7 +501,7 @@ def run_ab(build: Callable[[], Any], *, model: str, mode: str, compile_mode: str
         r.noise_band = noise_band(_record_phase(phase_a, None))
         for live in phase_a[1:]:
             live.res.verdict = verdict(live.res.speedup, r.noise_band)
-        _parity(phase_a, mode, device, reference)
+        _parity(phase_a, mode, device, reference, masked)
         _explain(phase_a, kernel_times, device, profile_steps)
     r.variants[:0] = [live.res for live in phase_a]
     for f, rec in alone_records(r).items():  # this run's verdicts join the evidence of the gated compile
@@ -560,7 +563,7 @@ def run_ab(build: Callable[[], Any], *, model: str, mode: str, compile_mode: str
             for live, kept in zip((default, control), saved):  # phase A's numbers stand
                 (live.res.step, live.res.speedup, live.res.speedup_p20, live.res.speedup_p80,
                  live.res.verdict) = kept
-        _parity([default] + phase_b[2:], mode, device, reference)
+        _parity([default] + phase_b[2:], mode, device, reference, masked)
         _explain([default] + phase_b[2:], kernel_times, device, profile_steps)
         r.variants.extend(live.res for live in phase_b[2:])
     if default.res.step is None:  # neither phase had more than the two defaults: time them for the band
@@ -607,11 +610,14 @@ def _same_as_knob(r: ABResult) -> None:
 
 def _parity(lives: Sequence[_Live], mode: str, device: str, reference: tuple | None = None) -> None:
     """Each variant's parity against ``lives[0]`` (and the float32 ``reference``), then its verdict
-    again: one that broke parity is ``parity-fail``."""
+    again: one that broke parity is ``parity-fail``. ``masked``: ``miner.check.masks.ab_judge``'s
+    judge, for variants whose dropout kernels draw another stream ("masks injected")."""
     ref = parity_of(lives[0], mode, device)
     for live in lives[1:]:
         got = parity_of(live, mode, device)
         live.res.parity = make_parity(ref[0], got[0], ref[1], got[1], ref[2], got[2], reference=reference)
+        if masked is not None:
+            live.res.parity = masked(lives[0], live, live.res.parity) or live.res.parity
         if live.res.verdict is not None and not live.res.parity.ok:
             live.res.verdict = PARITY_FAIL
         del got

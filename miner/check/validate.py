@@ -14,7 +14,9 @@ Two kinds of checks, each a ``Check(kind, case, ok, detail, ...)``:
   (``fallback_random``).
 - ``stream`` (a dropout region drawing the four-per-call stream, ``RNG = "philox4"`` in kernel.py):
   the same mask, bit for bit, from one-pass and looped launches of several tile sizes
-  (``check_tiling``), plus numerics with float32 inputs.
+  (``check_tiling``), plus numerics with float32 inputs. Its ``rewrite`` check is
+  ``miner.check.masks.check_model`` on ``device``: its masks differ from eager's and Inductor's, so the
+  step is compared with an eager step into which the masks it drew are injected ("masks injected").
 
 Results go to ``candidates/<id>/validation.json``, this stage's only file (with ``failure``: the
 first failing check, and ``sources``: the digest of the pattern.py and kernel.py it checked); the
@@ -347,11 +349,16 @@ def validate(workspace: Workspace, cid: str, device: str | None = None, model: b
         if pick is None:
             v.checks.append(Check("rewrite", "model", False, "no model to prove the rewrite in"))
         else:
-            c = check_rewrite(cand, *pick, device="cpu")
+            if getattr(cand.kernel_module, "RNG", None) == "philox4":  # another stream: the masks injected
+                from miner.check import masks
+
+                c = masks.check_model(cand, *pick, device=device)
+            else:
+                c = check_rewrite(cand, *pick, device="cpu")
             log(_line(c))
             v.checks.append(c)
     for c in v.checks:
-        c.device = c.device or (device if c.kind == "numerics" else "cpu")
+        c.device = c.device or (device if c.kind in ("numerics", "stream") else "cpu")
     return _finish(cand, v)
 
 

@@ -29,6 +29,7 @@ depend on its pattern -- ``reference``, ``one_pass_kernel``, ``looped_kernel`` -
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -327,6 +328,32 @@ def pick(key: tuple, candidates: list[tuple[int, int, int]], launch: Callable[[t
     return best
 
 
+@dataclass(frozen=True)
+class Drawn:
+    """One launch of a kernel that draws random numbers, as :func:`recording` keeps it: copies of
+    its seed vectors (by input position) and of its outputs, and its scalars."""
+    pattern_id: str
+    seeds: dict  # input position -> a copy of the seed vector
+    scalars: tuple
+    outputs: tuple  # copies (Inductor may reuse an output's storage once its last reader ran)
+
+
+RECORDERS: list[list] = []  # the active ``recording()`` lists
+
+
+@contextlib.contextmanager
+def recording():
+    """Within it, every :func:`run` of a kernel with seed inputs (a dropout region) appends a
+    :class:`Drawn` to the yielded list, in call order (``miner.check.masks`` injects the masks it
+    drew into an eager reference step). Costs a copy of each output: for parity steps only."""
+    calls: list = []
+    RECORDERS.append(calls)
+    try:
+        yield calls
+    finally:
+        RECORDERS.remove(calls)
+
+
 def run(one_pass_kernel, looped_kernel, reference: Callable, xs: Sequence, scalars: Sequence,
         output_kinds: Sequence[str], *, pattern_id: str, levels: int, variant: str | None = None,
         out_meta: Callable | None = None, config: tuple[int, int, int] | None = None,
@@ -344,6 +371,19 @@ def run(one_pass_kernel, looped_kernel, reference: Callable, xs: Sequence, scala
     (xs with each table and index replaced by its view in the rows' space, the tables' row strides)``;
     the rows are laid out over the views, and the strides follow the scalars as runtime ints.
     """
+    outs = _run(one_pass_kernel, looped_kernel, reference, xs, scalars, output_kinds, pattern_id=pattern_id,
+                levels=levels, variant=variant, out_meta=out_meta, config=config, seeds=seeds, columns=columns,
+                rand4=rand4)
+    if RECORDERS and seeds:
+        drawn = Drawn(pattern_id, {k: xs[k].clone() for k in seeds}, tuple(scalars), tuple(o.clone() for o in outs))
+        for calls in RECORDERS:
+            calls.append(drawn)
+    return outs
+
+
+def _run(one_pass_kernel, looped_kernel, reference, xs, scalars, output_kinds, *, pattern_id, levels, variant,
+         out_meta, config, seeds, columns, rand4) -> tuple:
+    """:func:`run` without the recording."""
     import torch
 
     device = xs[0].device

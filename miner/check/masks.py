@@ -1,0 +1,451 @@
+"""Model-step parity for dropout kernels that draw another random stream than Inductor's ("masks injected").
+
+A ``--rng philox4`` candidate draws its dropout masks from its own stream, so a compiled step with it
+and one without it drop different elements: comparing the two says nothing. Instead the masks the
+compiled step *used* are injected into an eager float32 reference of the same model step, and the
+compiled step is compared with that reference:
+
+1. The compiled step with the candidate runs once under ``miner.runtime.launch.recording``: each
+   launch of a dropout kernel keeps a copy of its outputs, among them the mask the backward reads
+   (``mask_slots`` finds it in the candidate's pattern: the ``gt`` of the ``inductor_random`` drawn at
+   seed ``inductor_lookup_seed(seeds, i)``), and the seed vector.
+2. Every other dropout of the step is Inductor's own: its mask is recomputed from the same seed
+   vector in Inductor's stream (:func:`inductor_uniform`: ``tl.rand(seed, L)`` on CUDA, the C++
+   backend's ``normalized_rand_cpu`` on the CPU). Inductor numbers its random ops in program order
+   (``fuse_seed_creation_pass``), so the ``k``-th dropout call of the eager model has seed index ``k``.
+3. The eager reference (no autocast) runs with ``torch.nn.functional.dropout`` (and the dropout of
+   ``scaled_dot_product_attention``, written out) replaced by ``x * mask_k * 1 / (1 - p)``: the
+   model's own definition of dropout with the compiled step's masks, forward and backward.
+4. The floor: the default compile (no candidate, Inductor's masks everywhere) against the same
+   reference with its masks. ``miner.check.verify.judge_parity`` then asks whether the candidate's
+   step is as close to its reference as the default's is to its own (loss, logits, gradients).
+
+What it catches: a wrong scale (the forward's values), a mask output that is not the mask applied to
+the values, a backward that reads another mask than the forward applied (the gradients). What it
+cannot judge (``ok=None``, with the reason): a step whose dropout calls do not match the compiled
+graph's random ops one to one (e.g. dropout inside a fused SDPA kernel), or a floor beyond
+``PARITY_FLOOR_MAX`` (the default's own masks not reproduced).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from miner.core.dtypes import PARITY_FLOOR_MAX
+
+METHOD = "masks injected"  # the parity method's name in validation.json and the A/B's parity
+LOOKUP, RANDOM, GT, CAST = ("prims.inductor_lookup_seed.default", "prims.inductor_random.default", "aten.gt.Scalar",
+                            "prims.convert_element_type.default")
+
+
+@dataclass(frozen=True)
+class MaskSlot:
+    """Where one dropout of a region candidate sits in its signature: the seed-vector input, the
+    scalar holding its seed index, and the output that is its mask."""
+
+    seed_input: int
+    index_scalar: int
+    output: int
+
+
+def mask_slots(pattern: dict) -> list[MaskSlot]:
+    """The dropout masks of a region pattern (``candidate.json``'s ``pattern``), one per
+    ``inductor_lookup_seed``.
+
+    Raises
+    ------
+    ValueError
+        A random number whose mask is not a ``gt`` the region outputs (nothing to record).
+    """
+    nodes = pattern["nodes"]
+    outs = sorted(set(pattern.get("outputs", [])) | set(pattern.get("extra_outputs", [])))
+    slots = []
+    for i, n in enumerate(nodes):
+        if n["target"] != LOOKUP:
+            continue
+        seed_arg, index_arg = n["args"][0], n["args"][1]
+        index = index_arg.get("int_const", index_arg.get("const")) if isinstance(index_arg, dict) else None
+        frontier, mask = {i}, None
+        for j, m in enumerate(nodes):  # nodes are in topological order: follow random -> cast -> gt
+            if any(isinstance(a, dict) and a.get("node") in frontier for a in m["args"]):
+                if m["target"] in (RANDOM, CAST):
+                    frontier.add(j)
+                elif m["target"] == GT:
+                    mask = j
+                    break
+        if mask is None or mask not in outs or "input" not in seed_arg or index is None:
+            raise ValueError(f"the mask drawn at seed node {i} is not a region output: nothing to record")
+        slots.append(MaskSlot(seed_arg["input"], int(index), outs.index(mask)))
+    return slots
+
+
+# --------------------------------------------------------------------------- Inductor's own stream
+
+def seed_vector(seed: int, count: int, device: str):
+    """The ``inductor_seeds(count)`` a compiled step draws first after ``torch.manual_seed(seed)``
+    (``aten.randint.low_out(int64 min, int64 max, [count])``, ``ir.RandomSeeds``)."""
+    import torch
+
+    g = torch.Generator(device=device).manual_seed(seed)
+    return torch.randint(-2**63, 2**63 - 1, [count], generator=g, device=device)
+
+
+def inductor_uniform(seed: int, n: int, device_type: str):
+    """Inductor's ``inductor_random(..., "rand")`` numbers of elements ``0..n-1`` (float32, CPU).
+
+    CUDA: ``tl.rand(seed, L)`` (word 0 of Philox4x32-10 at counter ``L``, Triton's conversion). CPU:
+    the C++ backend's ``normalized_rand_cpu(uint32 seed, L)`` (``at::Philox4_32(seed, 0, L)()``, word
+    0 at counter ``L`` under the seed's low 32 bits, ``(w & 0x7FFFFFFF) * 4.6566127342e-10``).
+    """
+    import torch
+
+    from miner.runtime import philox
+
+    L = torch.arange(n)
+    if device_type == "cuda":
+        return philox.to_uniform(philox.philox4x32(seed, L)[0])
+    w = philox.philox4x32(int(seed) & philox.MASK32, L)[0]
+    return (w & 0x7FFFFFFF).to(torch.float32) * torch.tensor(philox.SCALE, dtype=torch.float32)
+
+
+def inductor_keep(seed: int, shape, p: float, device_type: str):
+    """Inductor's dropout keep mask (``u > p`` in float32) for a tensor of ``shape``."""
+    return (inductor_uniform(seed, math.prod(shape), device_type) > p).reshape(tuple(shape))
+
+
+# --------------------------------------------------------------------------- recorded masks
+
+def recorded_masks(calls, slots_of: dict[str, list[MaskSlot]]) -> tuple[dict[int, Any], Any, list[str]]:
+    """``(masks by seed index, the seed vector, problems)`` from ``launch.recording``'s calls.
+
+    ``slots_of``: pattern id -> its :func:`mask_slots`. A seed index recorded twice must carry the
+    same mask (a recompute in the backward); launches from several seed vectors (graph breaks) are
+    a problem: the reference numbers one program-ordered list.
+    """
+    import torch
+
+    masks: dict[int, Any] = {}
+    seeds, problems = None, []
+    for d in calls:
+        for s in slots_of.get(d.pattern_id, []):
+            vec, k, m = d.seeds[s.seed_input], int(d.scalars[s.index_scalar]), d.outputs[s.output]
+            if seeds is None:
+                seeds = vec
+            elif not torch.equal(seeds, vec):
+                problems.append(f"{d.pattern_id}: launches from more than one seed vector (graph breaks?)")
+            if k in masks and not torch.equal(masks[k], m):
+                problems.append(f"{d.pattern_id}: seed index {k} drawn twice with different masks")
+            masks[k] = m
+    return masks, seeds, problems
+
+
+# --------------------------------------------------------------------------- the eager reference
+
+class Injector:
+    """Replaces ``torch.nn.functional.dropout`` (``nn.Dropout`` calls it) and the dropout of
+    ``scaled_dot_product_attention`` (the math written out) with ``x * keep_k * (1 / (1 - p))``,
+    ``keep_k = mask_of(k, shape, p)`` for the ``k``-th dropout call in training with ``p > 0``.
+    ``calls`` lists ``(shape, p)`` per call."""
+
+    def __init__(self, mask_of: Callable):
+        self.mask_of = mask_of
+        self.calls: list[tuple[tuple, float]] = []
+
+    def dropout(self, input, p: float = 0.5, training: bool = True, inplace: bool = False):
+        if not training or p == 0:
+            return input
+        keep = self.mask_of(len(self.calls), tuple(input.shape), float(p))
+        self.calls.append((tuple(input.shape), float(p)))
+        return input * keep.to(device=input.device, dtype=input.dtype) * (1.0 / (1.0 - p))
+
+    def sdpa(self, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        import torch
+
+        if enable_gqa and k.size(-3) != q.size(-3):
+            k = k.repeat_interleave(q.size(-3) // k.size(-3), -3)
+            v = v.repeat_interleave(q.size(-3) // v.size(-3), -3)
+        s = q @ k.transpose(-2, -1) * (1.0 / math.sqrt(q.size(-1)) if scale is None else scale)
+        if is_causal:
+            causal = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
+            s = s.masked_fill(~causal, float("-inf"))
+        if attn_mask is not None:
+            s = s.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else s + attn_mask
+        return self.dropout(torch.softmax(s, dim=-1), dropout_p, dropout_p > 0) @ v
+
+    @contextlib.contextmanager
+    def active(self):
+        import torch.nn.functional as F
+
+        saved = F.dropout, F.scaled_dot_product_attention
+        F.dropout, F.scaled_dot_product_attention = self.dropout, self.sdpa
+        try:
+            yield self
+        finally:
+            F.dropout, F.scaled_dot_product_attention = saved
+
+
+def eager_reference(built, mode: str, device: str, mask_of: Callable, seed: int) -> tuple[tuple, list]:
+    """``(loss, logits, grads)`` of one eager step of a copy of ``built``'s model without autocast,
+    its dropouts applying ``mask_of``'s masks, and the dropout calls ``(shape, p)`` it made."""
+    from miner.check.verify import make_step, observe_step
+
+    model = copy.deepcopy(built.model)
+    inj = Injector(mask_of)
+    with inj.active():
+        step = make_step(model, built.inputs, built.loss, mode, device, autocast=False)
+        out = observe_step(step, model, mode=mode, device=device, seed=seed)
+    return out, inj.calls
+
+
+def dropout_calls(built, mode: str, device: str) -> list[tuple[tuple, float]]:
+    """The ``(shape, p)`` of each dropout call of one eager step (all elements kept: a dry run)."""
+    import torch
+
+    return eager_reference(built, mode, device, lambda k, shape, p: torch.ones(shape, dtype=torch.bool), 0)[1]
+
+
+# --------------------------------------------------------------------------- the parity
+
+@dataclass(frozen=True)
+class MaskedParity:
+    """The verdict: ``ok`` (None: not judged, ``reason`` says why), the per-quantity relative errors
+    of the candidate's step to its reference (``error``) and of the default's to its own (``floor``)."""
+
+    ok: bool | None
+    reason: str
+    error: dict | None = None
+    floor: dict | None = None
+    recorded: int = 0  # dropouts whose masks the candidate's kernels drew
+    dropouts: int = 0  # dropout calls of the step
+    method: str = METHOD
+
+
+@dataclass
+class Compiled:
+    """One observed compiled step: ``(loss, logits, grads)`` and the dropout launches it recorded."""
+
+    observed: tuple
+    calls: list
+
+
+def observe_compiled(built, mode: str, device: str, *, graph_pass=None, autocast: bool, seed: int,
+                     gate_open: bool = True, runner: Callable | None = None) -> Compiled:
+    """One seeded compiled step of a copy of ``built``'s model (``graph_pass`` installed; Inductor's
+    random ops, caches off), recorded by ``launch.recording``. ``runner``: an already compiled
+    step ``(step, model)`` to observe instead (the A/B's variants)."""
+    import torch
+
+    from miner.check.validate import gate_context
+    from miner.check.verify import make_step, observe_step
+    from miner.runtime import launch, rewrite
+
+    if runner is not None:
+        step, model = runner
+        with launch.recording() as calls:
+            return Compiled(observe_step(step, model, mode=mode, device=device, seed=seed), calls)
+    torch._dynamo.reset()
+    model = copy.deepcopy(built.model)
+    options = rewrite.inductor_options(graph_pass) if graph_pass is not None else None
+    try:
+        compiled = torch.compile(model, options=options, dynamic=False)
+        with torch._inductor.config.patch(force_disable_caches=True, fallback_random=False), \
+                gate_context(gate_open):
+            step = make_step(compiled, built.inputs, built.loss, mode, device, autocast=autocast)
+            step()  # compiles
+            with launch.recording() as calls:
+                return Compiled(observe_step(step, model, mode=mode, device=device, seed=seed), calls)
+    finally:
+        torch._dynamo.reset()
+
+
+def _mask_source(drawn: dict[int, Any], seeds, device_type: str) -> Callable:
+    def mask_of(k, shape, p):
+        if k in drawn:
+            m = drawn[k]
+            return m if tuple(m.shape) == tuple(shape) else m.reshape(shape)
+        return inductor_keep(int(seeds[k]), shape, p, device_type)
+    return mask_of
+
+
+def _errors_to_reference(built, mode: str, device: str, compiled: Compiled, drawn: dict, seed: int,
+                         count: int) -> tuple[dict | None, str]:
+    """The relative errors of ``compiled``'s step to the eager reference with its masks."""
+    from miner.check.verify import errors
+
+    seeds = seed_vector(seed, count, device).cpu()
+    ref, calls = eager_reference(built, mode, device, _mask_source(drawn, seeds, device.split(":")[0]), seed)
+    if len(calls) != count:
+        return None, f"the reference made {len(calls)} dropout calls, the dry run {count}"
+    return errors(compiled.observed, ref), ""
+
+
+def floor_of(built, mode: str, device: str, *, autocast: bool, seed: int, count: int,
+             default: Compiled | None = None) -> tuple[dict | None, str]:
+    """The default compile's relative errors to the eager reference with Inductor's own masks."""
+    default = default or observe_compiled(built, mode, device, autocast=autocast, seed=seed)
+    return _errors_to_reference(built, mode, device, default, {}, seed, count)
+
+
+def masked_parity(built, *, mode: str, device: str, slots_of: dict[str, list[MaskSlot]], graph_pass=None,
+                  autocast: bool, seed: int = 0, floor: dict | None = None,
+                  compiled: Compiled | None = None) -> MaskedParity:
+    """The "masks injected" parity of one model step (see the module docstring).
+
+    Parameters
+    ----------
+    built : miner_models.Built
+        The model, its inputs and loss.
+    slots_of : dict
+        Pattern id -> :func:`mask_slots` of each candidate whose kernels draw their own stream.
+    graph_pass : FusionPass, optional
+        Installed in the compiled step (unless ``compiled`` is given: an observed variant).
+    autocast : bool
+        bf16 autocast in the compiled steps (the candidates' patterns hold bf16 casts).
+    floor : dict, optional
+        The default's errors (:func:`floor_of`), when already measured.
+    """
+    from miner.check.verify import judge_parity
+
+    count = len(dropout_calls(built, mode, device))
+    got = compiled or observe_compiled(built, mode, device, graph_pass=graph_pass, autocast=autocast, seed=seed)
+    drawn, seeds, problems = recorded_masks(got.calls, slots_of)
+    if not drawn:
+        return MaskedParity(None, "no dropout kernel of the candidates ran in the step", dropouts=count)
+    if len(seeds) != count:
+        return MaskedParity(None, f"the compiled step drew {len(seeds)} seeds for {count} eager dropout calls "
+                            "(dropout inside a fused kernel?)", recorded=len(drawn), dropouts=count)
+    if not bool((seeds.cpu() == seed_vector(seed, count, device).cpu()).all()):
+        problems.append("the recorded seed vector is not the one the step's RNG state draws")
+    if problems:
+        return MaskedParity(False, "; ".join(problems), recorded=len(drawn), dropouts=count)
+    if floor is None:
+        floor, why = floor_of(built, mode, device, autocast=autocast, seed=seed, count=count)
+        if floor is None:
+            return MaskedParity(None, why, recorded=len(drawn), dropouts=count)
+    far = [q for q, v in floor.items() if v is not None and not v <= PARITY_FLOOR_MAX]
+    if far:
+        return MaskedParity(None, f"the default compile is {floor[far[0]]:.3g} from its own masks injected in "
+                            f"{far[0]} (> {PARITY_FLOOR_MAX}): Inductor's stream not reproduced here",
+                            floor=floor, recorded=len(drawn), dropouts=count)
+    error, why = _errors_to_reference(built, mode, device, got, drawn, seed, count)
+    if error is None:
+        return MaskedParity(None, why, floor=floor, recorded=len(drawn), dropouts=count)
+    ok, reason = judge_parity(error, floor, atol=atol_for(device))
+    return MaskedParity(ok, reason, error, floor, len(drawn), count)
+
+
+INTERPRETER_ROUNDING = 2.0 ** -6  # the interpreter rounds float32 -> bf16 toward zero (up to 2**-7 relative per store)
+
+
+def atol_for(device: str) -> dict:
+    """``judge_parity``'s atol: ``PARITY_ATOL``, plus one bf16 ulp (relative) where the kernels run
+    in the Triton interpreter, which rounds their bf16 stores toward zero (a bias the compiled
+    kernels on a GPU do not have; a wrong scale or mask is tens of times larger)."""
+    from miner.core.dtypes import PARITY_ATOL
+    from miner.runtime.launch import interpreting
+
+    extra = INTERPRETER_ROUNDING if device == "cpu" and interpreting() else 0.0
+    return {q: v + extra for q, v in PARITY_ATOL.items()}
+
+
+def slots_of(cands) -> dict[str, list[MaskSlot]]:
+    """Kernel pattern id (what ``launch.run`` records) -> mask slots, for each candidate (a
+    ``Candidate``: ``kernel_module`` and ``meta``) whose kernel draws the four-per-call stream."""
+    return {c.kernel_module.PATTERN_ID: mask_slots(c.meta["pattern"]) for c in cands
+            if getattr(c.kernel_module, "RNG", None) == "philox4"}
+
+
+def check_model(cand, model_name: str, mode: str, device: str):
+    """``miner validate``'s model check for a candidate drawing its own stream: ``model_name``
+    (tiny) compiled with only this candidate's pass under bf16 autocast (the patterns' casts come
+    from it) on ``device``; the rewrite must fire and :func:`masked_parity` pass. Returns a
+    ``miner.check.validate.Check`` (kind ``rewrite``; ``ok=None`` when not judged)."""
+    import time
+
+    from miner.check.validate import Check, models_build
+    from miner.runtime import rewrite
+
+    t0 = time.perf_counter()
+    label = f"{model_name}/tiny/{mode} ({METHOD}, bf16 autocast)"
+    graph_pass = rewrite.FusionPass([rewrite.entry_for(cand.path / "pattern.py", cand.id, cand.pattern_module)])
+    try:
+        r = masked_parity(models_build(model_name, mode, device), mode=mode, device=device,
+                          slots_of=slots_of([cand]), graph_pass=graph_pass, autocast=True)
+    except Exception as e:  # noqa: BLE001 - a failure to compile or run is a failed check
+        return Check("rewrite", label, False, f"{type(e).__name__}: {str(e).splitlines()[0][:300]}",
+                     matches=graph_pass.total(), seconds=time.perf_counter() - t0, device=device)
+    n = graph_pass.total()
+    # its patterns come from the GPU's graphs (bf16 autocast): on the CPU the graph may differ (e.g. the
+    # partitioner saves relu's gradient mask in the forward, a reader outside the region): not judged there
+    ok = (None if device == "cpu" else False) if n == 0 else r.ok
+    detail = (f"the rewrite did not fire (0 matches){'; judge it with --device cuda' if device == 'cpu' else ''}"
+              if n == 0 else f"{n} match(es), {r.recorded} of {r.dropouts} dropouts drawn by the kernel: {r.reason}")
+    worst = max((v for v in (r.error or {}).values() if v is not None), default=None)
+    return Check("rewrite", label, ok, detail[:400], max_rel=worst, matches=n, seconds=time.perf_counter() - t0,
+                 device=device)
+
+
+def _meta_of(pattern_module) -> dict | None:
+    """The ``candidate.json`` (or ``fusion.json``) beside a loaded pattern.py, if it holds the pattern."""
+    import json
+    from pathlib import Path
+
+    for name in ("candidate.json", "fusion.json"):
+        p = Path(pattern_module.__file__).with_name(name)
+        if p.is_file():
+            meta = json.loads(p.read_text())
+            if "pattern" in meta:
+                return meta
+    return None
+
+
+def ab_judge(built, inputs: dict, modules: dict[str, Any], *, mode: str, device: str,
+             seed: int = 0) -> Callable | None:
+    """For ``miner verify --ab``: None when no fusion in ``modules`` (name -> pattern module) draws
+    the four-per-call stream; else ``judge(default_live, live, parity) -> Parity | None``, the
+    "masks injected" parity of a variant holding such a fusion (None for the others), its floor the
+    default variant's step against its own masks (measured once)."""
+    import dataclasses
+
+    from miner.check.verify import Parity
+
+    def kernel(m):
+        k = getattr(m, "_kernel", None)  # a region pattern.py's loader of its kernel.py
+        return k() if callable(k) else None
+
+    stream = {f: m for f, m in modules.items() if getattr(kernel(m), "RNG", None) == "philox4"}
+    if not stream:
+        return None
+    built = dataclasses.replace(built, inputs=inputs)
+    slots, missing = {}, []
+    for f, m in stream.items():
+        meta = _meta_of(m)
+        if meta is None:
+            missing.append(f)
+        else:
+            slots[kernel(m).PATTERN_ID] = mask_slots(meta["pattern"])
+    count = len(dropout_calls(built, mode, device))
+    floors: dict = {}
+
+    def judge(default_live, live, parity):
+        if not set(live.res.fusions) & set(stream):
+            return None
+        if missing:
+            r = MaskedParity(None, f"{', '.join(missing)}: no pattern nodes beside pattern.py to find the masks")
+        else:
+            if "floor" not in floors:
+                floors["floor"] = floor_of(built, mode, device, autocast=True, seed=seed, count=count,
+                                           default=observe_compiled(built, mode, device, autocast=True, seed=seed,
+                                                                    runner=(default_live.step, default_live.model)))
+            got = observe_compiled(built, mode, device, autocast=True, seed=seed, runner=(live.step, live.model))
+            floor, why = floors["floor"]
+            r = (masked_parity(built, mode=mode, device=device, slots_of=slots, autocast=True, seed=seed,
+                               floor=floor, compiled=got) if floor is not None else MaskedParity(None, why))
+        judged = METHOD if r.ok is not None else f"{METHOD} (not judged)"
+        return dataclasses.replace(parity, ok=bool(r.ok), judged=judged, floor=r.floor, error=r.error,
+                                   reason=r.reason[:300])
+    return judge

@@ -1,0 +1,184 @@
+"""The "masks injected" parity (``miner.check.masks``) of a step whose dropout kernels draw the
+four-per-call stream: it passes for the committed ``_x4`` candidates and fails on planted bugs (a
+scale of 1, a mask output that is not the mask applied, a backward that reads another mask).
+
+On the CPU the candidates' patterns (they hold bf16 casts: mined on the H200 under bf16 autocast)
+fire in a small feed-forward block under CPU bf16 autocast (``FF``: relu + dropout, then dropout +
+residual + RMS norm, as in t5); their kernels run in the Triton interpreter. On a CUDA machine the
+same block runs on the GPU. The t5 check itself is ``miner validate <id>_x4 --device cuda``.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from miner.check import masks
+
+REPO = Path(__file__).resolve().parents[1]
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+X4 = ("pf4693d7449_x4", "p010eaa2cbb_x4")
+
+
+class FF(nn.Module):
+    """t5's feed-forward sublayer: relu + dropout (``pf4693d7449``), dropout + residual + RMS norm
+    (``p010eaa2cbb``), then a head. ``h0``'s square in the loss keeps the mm output saved, so the
+    partitioner recomputes relu's gradient mask in the backward (as in t5 on the H200) instead of
+    saving it from the forward, where it would read relu outside the region."""
+
+    def __init__(self, d: int = 32, f: int = 64, p: float = 0.5):
+        super().__init__()
+        self.wi, self.wo = nn.Linear(d, f, bias=False), nn.Linear(f, d, bias=False)
+        self.drop, self.drop2 = nn.Dropout(p), nn.Dropout(p)
+        self.w = nn.Parameter(torch.ones(d))
+        self.head = nn.Linear(d, 16, bias=False)
+
+    def forward(self, x):
+        h0 = self.wi(x)
+        y = x + self.drop2(self.wo(self.drop(F.relu(h0))))
+        y = self.w * (y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + 1e-6))
+        return self.head(y).float().pow(2).mean() + 1e-3 * (h0 * h0).float().mean()
+
+
+def _built():
+    from miner_models import Built
+
+    torch.manual_seed(1)
+    model = FF().to(DEVICE)
+    return Built(model, {"x": torch.randn(2, 4, 32, device=DEVICE)}, lambda out: out)
+
+
+def _candidate(tmp: Path, cid: str, suffix: str = "", edits: dict | None = None):
+    """A copy of a committed candidate under another pattern id and op name (``cid + suffix``: its
+    own custom op), ``edits`` = {file: [(old, new), ...]} planted into it."""
+    from miner.core import candidate as candidates
+
+    dst = tmp / (cid + suffix)
+    shutil.copytree(REPO / "candidates" / cid, dst)
+    for name in ("pattern.py", "kernel.py"):
+        p = dst / name
+        text = p.read_text().replace(cid, cid + suffix)
+        for old, new in (edits or {}).get(name, []):
+            assert old in text, (name, old)
+            text = text.replace(old, new)
+        p.write_text(text)
+    return candidates.at(dst)
+
+
+def _parity(cands, floor):
+    from miner.runtime import rewrite
+
+    gp = rewrite.FusionPass([rewrite.entry_for(c.path / "pattern.py", c.id) for c in cands])
+    r = masks.masked_parity(_built(), mode="train", device=DEVICE, slots_of=masks.slots_of(cands), graph_pass=gp, autocast=True,
+                            floor=floor)
+    assert sum(gp.counts.values()) == len(cands), gp.counts  # each candidate fired once
+    return r
+
+
+@pytest.fixture(scope="module")
+def floor():
+    """The default compile's errors to the eager reference with Inductor's own masks (measured once)."""
+    built = _built()
+    f, why = masks.floor_of(built, "train", DEVICE, autocast=True, seed=0,
+                            count=len(masks.dropout_calls(built, "train", DEVICE)))
+    assert f is not None, why
+    assert all(v < 0.05 for v in f.values()), f  # Inductor's masks reproduced (other masks: ~0.3 and more)
+    return f
+
+
+def test_mask_slots_of_the_committed_candidates():
+    # catches a slot read from the wrong node: the seed input, its index scalar, the mask output
+    from miner.core import candidate as candidates
+    from miner.core.workspace import Workspace
+
+    got = {cid: masks.mask_slots(candidates.load(Workspace(REPO), cid).meta["pattern"]) for cid in X4}
+    assert got == {"pf4693d7449_x4": [masks.MaskSlot(0, 0, 0)], "p010eaa2cbb_x4": [masks.MaskSlot(2, 0, 0)]}
+    pattern = candidates.load(Workspace(REPO), "pf4693d7449_x4").meta["pattern"]
+    with pytest.raises(ValueError, match="not a region output"):
+        masks.mask_slots({**pattern, "extra_outputs": []})
+
+
+def test_inductor_stream_is_reproduced():
+    # catches a wrong reproduction of Inductor's own masks (seed vector, seed order, stream, conversion)
+    def three(a, b, c):
+        return F.dropout(a, 0.5, True), F.dropout(b, 0.3, True), F.dropout(c, 0.2, True)
+    xs = [torch.ones(3, 40, device=DEVICE), torch.ones(5, 7, device=DEVICE), torch.ones(2, 3, 11, device=DEVICE)]
+    fn = torch.compile(three, dynamic=False)
+    fn(*xs)
+    torch.manual_seed(7)
+    outs = fn(*xs)
+    seeds = masks.seed_vector(7, 3, DEVICE).cpu()
+    for k, (o, p) in enumerate(zip(outs, (0.5, 0.3, 0.2))):
+        assert torch.equal((o != 0).cpu(), masks.inductor_keep(int(seeds[k]), o.shape, p, DEVICE))
+    torch._dynamo.reset()
+
+
+def test_the_x4_candidates_pass(tmp_path, floor):
+    # the baseline: both regions fire in one step, their recorded masks injected, within the floor
+    r = _parity([_candidate(tmp_path, cid) for cid in X4], floor)
+    assert r.ok is True and r.recorded == 2 and r.dropouts == 2, r
+
+
+def test_fails_on_a_scale_of_one(tmp_path, floor):
+    # planted: relu + dropout without the 1/(1-p) scale (the mask right, the values at half their size)
+    bad = _candidate(tmp_path, "pf4693d7449_x4", "s1", {"kernel.py": [("v6 = (v5 * c2)", "v6 = (v5 * 1.0)")]})
+    r = _parity([bad], floor)
+    assert r.ok is False and r.error["grads"] > 0.1, r  # the norm after it hides much of it from the loss
+
+
+def test_fails_when_the_mask_output_is_another_draw(tmp_path, floor):
+    # planted: the values use the mask of seed s, the mask output (what the backward reads) is drawn at s + 1
+    old = "tl.store(out0_ptr + rows * n_cols + cols, v3.to(out0_ptr.dtype.element_ty), mask=mask)"
+    new = ("tl.store(out0_ptr + rows * n_cols + cols, (uniform_at(v0 + 1, lin) > c1).to(out0_ptr.dtype.element_ty),"
+           " mask=mask)")
+    bad = _candidate(tmp_path, "p010eaa2cbb_x4", "m1", {"kernel.py": [(old, new)]})
+    r = _parity([bad], floor)
+    assert r.ok is False, r
+
+
+def test_fails_when_the_backward_reads_another_mask(tmp_path, floor):
+    # planted: the replacement hands the backward a mask Inductor draws again (its own stream, the same
+    # seed), not the one the kernel applied: the recompute bug of pytorch/pytorch#198333
+    old = "    return torch.ops.miner.cpf4693d7449_x4b1(x0, x1, c0, c1, c2)\n"
+    new = ("    out = torch.ops.miner.cpf4693d7449_x4b1(x0, x1, c0, c1, c2)\n"
+           "    seed = torch.ops.prims.inductor_lookup_seed.default(x0, int(c0))\n"
+           "    again = torch.ops.prims.inductor_random.default(list(x1.shape), seed, 'rand')\n"
+           "    return (torch.ops.aten.gt.Scalar(again, c1), out[1])\n")
+    bad = _candidate(tmp_path, "pf4693d7449_x4", "b1", {"pattern.py": [(old, new)]})
+    r = _parity([bad], floor)
+    assert r.ok is False and "grads" in r.reason.split(";")[0], r
+
+
+
+def test_ab_judges_a_variant_with_a_philox4_fusion_by_injected_masks(tmp_path):
+    # the A/B's hook: a variant holding an _x4 candidate gets the masks-injected parity (ok here), one
+    # without gets None (its own parity stands); without such a fusion there is no judge at all
+    import types
+
+    from miner.check import ab
+    from miner.check.verify import make_parity
+    from miner.runtime import rewrite
+
+    cand = _candidate(tmp_path, "pf4693d7449_x4")
+    module = rewrite.load_module(cand.path / "pattern.py", rewrite.module_name(cand.path / "pattern.py", "pattern"))
+    built = _built()
+    assert masks.ab_judge(built, built.inputs, {}, mode="train", device=DEVICE) is None
+    judge = masks.ab_judge(built, built.inputs, {"x4": module}, mode="train", device=DEVICE)
+
+    def live(name, fusions, graph_pass):
+        with torch._inductor.config.patch(force_disable_caches=True):
+            return ab.prepare(name, built.model, built.inputs, built.loss, mode="train", compile_mode="default",
+                              device=DEVICE, graph_pass=graph_pass, fusions=fusions, warmup=1)
+    default = live("default", (), None)
+    x4 = live("x4", ["x4"], rewrite.FusionPass([rewrite.Entry("x4", module, ())]))
+    assert x4.res.matches == {"x4": 1}
+    before = make_parity(1.0, 1.0, None, None, {}, {})
+    p = judge(default, x4, before)
+    assert p.judged == masks.METHOD and p.ok is True and p.error is not None, p
+    other = types.SimpleNamespace(res=types.SimpleNamespace(fusions=["rms_norm"]))
+    assert judge(default, other, before) is None
