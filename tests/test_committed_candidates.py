@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from miner.core import candidate as candidates
 from miner.generate.generate import generate_one
@@ -63,7 +64,7 @@ def test_committed_candidate_kernel_passes_numerics(tmp_path, cid):
     ws = Workspace(tmp_path)
     shutil.copytree(REPO / "candidates" / cid, ws.candidates / cid)
     (ws.candidates / cid / "bench.json").unlink(missing_ok=True)
-    v = validate(ws, cid, device="cpu", model=False)
+    v = validate(ws, cid, device="cuda" if torch.cuda.is_available() else "cpu", model=False)
     assert v.ok, v.failure
     status = candidates.status(Workspace(REPO), candidates.at(REPO / "candidates" / cid))
     assert status in ("validated", "benchmarked", "promoted"), f"{cid} is committed as {status}"

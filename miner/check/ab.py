@@ -608,7 +608,8 @@ def _same_as_knob(r: ABResult) -> None:
                 v.cudagraphs = src.cudagraphs
 
 
-def _parity(lives: Sequence[_Live], mode: str, device: str, reference: tuple | None = None) -> None:
+def _parity(lives: Sequence[_Live], mode: str, device: str, reference: tuple | None = None,
+            masked: Callable | None = None) -> None:
     """Each variant's parity against ``lives[0]`` (and the float32 ``reference``), then its verdict
     again: one that broke parity is ``parity-fail``. ``masked``: ``miner.check.masks.ab_judge``'s
     judge, for variants whose dropout kernels draw another stream ("masks injected")."""

@@ -373,7 +373,7 @@ def run(one_pass_kernel, looped_kernel, reference: Callable, xs: Sequence, scala
     """
     outs = _run(one_pass_kernel, looped_kernel, reference, xs, scalars, output_kinds, pattern_id=pattern_id,
                 levels=levels, variant=variant, out_meta=out_meta, config=config, seeds=seeds, columns=columns,
-                rand4=rand4)
+                rand4=rand4, views=views)
     if RECORDERS and seeds:
         drawn = Drawn(pattern_id, {k: xs[k].clone() for k in seeds}, tuple(scalars), tuple(o.clone() for o in outs))
         for calls in RECORDERS:
@@ -382,7 +382,7 @@ def run(one_pass_kernel, looped_kernel, reference: Callable, xs: Sequence, scala
 
 
 def _run(one_pass_kernel, looped_kernel, reference, xs, scalars, output_kinds, *, pattern_id, levels, variant,
-         out_meta, config, seeds, columns, rand4) -> tuple:
+         out_meta, config, seeds, columns, rand4, views) -> tuple:
     """:func:`run` without the recording."""
     import torch
 
