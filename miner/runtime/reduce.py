@@ -25,6 +25,7 @@ the kept coordinates.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -33,7 +34,13 @@ import triton.language as tl
 
 from miner.runtime import launch as _launch
 
-CONFIGS = ((1, 1024, 4), (1, 512, 4), (1, 2048, 8), (1, 256, 2), (1, 1024, 8))  # (unused, BLOCK, num_warps)
+# (RB, XB, num_warps) per variant, the first the untimed default; RB is unused by ``loop``
+CONFIGS = {
+    "loop": ((1, 512, 4), (1, 256, 2), (1, 1024, 8), (1, 512, 8)),
+    "tile": ((16, 64, 4), (16, 32, 4), (16, 128, 8), (8, 128, 4), (4, 256, 4), (2, 512, 4)),
+    "split": ((16, 128, 4), (16, 64, 4), (16, 256, 8), (8, 256, 4), (4, 512, 4), (1, 1024, 4)),
+}
+EPILOGUE = (1, 1024, 4)  # the split variant's epilogue kernel
 ONE_HOT_MAX = 64  # table rows up to which index_put_acc sums per row inside a program
 
 
@@ -91,29 +98,21 @@ def _max_offset(t: torch.Tensor) -> int:
     return sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()) if s > 0)
 
 
-def run(kernel, *, f_views: dict, k_views: dict, stores: Sequence[torch.Tensor], full: Sequence[int],
-        reduced: Sequence[int], consts: dict, key: str, config: tuple[int, int, int] | None = None) -> None:
-    """Launch a generated ``reduce_kernel``.
+@dataclass(frozen=True)
+class Args:
+    """What every kernel of a region takes (one parameter list for all variants): the pointers in
+    order (inputs by index, then the stores), the kept count, and the ``tl.constexpr`` values."""
 
-    Parameters
-    ----------
-    kernel
-        The ``@triton.jit`` function; its pointer parameters are the inputs in increasing index
-        order, then the stores.
-    f_views, k_views : dict
-        Input index -> its view of the full shape (read per reduced element) / of the kept shape
-        (read once per kept element, after the loop).
-    stores : sequence of Tensor
-        Views of the kept shape the kernel writes.
-    full, reduced
-        The reduced operand's shape and the reduced dims.
-    consts : dict
-        The scalar slots the kernel reads (``c<i>``), compiled in.
-    key : str
-        The pattern id (with the shapes and strides, the tuning cache's key).
-    config : (int, int, int), optional
-        Force ``(1, BLOCK, num_warps)``; default: tuned once per key on a GPU, ``CONFIGS[0]`` otherwise.
-    """
+    ptrs: tuple
+    n_kept: int
+    cexpr: dict
+    wide: bool
+
+
+def kernel_args(*, f_views: dict, k_views: dict, stores: Sequence[torch.Tensor], full: Sequence[int],
+                reduced: Sequence[int], consts: dict) -> Args:
+    """The :class:`Args` of a launch (see :func:`run` for the parameters): sizes ``N<d>``, strides
+    ``SX<k>_<d>`` / ``SO<i>_<d>``, ``INV<k>`` (input k has stride 0 along every reduced dim), ``c<i>``."""
     kept = kept_shape(full, reduced)
     n_kept = math.prod(kept)
     tensors = {**f_views, **k_views}
@@ -124,19 +123,74 @@ def run(kernel, *, f_views: dict, k_views: dict, stores: Sequence[torch.Tensor],
         cexpr.update({f"SX{k}_{d}": int(st) for d, st in enumerate(v.stride())})
     for i, v in enumerate(stores):
         cexpr.update({f"SO{i}_{d}": int(st) for d, st in enumerate(v.stride())})
-    ptrs = [tensors[k] for k in sorted(tensors)] + list(stores)
+    for k, v in f_views.items():
+        cexpr[f"INV{k}"] = all(v.stride(d) == 0 or v.shape[d] == 1 for d in reduced)
+    cexpr.update(consts)
+    ptrs = tuple(tensors[k] for k in sorted(tensors)) + tuple(stores)
     wide = max([_max_offset(v) for v in ptrs] + [n_kept]) >= 2 ** 31 - 4096
-    if n_kept == 0:
+    return Args(ptrs, n_kept, cexpr, wide)
+
+
+def run(kernels: dict, *, f_views: dict, k_views: dict, stores: Sequence[torch.Tensor], full: Sequence[int],
+        reduced: Sequence[int], consts: dict, key: str, n_acc: int, variant: str,
+        config: tuple[int, int, int] | None = None) -> None:
+    """Launch a generated region's kernel(s) of ``variant``.
+
+    Parameters
+    ----------
+    kernels : dict
+        Variant -> ``@triton.jit`` kernel (``loop``, ``tile``, ``split``, and ``epilogue``, which
+        ``split`` runs after it); all take the pointers of :func:`kernel_args`, then ``p_ptr`` (the
+        ``split`` partials, else unused) and ``n_kept``.
+    f_views, k_views : dict
+        Input index -> its view of the full shape (read per reduced element) / of the kept shape
+        (read once per kept element, after the reductions).
+    stores : sequence of Tensor
+        Views of the kept shape the kernel writes.
+    full, reduced
+        The reduced operand's shape and the reduced dims.
+    consts : dict
+        The scalar slots the kernel reads (``c<i>``), compiled in.
+    key : str
+        The pattern id (with the variant, shapes, strides and dtypes, the tuning cache's key).
+    n_acc : int
+        The region's reductions (rows of the ``split`` partials).
+    variant : str
+        A key of ``kernels`` other than ``epilogue``.
+    config : (int, int, int), optional
+        Force ``(RB, XB, num_warps)``; default: the fastest of ``CONFIGS[variant]``, timed once per
+        tuning key on a GPU outside CUDA-graph capture (``miner.runtime.launch.pick``), else the first.
+    """
+    if variant not in CONFIGS or variant not in kernels:
+        raise ValueError(f"{key}: variant {variant!r}, expected one of {sorted(CONFIGS)}")
+    a = kernel_args(f_views=f_views, k_views=k_views, stores=stores, full=full, reduced=reduced, consts=consts)
+    if a.n_kept == 0:
         return
+    partials = None
+    if variant == "split":
+        partials = torch.empty((n_acc, a.n_kept), dtype=torch.float32, device=a.ptrs[0].device)
+        if n_acc * a.n_kept >= 2 ** 31 - 4096:  # the partials' offsets need 64 bits
+            a = Args(a.ptrs, a.n_kept, a.cexpr, True)
+    launcher = _launcher(kernels, variant, a, partials, n_acc)
+    device = a.ptrs[0].device.type
+    tune_key = ("reduce", key, variant, tuple(full),
+                tuple((tuple(v.shape), tuple(v.stride()), str(v.dtype)) for v in a.ptrs))
+    launcher(config or _launch.pick(tune_key, list(CONFIGS[variant]), launcher, device))
+
+
+def _launcher(kernels: dict, variant: str, a: Args, partials, n_acc: int):
+    """``go(config)``: one launch of ``variant`` (for ``split``, the partials and then the epilogue)."""
+    p = partials if partials is not None else a.ptrs[-1]
 
     def go(cfg):
-        _, block, warps = cfg
-        kernel[(triton.cdiv(n_kept, block),)](*ptrs, n_kept, **consts, **cexpr, BLOCK=block, WIDE=wide,
-                                             num_warps=warps)
-
-    device = ptrs[0].device.type
-    tune_key = ("reduce", key, tuple(full), tuple((tuple(v.shape), tuple(v.stride()), str(v.dtype)) for v in ptrs))
-    go(config or _launch.pick(tune_key, list(CONFIGS), go, device))
+        rb, xb, warps = cfg
+        grid = (triton.cdiv(a.n_kept, xb), n_acc) if variant == "split" else (triton.cdiv(a.n_kept, xb),)
+        kernels[variant][grid](*a.ptrs, p, a.n_kept, **a.cexpr, RB=rb, XB=xb, WIDE=a.wide, num_warps=warps)
+        if variant == "split":
+            erb, exb, ewarps = EPILOGUE
+            kernels["epilogue"][(triton.cdiv(a.n_kept, exb),)](*a.ptrs, p, a.n_kept, **a.cexpr, RB=erb, XB=exb,
+                                                                WIDE=a.wide, num_warps=ewarps)
+    return go
 
 
 @triton.jit
@@ -293,5 +347,5 @@ def structure_of(nodes) -> list[tuple]:
     return out
 
 
-__all__ = ["trace_keeping_reshape", "define_list_op", "apply_chain", "invert_chain", "kept_shape", "kept_view", "full_shape", "run", "index_put_acc",
+__all__ = ["trace_keeping_reshape", "define_list_op", "apply_chain", "invert_chain", "kept_shape", "kept_view", "full_shape", "run", "index_put_acc", "kernel_args", "Args", "EPILOGUE",
            "match_ok", "structure_ok", "structure_reasons", "structure_of", "CONFIGS", "ONE_HOT_MAX"]
