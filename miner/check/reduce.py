@@ -274,41 +274,195 @@ def validate(cand, device: str, model: bool, log):
     return v
 
 
-def time_vs_inductor(cand, device: str = "cuda") -> str:
-    """One line: the kernel and Inductor's compile of the same pattern at the observed shape (GPU), each
-    with its share of the memory roofline (bytes read and written / measured copy bandwidth)."""
+def device_us(fn, device: str = "cuda", reps: int = 15, warmup: int = 2) -> float:
+    """The median of ``reps`` calls of ``fn``, each timed alone (CUDA events; on the CPU the wall
+    clock, for the plumbing only), in microseconds."""
     import torch
-    from triton.testing import do_bench
+
+    cpu = device == "cpu"
+    for _ in range(0 if cpu else warmup):
+        fn()
+    times = []
+    for _ in range(1 if cpu else reps):
+        if cpu:
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e6)
+            continue
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3)
+    return sorted(times)[len(times) // 2]
+
+
+@dataclass
+class Bench:
+    """One candidate on the GPU at its observed shape: inputs, float64 references, the floor."""
+
+    cand: Any
+    xs: list
+    cs: list
+    refs: list
+    expect: list
+    nbytes: int
+    floor_us: float
+    device: str
+
+    def us(self, fn) -> float:
+        return device_us(fn, self.device)
+
+    def line(self, label: str, us: float, outs=None, inductor_us: float | None = None) -> tuple[str, bool]:
+        """``label  us  TB/s  share of roofline  [speedup]  [float64 check]`` (fits 100 columns), and
+        whether the check passed (True without ``outs``)."""
+        text = f"  {label:<26}{us:9.0f} us {self.nbytes / us / 1e6:6.2f} TB/s {self.floor_us / us:5.0%}"
+        if inductor_us:
+            text += f" {inductor_us / us:5.2f}x"
+        if outs is not None:
+            checks = [compare_bounded(o, r, e.dtype) for o, r, e in zip(outs, self.refs, self.expect)]
+            bad = [c[3] for c in checks if not c[0]]
+            text += f"  check {'ok' if not bad else 'FAILED'} ({max(c[2] for c in checks):.2g} of bound)"
+            text += f": {bad[0][:60]}" if bad else ""
+            return text, not bad
+        return text, True
+
+
+def bench_setup(cand, device: str = "cuda", primes: tuple[int, ...] | None = None) -> tuple[Bench, str]:
+    """Inputs at the observed shape (``primes``: mapped small, for the CPU), float64 references, bytes
+    moved and the floor at the measured copy bandwidth; and the header line."""
+    import torch
 
     entry = cand.meta["observed"][0]
-    xs = inputs_for(entry, None, table_rows(cand.meta), device)
+    xs = inputs_for(entry, primes, table_rows(cand.meta), device)
     cs = [float(s) for s in entry["scalars"]]
-    fn = cand.pattern_module.pattern
-    inductor = torch.compile(lambda *xs: fn(*xs, *cs), dynamic=False)
-    outs = inductor(*xs)
-    nbytes = sum(x.numel() * x.element_size() for x in xs) + sum(o.numel() * o.element_size() for o in outs)
-    big = torch.empty(2 ** 30 // 4, device=device)
-    copy_ms = do_bench(lambda: big.clone())
-    bw = 2 * big.numel() * 4 / (copy_ms * 1e-3)
-    floor_us = nbytes / bw * 1e6
-    ours = do_bench(lambda: cand.kernel_module.launch(*xs, *cs)) * 1e3
-    theirs = do_bench(lambda: inductor(*xs)) * 1e3
-    ok = check_case(cand, "observed", xs, cs)
-    return (f"{cand.id}: {nbytes / 1e9:.2f} GB, floor {floor_us:.0f} us at {bw / 1e12:.2f} TB/s; kernel {ours:.0f} us "
-            f"({floor_us / ours:.0%} of roofline), inductor {theirs:.0f} us ({floor_us / theirs:.0%}); "
-            f"{theirs / ours:.2f}x; float64 check {'ok' if ok.ok else 'FAILED ' + ok.detail}")
+    t0 = time.perf_counter()
+    refs = float64_reference(cand.pattern_module.pattern, xs, cs)
+    ref_s = time.perf_counter() - t0
+    expect = cand.pattern_module.pattern(*[x.to("meta") for x in xs], *cs)
+    nbytes = sum(x.numel() * x.element_size() for x in xs) + sum(o.numel() * o.element_size() for o in expect)
+    big = torch.empty(2 ** (30 if device == "cuda" else 20) // 4, device=device)
+    bw = 2 * big.numel() * 4 / (device_us(lambda: big.clone(), device) * 1e-6)
+    del big
+    b = Bench(cand, xs, cs, refs, expect, nbytes, nbytes / bw * 1e6, device)
+    return b, (f"{cand.id}: {nbytes / 1e9:.2f} GB moved, floor {b.floor_us:.0f} us at {bw / 1e12:.2f} TB/s (copy); "
+               f"float64 reference {ref_s:.1f} s")
+
+
+def time_candidate(cand, variants: list[str], configs: dict, log, device: str = "cuda",
+                   primes: tuple[int, ...] | None = None, inductor: bool = True) -> dict:
+    """Time Inductor's compile of the pattern (unless not ``inductor``), then every variant x config
+    (``configs``: variant -> list), the scatter alone, and the default launch (tuned once, then in a
+    CUDA graph); ``log`` each line. Returns variant -> (us, config) of the fastest config that passed
+    the float64 check. ``device="cpu"`` (with ``primes``) runs the plumbing under the interpreter."""
+    import torch
+
+    from miner.runtime import launch as _launch
+
+    b, head = bench_setup(cand, device, primes)
+    log(head)
+    ind_us = None
+    if inductor:
+        fn = cand.pattern_module.pattern
+        compiled = torch.compile(lambda *xs: fn(*xs, *b.cs), dynamic=False)
+        outs = compiled(*b.xs)
+        ind_us = b.us(lambda: compiled(*b.xs))
+        log(b.line("inductor (region alone)", ind_us, outs)[0])
+    best: dict = {}
+    for v in variants:
+        for cfg in configs[v]:
+            run = lambda: cand.kernel_module.launch(*b.xs, *b.cs, variant=v, config=cfg)  # noqa: E731
+            try:
+                outs = run()
+                us = b.us(run)
+            except Exception as e:  # noqa: BLE001 - a config the compiler refuses is reported, not fatal
+                log(f"  {v} {cfg}: {type(e).__name__}: {str(e).splitlines()[0][:60]}")
+                continue
+            text, ok = b.line(f"{v} {cfg}", us, outs, ind_us)
+            log(text)
+            if ok and us < best.get(v, (float("inf"), None))[0]:
+                best[v] = (us, cfg)
+    log(_scatter_line(b))
+    tuned_before = len(_launch.TUNED)
+    first = time.perf_counter()
+    outs = cand.kernel_module.launch(*b.xs, *b.cs)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    first = time.perf_counter() - first
+    us = b.us(lambda: cand.kernel_module.launch(*b.xs, *b.cs))
+    keys = len(_launch.TUNED) - tuned_before
+    log(b.line(f"default {cand.kernel_module.VARIANT} (tuned)", us, outs, ind_us)[0])
+    log(f"    (its first call {first:.1f} s, tuning {keys} key(s); later calls reuse the tile)")
+    if device == "cuda":
+        log(_graph_line(b, ind_us))
+    log("  best: " + " | ".join(f"{v} {cfg} {us:.0f} us" for v, (us, cfg) in sorted(best.items(), key=lambda x: x[1])))
+    return best
+
+
+def _scatter_line(b: Bench) -> str:
+    """The scatter of the region's index_put outputs alone: ``index_put_acc`` and torch's ``index_put_``
+    on the arguments one launch passes."""
+    from miner.runtime import reduce as _reduce
+
+    calls, real = [], _reduce.index_put_acc
+    _reduce.index_put_acc = lambda t, i, v: (calls.append((t.clone(), i, v.clone())), real(t, i, v))[1]
+    try:
+        b.cand.kernel_module.launch(*b.xs, *b.cs)
+    finally:
+        _reduce.index_put_acc = real
+    if not calls:
+        return "  (no index_put in this region)"
+    t, i, v = calls[0]
+    ours = b.us(lambda: real(t.clone(), i, v))
+    torch_us = b.us(lambda: t.clone().index_put_([i], v, accumulate=True))
+    return (f"  scatter alone: index_put_acc {ours:.0f} us, torch index_put_ {torch_us:.0f} us "
+            f"(values {list(v.shape)} into {list(t.shape)})")
+
+
+def _graph_line(b: Bench, ind_us: float) -> str:
+    """The default launch captured in a CUDA graph (after tuning) and replayed."""
+    import torch
+
+    try:
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            outs = b.cand.kernel_module.launch(*b.xs, *b.cs)
+        g.replay()
+        return b.line("default, CUDA graph replay", b.us(g.replay), outs, ind_us)[0]
+    except Exception as e:  # noqa: BLE001 - reported, not fatal
+        return f"  CUDA graph capture failed: {type(e).__name__}: {str(e).splitlines()[0][:60]}"
 
 
 def main(argv=None) -> int:
-    """``python3 -m miner.check.reduce ID...``: :func:`time_vs_inductor` per candidate (needs CUDA)."""
-    import sys
+    """``python3 -m miner.check.reduce [--variants all|V,V] [--configs all|first] ID...`` (needs CUDA).
+
+    Per candidate: Inductor's kernel for the region, each variant x config of ``CONFIGS`` (``first``:
+    only each variant's first), the scatter alone, the default launch (tuned, then a CUDA graph), each
+    with its time, bandwidth, share of the roofline, speedup over Inductor and float64 check. After the
+    first candidate, a candidate whose kernels have the same variants runs only each variant's fastest
+    config of the ones before (its shapes are the same in t5's encoder and decoder)."""
+    import argparse
 
     from miner.core import candidate
     from miner.core.workspace import Workspace
+    from miner.runtime import reduce as _reduce
 
-    ids = sys.argv[1:] if argv is None else argv
-    for cid in ids:
-        print(time_vs_inductor(candidate.load(Workspace("."), cid)), flush=True)
+    ap = argparse.ArgumentParser(prog="python3 -m miner.check.reduce")
+    ap.add_argument("ids", nargs="+")
+    ap.add_argument("--variants", default="all", help="all, or a comma list of loop,tile,split")
+    ap.add_argument("--configs", choices=("all", "first"), default="all")
+    a = ap.parse_args(argv)
+    variants = sorted(_reduce.CONFIGS) if a.variants == "all" else a.variants.split(",")
+    unknown = [v for v in variants if v not in _reduce.CONFIGS]
+    if unknown:
+        print(f"error: unknown variant(s) {unknown}; expected {sorted(_reduce.CONFIGS)}")
+        return 2
+    configs = {v: list(_reduce.CONFIGS[v][:1] if a.configs == "first" else _reduce.CONFIGS[v]) for v in variants}
+    for cid in a.ids:
+        best = time_candidate(candidate.load(Workspace("."), cid), variants, configs, lambda s: print(s, flush=True))
+        configs = {v: [best[v][1]] if v in best else configs[v] for v in variants}
     return 0
 
 
@@ -316,4 +470,5 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["time_vs_inductor", "validate", "inputs_for", "numeric_checks", "rewrite_check", "SMALL", "ODD"]
+__all__ = ["time_candidate", "bench_setup", "device_us", "float64_reference", "compare_bounded",
+           "Reference", "check_case", "validate", "inputs_for", "numeric_checks", "rewrite_check", "SMALL", "ODD"]
