@@ -243,7 +243,7 @@ def reduce_kernel(
     INV38: tl.constexpr, INV39: tl.constexpr, INV40: tl.constexpr, INV41: tl.constexpr,
     INV42: tl.constexpr, INV43: tl.constexpr, INV44: tl.constexpr, INV45: tl.constexpr,
     INV46: tl.constexpr, INV47: tl.constexpr, INV48: tl.constexpr, INV49: tl.constexpr,
-    RB: tl.constexpr, XB: tl.constexpr, WIDE: tl.constexpr,
+    RB: tl.constexpr, XB: tl.constexpr, ONE_ROW: tl.constexpr, WIDE: tl.constexpr,
 ):
     kid = tl.program_id(0) * XB + tl.arange(0, XB)
     if WIDE:
@@ -255,6 +255,13 @@ def reduce_kernel(
     k2 = rest % N2
     rest = rest // N2
     k1 = rest
+    base = tl.program_id(0) * XB
+    if WIDE:
+        base = base.to(tl.int64)
+    rest = base // N3
+    k2s = rest % N2
+    rest = rest // N2
+    k1s = rest
     acc_v14 = tl.full([XB], 0.0, tl.float32)
     acc_v24 = tl.full([XB], 0.0, tl.float32)
     acc_v35 = tl.full([XB], 0.0, tl.float32)
@@ -267,165 +274,316 @@ def reduce_kernel(
     acc_v112 = tl.full([XB], 0.0, tl.float32)
     acc_v123 = tl.full([XB], 0.0, tl.float32)
     acc_v134 = tl.full([XB], 0.0, tl.float32)
-    for r in range(N0):  # the reduced elements
-        k0 = r
-        a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=km, other=0)
-        a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=km, other=0).to(tl.float32)
-        a3 = tl.load(x3_ptr + (k0 * SX3_0 + k1 * SX3_1 + k2 * SX3_2 + k3 * SX3_3), mask=km, other=0).to(tl.float32)
-        a4 = tl.load(x4_ptr + (k0 * SX4_0 + k1 * SX4_1 + k2 * SX4_2 + k3 * SX4_3), mask=km, other=0).to(tl.float32)
-        a5 = tl.load(x5_ptr + (k0 * SX5_0 + k1 * SX5_1 + k2 * SX5_2 + k3 * SX5_3), mask=km, other=0)
-        a6 = tl.load(x6_ptr + (k0 * SX6_0 + k1 * SX6_1 + k2 * SX6_2 + k3 * SX6_3), mask=km, other=0).to(tl.float32)
-        a7 = tl.load(x7_ptr + (k0 * SX7_0 + k1 * SX7_1 + k2 * SX7_2 + k3 * SX7_3), mask=km, other=0).to(tl.float32)
-        a8 = tl.load(x8_ptr + (k0 * SX8_0 + k1 * SX8_1 + k2 * SX8_2 + k3 * SX8_3), mask=km, other=0).to(tl.float32)
-        a9 = tl.load(x9_ptr + (k0 * SX9_0 + k1 * SX9_1 + k2 * SX9_2 + k3 * SX9_3), mask=km, other=0)
-        a10 = tl.load(x10_ptr + (k0 * SX10_0 + k1 * SX10_1 + k2 * SX10_2 + k3 * SX10_3), mask=km, other=0).to(tl.float32)
-        a11 = tl.load(x11_ptr + (k0 * SX11_0 + k1 * SX11_1 + k2 * SX11_2 + k3 * SX11_3), mask=km, other=0).to(tl.float32)
-        a12 = tl.load(x12_ptr + (k0 * SX12_0 + k1 * SX12_1 + k2 * SX12_2 + k3 * SX12_3), mask=km, other=0).to(tl.float32)
-        a13 = tl.load(x13_ptr + (k0 * SX13_0 + k1 * SX13_1 + k2 * SX13_2 + k3 * SX13_3), mask=km, other=0)
-        a14 = tl.load(x14_ptr + (k0 * SX14_0 + k1 * SX14_1 + k2 * SX14_2 + k3 * SX14_3), mask=km, other=0).to(tl.float32)
-        a15 = tl.load(x15_ptr + (k0 * SX15_0 + k1 * SX15_1 + k2 * SX15_2 + k3 * SX15_3), mask=km, other=0).to(tl.float32)
-        a16 = tl.load(x16_ptr + (k0 * SX16_0 + k1 * SX16_1 + k2 * SX16_2 + k3 * SX16_3), mask=km, other=0).to(tl.float32)
-        a17 = tl.load(x17_ptr + (k0 * SX17_0 + k1 * SX17_1 + k2 * SX17_2 + k3 * SX17_3), mask=km, other=0)
-        a18 = tl.load(x18_ptr + (k0 * SX18_0 + k1 * SX18_1 + k2 * SX18_2 + k3 * SX18_3), mask=km, other=0).to(tl.float32)
-        a19 = tl.load(x19_ptr + (k0 * SX19_0 + k1 * SX19_1 + k2 * SX19_2 + k3 * SX19_3), mask=km, other=0).to(tl.float32)
-        a20 = tl.load(x20_ptr + (k0 * SX20_0 + k1 * SX20_1 + k2 * SX20_2 + k3 * SX20_3), mask=km, other=0).to(tl.float32)
-        a21 = tl.load(x21_ptr + (k0 * SX21_0 + k1 * SX21_1 + k2 * SX21_2 + k3 * SX21_3), mask=km, other=0)
-        a22 = tl.load(x22_ptr + (k0 * SX22_0 + k1 * SX22_1 + k2 * SX22_2 + k3 * SX22_3), mask=km, other=0).to(tl.float32)
-        a23 = tl.load(x23_ptr + (k0 * SX23_0 + k1 * SX23_1 + k2 * SX23_2 + k3 * SX23_3), mask=km, other=0).to(tl.float32)
-        a24 = tl.load(x24_ptr + (k0 * SX24_0 + k1 * SX24_1 + k2 * SX24_2 + k3 * SX24_3), mask=km, other=0).to(tl.float32)
-        a25 = tl.load(x25_ptr + (k0 * SX25_0 + k1 * SX25_1 + k2 * SX25_2 + k3 * SX25_3), mask=km, other=0)
-        a26 = tl.load(x26_ptr + (k0 * SX26_0 + k1 * SX26_1 + k2 * SX26_2 + k3 * SX26_3), mask=km, other=0).to(tl.float32)
-        a27 = tl.load(x27_ptr + (k0 * SX27_0 + k1 * SX27_1 + k2 * SX27_2 + k3 * SX27_3), mask=km, other=0).to(tl.float32)
-        a28 = tl.load(x28_ptr + (k0 * SX28_0 + k1 * SX28_1 + k2 * SX28_2 + k3 * SX28_3), mask=km, other=0).to(tl.float32)
-        a29 = tl.load(x29_ptr + (k0 * SX29_0 + k1 * SX29_1 + k2 * SX29_2 + k3 * SX29_3), mask=km, other=0)
-        a30 = tl.load(x30_ptr + (k0 * SX30_0 + k1 * SX30_1 + k2 * SX30_2 + k3 * SX30_3), mask=km, other=0).to(tl.float32)
-        a31 = tl.load(x31_ptr + (k0 * SX31_0 + k1 * SX31_1 + k2 * SX31_2 + k3 * SX31_3), mask=km, other=0).to(tl.float32)
-        a32 = tl.load(x32_ptr + (k0 * SX32_0 + k1 * SX32_1 + k2 * SX32_2 + k3 * SX32_3), mask=km, other=0).to(tl.float32)
-        a33 = tl.load(x33_ptr + (k0 * SX33_0 + k1 * SX33_1 + k2 * SX33_2 + k3 * SX33_3), mask=km, other=0)
-        a34 = tl.load(x34_ptr + (k0 * SX34_0 + k1 * SX34_1 + k2 * SX34_2 + k3 * SX34_3), mask=km, other=0).to(tl.float32)
-        a35 = tl.load(x35_ptr + (k0 * SX35_0 + k1 * SX35_1 + k2 * SX35_2 + k3 * SX35_3), mask=km, other=0).to(tl.float32)
-        a36 = tl.load(x36_ptr + (k0 * SX36_0 + k1 * SX36_1 + k2 * SX36_2 + k3 * SX36_3), mask=km, other=0).to(tl.float32)
-        a37 = tl.load(x37_ptr + (k0 * SX37_0 + k1 * SX37_1 + k2 * SX37_2 + k3 * SX37_3), mask=km, other=0)
-        a38 = tl.load(x38_ptr + (k0 * SX38_0 + k1 * SX38_1 + k2 * SX38_2 + k3 * SX38_3), mask=km, other=0).to(tl.float32)
-        a39 = tl.load(x39_ptr + (k0 * SX39_0 + k1 * SX39_1 + k2 * SX39_2 + k3 * SX39_3), mask=km, other=0).to(tl.float32)
-        a40 = tl.load(x40_ptr + (k0 * SX40_0 + k1 * SX40_1 + k2 * SX40_2 + k3 * SX40_3), mask=km, other=0).to(tl.float32)
-        a41 = tl.load(x41_ptr + (k0 * SX41_0 + k1 * SX41_1 + k2 * SX41_2 + k3 * SX41_3), mask=km, other=0)
-        a42 = tl.load(x42_ptr + (k0 * SX42_0 + k1 * SX42_1 + k2 * SX42_2 + k3 * SX42_3), mask=km, other=0).to(tl.float32)
-        a43 = tl.load(x43_ptr + (k0 * SX43_0 + k1 * SX43_1 + k2 * SX43_2 + k3 * SX43_3), mask=km, other=0).to(tl.float32)
-        a44 = tl.load(x44_ptr + (k0 * SX44_0 + k1 * SX44_1 + k2 * SX44_2 + k3 * SX44_3), mask=km, other=0).to(tl.float32)
-        a45 = tl.load(x45_ptr + (k0 * SX45_0 + k1 * SX45_1 + k2 * SX45_2 + k3 * SX45_3), mask=km, other=0)
-        a46 = tl.load(x46_ptr + (k0 * SX46_0 + k1 * SX46_1 + k2 * SX46_2 + k3 * SX46_3), mask=km, other=0).to(tl.float32)
-        a47 = tl.load(x47_ptr + (k0 * SX47_0 + k1 * SX47_1 + k2 * SX47_2 + k3 * SX47_3), mask=km, other=0).to(tl.float32)
-        a48 = tl.load(x48_ptr + (k0 * SX48_0 + k1 * SX48_1 + k2 * SX48_2 + k3 * SX48_3), mask=km, other=0).to(tl.float32)
-        a49 = tl.load(x49_ptr + (k0 * SX49_0 + k1 * SX49_1 + k2 * SX49_2 + k3 * SX49_3), mask=km, other=0)
-        v5 = (-a2)  # aten.neg
-        v6 = a4  # prims.convert_element_type
-        v8 = a5.to(tl.float32)  # prims.convert_element_type
-        v9 = (v8 * c3)  # aten.mul
-        v10 = (v6 * v9)  # aten.mul
-        v11 = (v10 * a2)  # aten.mul
-        v12 = tl.fma(v5, a3, v11)  # prims.fma
-        v13 = tl.where(a1, v12, c2)  # aten.where
-        v15 = (-a6)  # aten.neg
-        v16 = a8  # prims.convert_element_type
-        v18 = a9.to(tl.float32)  # prims.convert_element_type
-        v19 = (v18 * c4)  # aten.mul
-        v20 = (v16 * v19)  # aten.mul
-        v21 = (v20 * a6)  # aten.mul
-        v22 = tl.fma(v15, a7, v21)  # prims.fma
-        v23 = tl.where(a1, v22, c2)  # aten.where
-        v26 = (-a10)  # aten.neg
-        v27 = a12  # prims.convert_element_type
-        v29 = a13.to(tl.float32)  # prims.convert_element_type
-        v30 = (v29 * c5)  # aten.mul
-        v31 = (v27 * v30)  # aten.mul
-        v32 = (v31 * a10)  # aten.mul
-        v33 = tl.fma(v26, a11, v32)  # prims.fma
-        v34 = tl.where(a1, v33, c2)  # aten.where
-        v37 = (-a14)  # aten.neg
-        v38 = a16  # prims.convert_element_type
-        v40 = a17.to(tl.float32)  # prims.convert_element_type
-        v41 = (v40 * c6)  # aten.mul
-        v42 = (v38 * v41)  # aten.mul
-        v43 = (v42 * a14)  # aten.mul
-        v44 = tl.fma(v37, a15, v43)  # prims.fma
-        v45 = tl.where(a1, v44, c2)  # aten.where
-        v48 = (-a18)  # aten.neg
-        v49 = a20  # prims.convert_element_type
-        v51 = a21.to(tl.float32)  # prims.convert_element_type
-        v52 = (v51 * c7)  # aten.mul
-        v53 = (v49 * v52)  # aten.mul
-        v54 = (v53 * a18)  # aten.mul
-        v55 = tl.fma(v48, a19, v54)  # prims.fma
-        v56 = tl.where(a1, v55, c2)  # aten.where
-        v59 = (-a22)  # aten.neg
-        v60 = a24  # prims.convert_element_type
-        v62 = a25.to(tl.float32)  # prims.convert_element_type
-        v63 = (v62 * c8)  # aten.mul
-        v64 = (v60 * v63)  # aten.mul
-        v65 = (v64 * a22)  # aten.mul
-        v66 = tl.fma(v59, a23, v65)  # prims.fma
-        v67 = tl.where(a1, v66, c2)  # aten.where
-        v70 = (-a26)  # aten.neg
-        v71 = a28  # prims.convert_element_type
-        v73 = a29.to(tl.float32)  # prims.convert_element_type
-        v74 = (v73 * c9)  # aten.mul
-        v75 = (v71 * v74)  # aten.mul
-        v76 = (v75 * a26)  # aten.mul
-        v77 = tl.fma(v70, a27, v76)  # prims.fma
-        v78 = tl.where(a1, v77, c2)  # aten.where
-        v81 = (-a30)  # aten.neg
-        v82 = a32  # prims.convert_element_type
-        v84 = a33.to(tl.float32)  # prims.convert_element_type
-        v85 = (v84 * c10)  # aten.mul
-        v86 = (v82 * v85)  # aten.mul
-        v87 = (v86 * a30)  # aten.mul
-        v88 = tl.fma(v81, a31, v87)  # prims.fma
-        v89 = tl.where(a1, v88, c2)  # aten.where
-        v92 = (-a34)  # aten.neg
-        v93 = a36  # prims.convert_element_type
-        v95 = a37.to(tl.float32)  # prims.convert_element_type
-        v96 = (v95 * c11)  # aten.mul
-        v97 = (v93 * v96)  # aten.mul
-        v98 = (v97 * a34)  # aten.mul
-        v99 = tl.fma(v92, a35, v98)  # prims.fma
-        v100 = tl.where(a1, v99, c2)  # aten.where
-        v103 = (-a38)  # aten.neg
-        v104 = a40  # prims.convert_element_type
-        v106 = a41.to(tl.float32)  # prims.convert_element_type
-        v107 = (v106 * c12)  # aten.mul
-        v108 = (v104 * v107)  # aten.mul
-        v109 = (v108 * a38)  # aten.mul
-        v110 = tl.fma(v103, a39, v109)  # prims.fma
-        v111 = tl.where(a1, v110, c2)  # aten.where
-        v114 = (-a42)  # aten.neg
-        v115 = a44  # prims.convert_element_type
-        v117 = a45.to(tl.float32)  # prims.convert_element_type
-        v118 = (v117 * c13)  # aten.mul
-        v119 = (v115 * v118)  # aten.mul
-        v120 = (v119 * a42)  # aten.mul
-        v121 = tl.fma(v114, a43, v120)  # prims.fma
-        v122 = tl.where(a1, v121, c2)  # aten.where
-        v125 = (-a46)  # aten.neg
-        v126 = a48  # prims.convert_element_type
-        v128 = a49.to(tl.float32)  # prims.convert_element_type
-        v129 = (v128 * c14)  # aten.mul
-        v130 = (v126 * v129)  # aten.mul
-        v131 = (v130 * a46)  # aten.mul
-        v132 = tl.fma(v125, a47, v131)  # prims.fma
-        v133 = tl.where(a1, v132, c2)  # aten.where
-        acc_v14 = acc_v14 + tl.where(km, v13, 0.0)  # aten.sum
-        acc_v24 = acc_v24 + tl.where(km, v23, 0.0)  # aten.sum
-        acc_v35 = acc_v35 + tl.where(km, v34, 0.0)  # aten.sum
-        acc_v46 = acc_v46 + tl.where(km, v45, 0.0)  # aten.sum
-        acc_v57 = acc_v57 + tl.where(km, v56, 0.0)  # aten.sum
-        acc_v68 = acc_v68 + tl.where(km, v67, 0.0)  # aten.sum
-        acc_v79 = acc_v79 + tl.where(km, v78, 0.0)  # aten.sum
-        acc_v90 = acc_v90 + tl.where(km, v89, 0.0)  # aten.sum
-        acc_v101 = acc_v101 + tl.where(km, v100, 0.0)  # aten.sum
-        acc_v112 = acc_v112 + tl.where(km, v111, 0.0)  # aten.sum
-        acc_v123 = acc_v123 + tl.where(km, v122, 0.0)  # aten.sum
-        acc_v134 = acc_v134 + tl.where(km, v133, 0.0)  # aten.sum
+    for r0 in range(0, N0, RB):  # the reduced elements, unrolled by RB
+        for j in tl.static_range(RB):
+            r = r0 + j
+            fm = km & (kid * 0 + r < N0)
+            k0 = r
+            sm = (base < n_kept) & (base * 0 + r < N0)  # the mask of a per-row value
+            if ONE_ROW and SX1_3 == 0:  # the same along the row: one load per program
+                a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1s * SX1_1 + k2s * SX1_2), mask=sm, other=0)
+            else:
+                a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
+            if ONE_ROW and SX2_3 == 0:  # the same along the row: one load per program
+                a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1s * SX2_1 + k2s * SX2_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX3_3 == 0:  # the same along the row: one load per program
+                a3 = tl.load(x3_ptr + (k0 * SX3_0 + k1s * SX3_1 + k2s * SX3_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a3 = tl.load(x3_ptr + (k0 * SX3_0 + k1 * SX3_1 + k2 * SX3_2 + k3 * SX3_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX4_3 == 0:  # the same along the row: one load per program
+                a4 = tl.load(x4_ptr + (k0 * SX4_0 + k1s * SX4_1 + k2s * SX4_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a4 = tl.load(x4_ptr + (k0 * SX4_0 + k1 * SX4_1 + k2 * SX4_2 + k3 * SX4_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX5_3 == 0:  # the same along the row: one load per program
+                a5 = tl.load(x5_ptr + (k0 * SX5_0 + k1s * SX5_1 + k2s * SX5_2), mask=sm, other=0)
+            else:
+                a5 = tl.load(x5_ptr + (k0 * SX5_0 + k1 * SX5_1 + k2 * SX5_2 + k3 * SX5_3), mask=fm, other=0)
+            if ONE_ROW and SX6_3 == 0:  # the same along the row: one load per program
+                a6 = tl.load(x6_ptr + (k0 * SX6_0 + k1s * SX6_1 + k2s * SX6_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a6 = tl.load(x6_ptr + (k0 * SX6_0 + k1 * SX6_1 + k2 * SX6_2 + k3 * SX6_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX7_3 == 0:  # the same along the row: one load per program
+                a7 = tl.load(x7_ptr + (k0 * SX7_0 + k1s * SX7_1 + k2s * SX7_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a7 = tl.load(x7_ptr + (k0 * SX7_0 + k1 * SX7_1 + k2 * SX7_2 + k3 * SX7_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX8_3 == 0:  # the same along the row: one load per program
+                a8 = tl.load(x8_ptr + (k0 * SX8_0 + k1s * SX8_1 + k2s * SX8_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a8 = tl.load(x8_ptr + (k0 * SX8_0 + k1 * SX8_1 + k2 * SX8_2 + k3 * SX8_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX9_3 == 0:  # the same along the row: one load per program
+                a9 = tl.load(x9_ptr + (k0 * SX9_0 + k1s * SX9_1 + k2s * SX9_2), mask=sm, other=0)
+            else:
+                a9 = tl.load(x9_ptr + (k0 * SX9_0 + k1 * SX9_1 + k2 * SX9_2 + k3 * SX9_3), mask=fm, other=0)
+            if ONE_ROW and SX10_3 == 0:  # the same along the row: one load per program
+                a10 = tl.load(x10_ptr + (k0 * SX10_0 + k1s * SX10_1 + k2s * SX10_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a10 = tl.load(x10_ptr + (k0 * SX10_0 + k1 * SX10_1 + k2 * SX10_2 + k3 * SX10_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX11_3 == 0:  # the same along the row: one load per program
+                a11 = tl.load(x11_ptr + (k0 * SX11_0 + k1s * SX11_1 + k2s * SX11_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a11 = tl.load(x11_ptr + (k0 * SX11_0 + k1 * SX11_1 + k2 * SX11_2 + k3 * SX11_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX12_3 == 0:  # the same along the row: one load per program
+                a12 = tl.load(x12_ptr + (k0 * SX12_0 + k1s * SX12_1 + k2s * SX12_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a12 = tl.load(x12_ptr + (k0 * SX12_0 + k1 * SX12_1 + k2 * SX12_2 + k3 * SX12_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX13_3 == 0:  # the same along the row: one load per program
+                a13 = tl.load(x13_ptr + (k0 * SX13_0 + k1s * SX13_1 + k2s * SX13_2), mask=sm, other=0)
+            else:
+                a13 = tl.load(x13_ptr + (k0 * SX13_0 + k1 * SX13_1 + k2 * SX13_2 + k3 * SX13_3), mask=fm, other=0)
+            if ONE_ROW and SX14_3 == 0:  # the same along the row: one load per program
+                a14 = tl.load(x14_ptr + (k0 * SX14_0 + k1s * SX14_1 + k2s * SX14_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a14 = tl.load(x14_ptr + (k0 * SX14_0 + k1 * SX14_1 + k2 * SX14_2 + k3 * SX14_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX15_3 == 0:  # the same along the row: one load per program
+                a15 = tl.load(x15_ptr + (k0 * SX15_0 + k1s * SX15_1 + k2s * SX15_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a15 = tl.load(x15_ptr + (k0 * SX15_0 + k1 * SX15_1 + k2 * SX15_2 + k3 * SX15_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX16_3 == 0:  # the same along the row: one load per program
+                a16 = tl.load(x16_ptr + (k0 * SX16_0 + k1s * SX16_1 + k2s * SX16_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a16 = tl.load(x16_ptr + (k0 * SX16_0 + k1 * SX16_1 + k2 * SX16_2 + k3 * SX16_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX17_3 == 0:  # the same along the row: one load per program
+                a17 = tl.load(x17_ptr + (k0 * SX17_0 + k1s * SX17_1 + k2s * SX17_2), mask=sm, other=0)
+            else:
+                a17 = tl.load(x17_ptr + (k0 * SX17_0 + k1 * SX17_1 + k2 * SX17_2 + k3 * SX17_3), mask=fm, other=0)
+            if ONE_ROW and SX18_3 == 0:  # the same along the row: one load per program
+                a18 = tl.load(x18_ptr + (k0 * SX18_0 + k1s * SX18_1 + k2s * SX18_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a18 = tl.load(x18_ptr + (k0 * SX18_0 + k1 * SX18_1 + k2 * SX18_2 + k3 * SX18_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX19_3 == 0:  # the same along the row: one load per program
+                a19 = tl.load(x19_ptr + (k0 * SX19_0 + k1s * SX19_1 + k2s * SX19_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a19 = tl.load(x19_ptr + (k0 * SX19_0 + k1 * SX19_1 + k2 * SX19_2 + k3 * SX19_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX20_3 == 0:  # the same along the row: one load per program
+                a20 = tl.load(x20_ptr + (k0 * SX20_0 + k1s * SX20_1 + k2s * SX20_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a20 = tl.load(x20_ptr + (k0 * SX20_0 + k1 * SX20_1 + k2 * SX20_2 + k3 * SX20_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX21_3 == 0:  # the same along the row: one load per program
+                a21 = tl.load(x21_ptr + (k0 * SX21_0 + k1s * SX21_1 + k2s * SX21_2), mask=sm, other=0)
+            else:
+                a21 = tl.load(x21_ptr + (k0 * SX21_0 + k1 * SX21_1 + k2 * SX21_2 + k3 * SX21_3), mask=fm, other=0)
+            if ONE_ROW and SX22_3 == 0:  # the same along the row: one load per program
+                a22 = tl.load(x22_ptr + (k0 * SX22_0 + k1s * SX22_1 + k2s * SX22_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a22 = tl.load(x22_ptr + (k0 * SX22_0 + k1 * SX22_1 + k2 * SX22_2 + k3 * SX22_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX23_3 == 0:  # the same along the row: one load per program
+                a23 = tl.load(x23_ptr + (k0 * SX23_0 + k1s * SX23_1 + k2s * SX23_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a23 = tl.load(x23_ptr + (k0 * SX23_0 + k1 * SX23_1 + k2 * SX23_2 + k3 * SX23_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX24_3 == 0:  # the same along the row: one load per program
+                a24 = tl.load(x24_ptr + (k0 * SX24_0 + k1s * SX24_1 + k2s * SX24_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a24 = tl.load(x24_ptr + (k0 * SX24_0 + k1 * SX24_1 + k2 * SX24_2 + k3 * SX24_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX25_3 == 0:  # the same along the row: one load per program
+                a25 = tl.load(x25_ptr + (k0 * SX25_0 + k1s * SX25_1 + k2s * SX25_2), mask=sm, other=0)
+            else:
+                a25 = tl.load(x25_ptr + (k0 * SX25_0 + k1 * SX25_1 + k2 * SX25_2 + k3 * SX25_3), mask=fm, other=0)
+            if ONE_ROW and SX26_3 == 0:  # the same along the row: one load per program
+                a26 = tl.load(x26_ptr + (k0 * SX26_0 + k1s * SX26_1 + k2s * SX26_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a26 = tl.load(x26_ptr + (k0 * SX26_0 + k1 * SX26_1 + k2 * SX26_2 + k3 * SX26_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX27_3 == 0:  # the same along the row: one load per program
+                a27 = tl.load(x27_ptr + (k0 * SX27_0 + k1s * SX27_1 + k2s * SX27_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a27 = tl.load(x27_ptr + (k0 * SX27_0 + k1 * SX27_1 + k2 * SX27_2 + k3 * SX27_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX28_3 == 0:  # the same along the row: one load per program
+                a28 = tl.load(x28_ptr + (k0 * SX28_0 + k1s * SX28_1 + k2s * SX28_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a28 = tl.load(x28_ptr + (k0 * SX28_0 + k1 * SX28_1 + k2 * SX28_2 + k3 * SX28_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX29_3 == 0:  # the same along the row: one load per program
+                a29 = tl.load(x29_ptr + (k0 * SX29_0 + k1s * SX29_1 + k2s * SX29_2), mask=sm, other=0)
+            else:
+                a29 = tl.load(x29_ptr + (k0 * SX29_0 + k1 * SX29_1 + k2 * SX29_2 + k3 * SX29_3), mask=fm, other=0)
+            if ONE_ROW and SX30_3 == 0:  # the same along the row: one load per program
+                a30 = tl.load(x30_ptr + (k0 * SX30_0 + k1s * SX30_1 + k2s * SX30_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a30 = tl.load(x30_ptr + (k0 * SX30_0 + k1 * SX30_1 + k2 * SX30_2 + k3 * SX30_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX31_3 == 0:  # the same along the row: one load per program
+                a31 = tl.load(x31_ptr + (k0 * SX31_0 + k1s * SX31_1 + k2s * SX31_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a31 = tl.load(x31_ptr + (k0 * SX31_0 + k1 * SX31_1 + k2 * SX31_2 + k3 * SX31_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX32_3 == 0:  # the same along the row: one load per program
+                a32 = tl.load(x32_ptr + (k0 * SX32_0 + k1s * SX32_1 + k2s * SX32_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a32 = tl.load(x32_ptr + (k0 * SX32_0 + k1 * SX32_1 + k2 * SX32_2 + k3 * SX32_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX33_3 == 0:  # the same along the row: one load per program
+                a33 = tl.load(x33_ptr + (k0 * SX33_0 + k1s * SX33_1 + k2s * SX33_2), mask=sm, other=0)
+            else:
+                a33 = tl.load(x33_ptr + (k0 * SX33_0 + k1 * SX33_1 + k2 * SX33_2 + k3 * SX33_3), mask=fm, other=0)
+            if ONE_ROW and SX34_3 == 0:  # the same along the row: one load per program
+                a34 = tl.load(x34_ptr + (k0 * SX34_0 + k1s * SX34_1 + k2s * SX34_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a34 = tl.load(x34_ptr + (k0 * SX34_0 + k1 * SX34_1 + k2 * SX34_2 + k3 * SX34_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX35_3 == 0:  # the same along the row: one load per program
+                a35 = tl.load(x35_ptr + (k0 * SX35_0 + k1s * SX35_1 + k2s * SX35_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a35 = tl.load(x35_ptr + (k0 * SX35_0 + k1 * SX35_1 + k2 * SX35_2 + k3 * SX35_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX36_3 == 0:  # the same along the row: one load per program
+                a36 = tl.load(x36_ptr + (k0 * SX36_0 + k1s * SX36_1 + k2s * SX36_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a36 = tl.load(x36_ptr + (k0 * SX36_0 + k1 * SX36_1 + k2 * SX36_2 + k3 * SX36_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX37_3 == 0:  # the same along the row: one load per program
+                a37 = tl.load(x37_ptr + (k0 * SX37_0 + k1s * SX37_1 + k2s * SX37_2), mask=sm, other=0)
+            else:
+                a37 = tl.load(x37_ptr + (k0 * SX37_0 + k1 * SX37_1 + k2 * SX37_2 + k3 * SX37_3), mask=fm, other=0)
+            if ONE_ROW and SX38_3 == 0:  # the same along the row: one load per program
+                a38 = tl.load(x38_ptr + (k0 * SX38_0 + k1s * SX38_1 + k2s * SX38_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a38 = tl.load(x38_ptr + (k0 * SX38_0 + k1 * SX38_1 + k2 * SX38_2 + k3 * SX38_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX39_3 == 0:  # the same along the row: one load per program
+                a39 = tl.load(x39_ptr + (k0 * SX39_0 + k1s * SX39_1 + k2s * SX39_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a39 = tl.load(x39_ptr + (k0 * SX39_0 + k1 * SX39_1 + k2 * SX39_2 + k3 * SX39_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX40_3 == 0:  # the same along the row: one load per program
+                a40 = tl.load(x40_ptr + (k0 * SX40_0 + k1s * SX40_1 + k2s * SX40_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a40 = tl.load(x40_ptr + (k0 * SX40_0 + k1 * SX40_1 + k2 * SX40_2 + k3 * SX40_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX41_3 == 0:  # the same along the row: one load per program
+                a41 = tl.load(x41_ptr + (k0 * SX41_0 + k1s * SX41_1 + k2s * SX41_2), mask=sm, other=0)
+            else:
+                a41 = tl.load(x41_ptr + (k0 * SX41_0 + k1 * SX41_1 + k2 * SX41_2 + k3 * SX41_3), mask=fm, other=0)
+            if ONE_ROW and SX42_3 == 0:  # the same along the row: one load per program
+                a42 = tl.load(x42_ptr + (k0 * SX42_0 + k1s * SX42_1 + k2s * SX42_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a42 = tl.load(x42_ptr + (k0 * SX42_0 + k1 * SX42_1 + k2 * SX42_2 + k3 * SX42_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX43_3 == 0:  # the same along the row: one load per program
+                a43 = tl.load(x43_ptr + (k0 * SX43_0 + k1s * SX43_1 + k2s * SX43_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a43 = tl.load(x43_ptr + (k0 * SX43_0 + k1 * SX43_1 + k2 * SX43_2 + k3 * SX43_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX44_3 == 0:  # the same along the row: one load per program
+                a44 = tl.load(x44_ptr + (k0 * SX44_0 + k1s * SX44_1 + k2s * SX44_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a44 = tl.load(x44_ptr + (k0 * SX44_0 + k1 * SX44_1 + k2 * SX44_2 + k3 * SX44_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX45_3 == 0:  # the same along the row: one load per program
+                a45 = tl.load(x45_ptr + (k0 * SX45_0 + k1s * SX45_1 + k2s * SX45_2), mask=sm, other=0)
+            else:
+                a45 = tl.load(x45_ptr + (k0 * SX45_0 + k1 * SX45_1 + k2 * SX45_2 + k3 * SX45_3), mask=fm, other=0)
+            if ONE_ROW and SX46_3 == 0:  # the same along the row: one load per program
+                a46 = tl.load(x46_ptr + (k0 * SX46_0 + k1s * SX46_1 + k2s * SX46_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a46 = tl.load(x46_ptr + (k0 * SX46_0 + k1 * SX46_1 + k2 * SX46_2 + k3 * SX46_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX47_3 == 0:  # the same along the row: one load per program
+                a47 = tl.load(x47_ptr + (k0 * SX47_0 + k1s * SX47_1 + k2s * SX47_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a47 = tl.load(x47_ptr + (k0 * SX47_0 + k1 * SX47_1 + k2 * SX47_2 + k3 * SX47_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX48_3 == 0:  # the same along the row: one load per program
+                a48 = tl.load(x48_ptr + (k0 * SX48_0 + k1s * SX48_1 + k2s * SX48_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a48 = tl.load(x48_ptr + (k0 * SX48_0 + k1 * SX48_1 + k2 * SX48_2 + k3 * SX48_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX49_3 == 0:  # the same along the row: one load per program
+                a49 = tl.load(x49_ptr + (k0 * SX49_0 + k1s * SX49_1 + k2s * SX49_2), mask=sm, other=0)
+            else:
+                a49 = tl.load(x49_ptr + (k0 * SX49_0 + k1 * SX49_1 + k2 * SX49_2 + k3 * SX49_3), mask=fm, other=0)
+            v5 = (-a2)  # aten.neg
+            v6 = a4  # prims.convert_element_type
+            v8 = a5.to(tl.float32)  # prims.convert_element_type
+            v9 = (v8 * c3)  # aten.mul
+            v10 = (v6 * v9)  # aten.mul
+            v11 = (v10 * a2)  # aten.mul
+            v12 = tl.fma(v5, a3, v11)  # prims.fma
+            v13 = tl.where(a1, v12, c2)  # aten.where
+            v15 = (-a6)  # aten.neg
+            v16 = a8  # prims.convert_element_type
+            v18 = a9.to(tl.float32)  # prims.convert_element_type
+            v19 = (v18 * c4)  # aten.mul
+            v20 = (v16 * v19)  # aten.mul
+            v21 = (v20 * a6)  # aten.mul
+            v22 = tl.fma(v15, a7, v21)  # prims.fma
+            v23 = tl.where(a1, v22, c2)  # aten.where
+            v26 = (-a10)  # aten.neg
+            v27 = a12  # prims.convert_element_type
+            v29 = a13.to(tl.float32)  # prims.convert_element_type
+            v30 = (v29 * c5)  # aten.mul
+            v31 = (v27 * v30)  # aten.mul
+            v32 = (v31 * a10)  # aten.mul
+            v33 = tl.fma(v26, a11, v32)  # prims.fma
+            v34 = tl.where(a1, v33, c2)  # aten.where
+            v37 = (-a14)  # aten.neg
+            v38 = a16  # prims.convert_element_type
+            v40 = a17.to(tl.float32)  # prims.convert_element_type
+            v41 = (v40 * c6)  # aten.mul
+            v42 = (v38 * v41)  # aten.mul
+            v43 = (v42 * a14)  # aten.mul
+            v44 = tl.fma(v37, a15, v43)  # prims.fma
+            v45 = tl.where(a1, v44, c2)  # aten.where
+            v48 = (-a18)  # aten.neg
+            v49 = a20  # prims.convert_element_type
+            v51 = a21.to(tl.float32)  # prims.convert_element_type
+            v52 = (v51 * c7)  # aten.mul
+            v53 = (v49 * v52)  # aten.mul
+            v54 = (v53 * a18)  # aten.mul
+            v55 = tl.fma(v48, a19, v54)  # prims.fma
+            v56 = tl.where(a1, v55, c2)  # aten.where
+            v59 = (-a22)  # aten.neg
+            v60 = a24  # prims.convert_element_type
+            v62 = a25.to(tl.float32)  # prims.convert_element_type
+            v63 = (v62 * c8)  # aten.mul
+            v64 = (v60 * v63)  # aten.mul
+            v65 = (v64 * a22)  # aten.mul
+            v66 = tl.fma(v59, a23, v65)  # prims.fma
+            v67 = tl.where(a1, v66, c2)  # aten.where
+            v70 = (-a26)  # aten.neg
+            v71 = a28  # prims.convert_element_type
+            v73 = a29.to(tl.float32)  # prims.convert_element_type
+            v74 = (v73 * c9)  # aten.mul
+            v75 = (v71 * v74)  # aten.mul
+            v76 = (v75 * a26)  # aten.mul
+            v77 = tl.fma(v70, a27, v76)  # prims.fma
+            v78 = tl.where(a1, v77, c2)  # aten.where
+            v81 = (-a30)  # aten.neg
+            v82 = a32  # prims.convert_element_type
+            v84 = a33.to(tl.float32)  # prims.convert_element_type
+            v85 = (v84 * c10)  # aten.mul
+            v86 = (v82 * v85)  # aten.mul
+            v87 = (v86 * a30)  # aten.mul
+            v88 = tl.fma(v81, a31, v87)  # prims.fma
+            v89 = tl.where(a1, v88, c2)  # aten.where
+            v92 = (-a34)  # aten.neg
+            v93 = a36  # prims.convert_element_type
+            v95 = a37.to(tl.float32)  # prims.convert_element_type
+            v96 = (v95 * c11)  # aten.mul
+            v97 = (v93 * v96)  # aten.mul
+            v98 = (v97 * a34)  # aten.mul
+            v99 = tl.fma(v92, a35, v98)  # prims.fma
+            v100 = tl.where(a1, v99, c2)  # aten.where
+            v103 = (-a38)  # aten.neg
+            v104 = a40  # prims.convert_element_type
+            v106 = a41.to(tl.float32)  # prims.convert_element_type
+            v107 = (v106 * c12)  # aten.mul
+            v108 = (v104 * v107)  # aten.mul
+            v109 = (v108 * a38)  # aten.mul
+            v110 = tl.fma(v103, a39, v109)  # prims.fma
+            v111 = tl.where(a1, v110, c2)  # aten.where
+            v114 = (-a42)  # aten.neg
+            v115 = a44  # prims.convert_element_type
+            v117 = a45.to(tl.float32)  # prims.convert_element_type
+            v118 = (v117 * c13)  # aten.mul
+            v119 = (v115 * v118)  # aten.mul
+            v120 = (v119 * a42)  # aten.mul
+            v121 = tl.fma(v114, a43, v120)  # prims.fma
+            v122 = tl.where(a1, v121, c2)  # aten.where
+            v125 = (-a46)  # aten.neg
+            v126 = a48  # prims.convert_element_type
+            v128 = a49.to(tl.float32)  # prims.convert_element_type
+            v129 = (v128 * c14)  # aten.mul
+            v130 = (v126 * v129)  # aten.mul
+            v131 = (v130 * a46)  # aten.mul
+            v132 = tl.fma(v125, a47, v131)  # prims.fma
+            v133 = tl.where(a1, v132, c2)  # aten.where
+            acc_v14 = acc_v14 + tl.where(fm, v13, 0.0)  # aten.sum
+            acc_v24 = acc_v24 + tl.where(fm, v23, 0.0)  # aten.sum
+            acc_v35 = acc_v35 + tl.where(fm, v34, 0.0)  # aten.sum
+            acc_v46 = acc_v46 + tl.where(fm, v45, 0.0)  # aten.sum
+            acc_v57 = acc_v57 + tl.where(fm, v56, 0.0)  # aten.sum
+            acc_v68 = acc_v68 + tl.where(fm, v67, 0.0)  # aten.sum
+            acc_v79 = acc_v79 + tl.where(fm, v78, 0.0)  # aten.sum
+            acc_v90 = acc_v90 + tl.where(fm, v89, 0.0)  # aten.sum
+            acc_v101 = acc_v101 + tl.where(fm, v100, 0.0)  # aten.sum
+            acc_v112 = acc_v112 + tl.where(fm, v111, 0.0)  # aten.sum
+            acc_v123 = acc_v123 + tl.where(fm, v122, 0.0)  # aten.sum
+            acc_v134 = acc_v134 + tl.where(fm, v133, 0.0)  # aten.sum
     v14 = acc_v14
     v24 = acc_v24
     v35 = acc_v35
@@ -529,7 +687,7 @@ def reduce_tile_kernel(
     INV38: tl.constexpr, INV39: tl.constexpr, INV40: tl.constexpr, INV41: tl.constexpr,
     INV42: tl.constexpr, INV43: tl.constexpr, INV44: tl.constexpr, INV45: tl.constexpr,
     INV46: tl.constexpr, INV47: tl.constexpr, INV48: tl.constexpr, INV49: tl.constexpr,
-    RB: tl.constexpr, XB: tl.constexpr, WIDE: tl.constexpr,
+    RB: tl.constexpr, XB: tl.constexpr, ONE_ROW: tl.constexpr, WIDE: tl.constexpr,
 ):
     kid = tl.program_id(0) * XB + tl.arange(0, XB)[None, :]
     if WIDE:
@@ -884,6 +1042,13 @@ def reduce_tile_kernel(
     k2 = rest % N2
     rest = rest // N2
     k1 = rest
+    base = tl.program_id(0) * XB
+    if WIDE:
+        base = base.to(tl.int64)
+    rest = base // N3
+    k2s = rest % N2
+    rest = rest // N2
+    k1s = rest
     a0 = tl.load(x0_ptr + (k1 * SX0_1 + k2 * SX0_2 + k3 * SX0_3), mask=km, other=0)
     v25 = (v14 + v24)  # aten.add
     v36 = (v25 + v35)  # aten.add
@@ -975,9 +1140,9 @@ def reduce_split_kernel(
     INV38: tl.constexpr, INV39: tl.constexpr, INV40: tl.constexpr, INV41: tl.constexpr,
     INV42: tl.constexpr, INV43: tl.constexpr, INV44: tl.constexpr, INV45: tl.constexpr,
     INV46: tl.constexpr, INV47: tl.constexpr, INV48: tl.constexpr, INV49: tl.constexpr,
-    RB: tl.constexpr, XB: tl.constexpr, WIDE: tl.constexpr,
+    RB: tl.constexpr, XB: tl.constexpr, ONE_ROW: tl.constexpr, WIDE: tl.constexpr,
 ):
-    kid = tl.program_id(0) * XB + tl.arange(0, XB)[None, :]
+    kid = tl.program_id(0) * XB + tl.arange(0, XB)
     if WIDE:
         kid = kid.to(tl.int64)
     km = kid < n_kept
@@ -987,455 +1152,482 @@ def reduce_split_kernel(
     k2 = rest % N2
     rest = rest // N2
     k1 = rest
-    kid1 = tl.program_id(0) * XB + tl.arange(0, XB)
+    base = tl.program_id(0) * XB
     if WIDE:
-        kid1 = kid1.to(tl.int64)
-    km1 = kid1 < n_kept
+        base = base.to(tl.int64)
+    rest = base // N3
+    k2s = rest % N2
+    rest = rest // N2
+    k1s = rest
     i = tl.program_id(1)
     if i == 0:  # reduction v14 (aten.sum)
-        acc_v14 = tl.full([RB, XB], 0.0, tl.float32)
-        for r0 in range(0, N0, RB):  # the reduced elements, RB at a time
-            r = r0 + tl.arange(0, RB)[:, None]
-            fm = km & (r < N0)
-            k0 = r
-            if INV1:  # the same for every reduced element: read once per chunk
-                a1 = tl.load(x1_ptr + (k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=km, other=0)
-            else:
-                a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
-            if INV2:  # the same for every reduced element: read once per chunk
-                a2 = tl.load(x2_ptr + (k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=km, other=0).to(tl.float32)
-            else:
-                a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=fm, other=0).to(tl.float32)
-            if INV3:  # the same for every reduced element: read once per chunk
-                a3 = tl.load(x3_ptr + (k1 * SX3_1 + k2 * SX3_2 + k3 * SX3_3), mask=km, other=0).to(tl.float32)
-            else:
-                a3 = tl.load(x3_ptr + (k0 * SX3_0 + k1 * SX3_1 + k2 * SX3_2 + k3 * SX3_3), mask=fm, other=0).to(tl.float32)
-            if INV4:  # the same for every reduced element: read once per chunk
-                a4 = tl.load(x4_ptr + (k1 * SX4_1 + k2 * SX4_2 + k3 * SX4_3), mask=km, other=0).to(tl.float32)
-            else:
-                a4 = tl.load(x4_ptr + (k0 * SX4_0 + k1 * SX4_1 + k2 * SX4_2 + k3 * SX4_3), mask=fm, other=0).to(tl.float32)
-            if INV5:  # the same for every reduced element: read once per chunk
-                a5 = tl.load(x5_ptr + (k1 * SX5_1 + k2 * SX5_2 + k3 * SX5_3), mask=km, other=0)
-            else:
-                a5 = tl.load(x5_ptr + (k0 * SX5_0 + k1 * SX5_1 + k2 * SX5_2 + k3 * SX5_3), mask=fm, other=0)
-            v5 = (-a2)  # aten.neg
-            v6 = a4  # prims.convert_element_type
-            v8 = a5.to(tl.float32)  # prims.convert_element_type
-            v9 = (v8 * c3)  # aten.mul
-            v10 = (v6 * v9)  # aten.mul
-            v11 = (v10 * a2)  # aten.mul
-            v12 = tl.fma(v5, a3, v11)  # prims.fma
-            v13 = tl.where(a1, v12, c2)  # aten.where
-            acc_v14 = acc_v14 + tl.where(fm, v13, 0.0)  # aten.sum
-        v14 = tl.sum(acc_v14, axis=0)
-        tl.store(p_ptr + (0 * n_kept + kid1), v14, mask=km1)
+        acc_v14 = tl.full([XB], 0.0, tl.float32)
+        for r0 in range(0, N0, RB):  # the reduced elements, unrolled by RB
+            for j in tl.static_range(RB):
+                r = r0 + j
+                fm = km & (kid * 0 + r < N0)
+                k0 = r
+                sm = (base < n_kept) & (base * 0 + r < N0)  # the mask of a per-row value
+                if ONE_ROW and SX1_3 == 0:  # the same along the row: one load per program
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1s * SX1_1 + k2s * SX1_2), mask=sm, other=0)
+                else:
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
+                if ONE_ROW and SX2_3 == 0:  # the same along the row: one load per program
+                    a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1s * SX2_1 + k2s * SX2_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX3_3 == 0:  # the same along the row: one load per program
+                    a3 = tl.load(x3_ptr + (k0 * SX3_0 + k1s * SX3_1 + k2s * SX3_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a3 = tl.load(x3_ptr + (k0 * SX3_0 + k1 * SX3_1 + k2 * SX3_2 + k3 * SX3_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX4_3 == 0:  # the same along the row: one load per program
+                    a4 = tl.load(x4_ptr + (k0 * SX4_0 + k1s * SX4_1 + k2s * SX4_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a4 = tl.load(x4_ptr + (k0 * SX4_0 + k1 * SX4_1 + k2 * SX4_2 + k3 * SX4_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX5_3 == 0:  # the same along the row: one load per program
+                    a5 = tl.load(x5_ptr + (k0 * SX5_0 + k1s * SX5_1 + k2s * SX5_2), mask=sm, other=0)
+                else:
+                    a5 = tl.load(x5_ptr + (k0 * SX5_0 + k1 * SX5_1 + k2 * SX5_2 + k3 * SX5_3), mask=fm, other=0)
+                v5 = (-a2)  # aten.neg
+                v6 = a4  # prims.convert_element_type
+                v8 = a5.to(tl.float32)  # prims.convert_element_type
+                v9 = (v8 * c3)  # aten.mul
+                v10 = (v6 * v9)  # aten.mul
+                v11 = (v10 * a2)  # aten.mul
+                v12 = tl.fma(v5, a3, v11)  # prims.fma
+                v13 = tl.where(a1, v12, c2)  # aten.where
+                acc_v14 = acc_v14 + tl.where(fm, v13, 0.0)  # aten.sum
+        v14 = acc_v14
+        tl.store(p_ptr + (0 * n_kept + kid), v14, mask=km)
     if i == 1:  # reduction v24 (aten.sum)
-        acc_v24 = tl.full([RB, XB], 0.0, tl.float32)
-        for r0 in range(0, N0, RB):  # the reduced elements, RB at a time
-            r = r0 + tl.arange(0, RB)[:, None]
-            fm = km & (r < N0)
-            k0 = r
-            if INV1:  # the same for every reduced element: read once per chunk
-                a1 = tl.load(x1_ptr + (k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=km, other=0)
-            else:
-                a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
-            if INV6:  # the same for every reduced element: read once per chunk
-                a6 = tl.load(x6_ptr + (k1 * SX6_1 + k2 * SX6_2 + k3 * SX6_3), mask=km, other=0).to(tl.float32)
-            else:
-                a6 = tl.load(x6_ptr + (k0 * SX6_0 + k1 * SX6_1 + k2 * SX6_2 + k3 * SX6_3), mask=fm, other=0).to(tl.float32)
-            if INV7:  # the same for every reduced element: read once per chunk
-                a7 = tl.load(x7_ptr + (k1 * SX7_1 + k2 * SX7_2 + k3 * SX7_3), mask=km, other=0).to(tl.float32)
-            else:
-                a7 = tl.load(x7_ptr + (k0 * SX7_0 + k1 * SX7_1 + k2 * SX7_2 + k3 * SX7_3), mask=fm, other=0).to(tl.float32)
-            if INV8:  # the same for every reduced element: read once per chunk
-                a8 = tl.load(x8_ptr + (k1 * SX8_1 + k2 * SX8_2 + k3 * SX8_3), mask=km, other=0).to(tl.float32)
-            else:
-                a8 = tl.load(x8_ptr + (k0 * SX8_0 + k1 * SX8_1 + k2 * SX8_2 + k3 * SX8_3), mask=fm, other=0).to(tl.float32)
-            if INV9:  # the same for every reduced element: read once per chunk
-                a9 = tl.load(x9_ptr + (k1 * SX9_1 + k2 * SX9_2 + k3 * SX9_3), mask=km, other=0)
-            else:
-                a9 = tl.load(x9_ptr + (k0 * SX9_0 + k1 * SX9_1 + k2 * SX9_2 + k3 * SX9_3), mask=fm, other=0)
-            v15 = (-a6)  # aten.neg
-            v16 = a8  # prims.convert_element_type
-            v18 = a9.to(tl.float32)  # prims.convert_element_type
-            v19 = (v18 * c4)  # aten.mul
-            v20 = (v16 * v19)  # aten.mul
-            v21 = (v20 * a6)  # aten.mul
-            v22 = tl.fma(v15, a7, v21)  # prims.fma
-            v23 = tl.where(a1, v22, c2)  # aten.where
-            acc_v24 = acc_v24 + tl.where(fm, v23, 0.0)  # aten.sum
-        v24 = tl.sum(acc_v24, axis=0)
-        tl.store(p_ptr + (1 * n_kept + kid1), v24, mask=km1)
+        acc_v24 = tl.full([XB], 0.0, tl.float32)
+        for r0 in range(0, N0, RB):  # the reduced elements, unrolled by RB
+            for j in tl.static_range(RB):
+                r = r0 + j
+                fm = km & (kid * 0 + r < N0)
+                k0 = r
+                sm = (base < n_kept) & (base * 0 + r < N0)  # the mask of a per-row value
+                if ONE_ROW and SX1_3 == 0:  # the same along the row: one load per program
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1s * SX1_1 + k2s * SX1_2), mask=sm, other=0)
+                else:
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
+                if ONE_ROW and SX6_3 == 0:  # the same along the row: one load per program
+                    a6 = tl.load(x6_ptr + (k0 * SX6_0 + k1s * SX6_1 + k2s * SX6_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a6 = tl.load(x6_ptr + (k0 * SX6_0 + k1 * SX6_1 + k2 * SX6_2 + k3 * SX6_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX7_3 == 0:  # the same along the row: one load per program
+                    a7 = tl.load(x7_ptr + (k0 * SX7_0 + k1s * SX7_1 + k2s * SX7_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a7 = tl.load(x7_ptr + (k0 * SX7_0 + k1 * SX7_1 + k2 * SX7_2 + k3 * SX7_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX8_3 == 0:  # the same along the row: one load per program
+                    a8 = tl.load(x8_ptr + (k0 * SX8_0 + k1s * SX8_1 + k2s * SX8_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a8 = tl.load(x8_ptr + (k0 * SX8_0 + k1 * SX8_1 + k2 * SX8_2 + k3 * SX8_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX9_3 == 0:  # the same along the row: one load per program
+                    a9 = tl.load(x9_ptr + (k0 * SX9_0 + k1s * SX9_1 + k2s * SX9_2), mask=sm, other=0)
+                else:
+                    a9 = tl.load(x9_ptr + (k0 * SX9_0 + k1 * SX9_1 + k2 * SX9_2 + k3 * SX9_3), mask=fm, other=0)
+                v15 = (-a6)  # aten.neg
+                v16 = a8  # prims.convert_element_type
+                v18 = a9.to(tl.float32)  # prims.convert_element_type
+                v19 = (v18 * c4)  # aten.mul
+                v20 = (v16 * v19)  # aten.mul
+                v21 = (v20 * a6)  # aten.mul
+                v22 = tl.fma(v15, a7, v21)  # prims.fma
+                v23 = tl.where(a1, v22, c2)  # aten.where
+                acc_v24 = acc_v24 + tl.where(fm, v23, 0.0)  # aten.sum
+        v24 = acc_v24
+        tl.store(p_ptr + (1 * n_kept + kid), v24, mask=km)
     if i == 2:  # reduction v35 (aten.sum)
-        acc_v35 = tl.full([RB, XB], 0.0, tl.float32)
-        for r0 in range(0, N0, RB):  # the reduced elements, RB at a time
-            r = r0 + tl.arange(0, RB)[:, None]
-            fm = km & (r < N0)
-            k0 = r
-            if INV1:  # the same for every reduced element: read once per chunk
-                a1 = tl.load(x1_ptr + (k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=km, other=0)
-            else:
-                a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
-            if INV10:  # the same for every reduced element: read once per chunk
-                a10 = tl.load(x10_ptr + (k1 * SX10_1 + k2 * SX10_2 + k3 * SX10_3), mask=km, other=0).to(tl.float32)
-            else:
-                a10 = tl.load(x10_ptr + (k0 * SX10_0 + k1 * SX10_1 + k2 * SX10_2 + k3 * SX10_3), mask=fm, other=0).to(tl.float32)
-            if INV11:  # the same for every reduced element: read once per chunk
-                a11 = tl.load(x11_ptr + (k1 * SX11_1 + k2 * SX11_2 + k3 * SX11_3), mask=km, other=0).to(tl.float32)
-            else:
-                a11 = tl.load(x11_ptr + (k0 * SX11_0 + k1 * SX11_1 + k2 * SX11_2 + k3 * SX11_3), mask=fm, other=0).to(tl.float32)
-            if INV12:  # the same for every reduced element: read once per chunk
-                a12 = tl.load(x12_ptr + (k1 * SX12_1 + k2 * SX12_2 + k3 * SX12_3), mask=km, other=0).to(tl.float32)
-            else:
-                a12 = tl.load(x12_ptr + (k0 * SX12_0 + k1 * SX12_1 + k2 * SX12_2 + k3 * SX12_3), mask=fm, other=0).to(tl.float32)
-            if INV13:  # the same for every reduced element: read once per chunk
-                a13 = tl.load(x13_ptr + (k1 * SX13_1 + k2 * SX13_2 + k3 * SX13_3), mask=km, other=0)
-            else:
-                a13 = tl.load(x13_ptr + (k0 * SX13_0 + k1 * SX13_1 + k2 * SX13_2 + k3 * SX13_3), mask=fm, other=0)
-            v26 = (-a10)  # aten.neg
-            v27 = a12  # prims.convert_element_type
-            v29 = a13.to(tl.float32)  # prims.convert_element_type
-            v30 = (v29 * c5)  # aten.mul
-            v31 = (v27 * v30)  # aten.mul
-            v32 = (v31 * a10)  # aten.mul
-            v33 = tl.fma(v26, a11, v32)  # prims.fma
-            v34 = tl.where(a1, v33, c2)  # aten.where
-            acc_v35 = acc_v35 + tl.where(fm, v34, 0.0)  # aten.sum
-        v35 = tl.sum(acc_v35, axis=0)
-        tl.store(p_ptr + (2 * n_kept + kid1), v35, mask=km1)
+        acc_v35 = tl.full([XB], 0.0, tl.float32)
+        for r0 in range(0, N0, RB):  # the reduced elements, unrolled by RB
+            for j in tl.static_range(RB):
+                r = r0 + j
+                fm = km & (kid * 0 + r < N0)
+                k0 = r
+                sm = (base < n_kept) & (base * 0 + r < N0)  # the mask of a per-row value
+                if ONE_ROW and SX1_3 == 0:  # the same along the row: one load per program
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1s * SX1_1 + k2s * SX1_2), mask=sm, other=0)
+                else:
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
+                if ONE_ROW and SX10_3 == 0:  # the same along the row: one load per program
+                    a10 = tl.load(x10_ptr + (k0 * SX10_0 + k1s * SX10_1 + k2s * SX10_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a10 = tl.load(x10_ptr + (k0 * SX10_0 + k1 * SX10_1 + k2 * SX10_2 + k3 * SX10_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX11_3 == 0:  # the same along the row: one load per program
+                    a11 = tl.load(x11_ptr + (k0 * SX11_0 + k1s * SX11_1 + k2s * SX11_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a11 = tl.load(x11_ptr + (k0 * SX11_0 + k1 * SX11_1 + k2 * SX11_2 + k3 * SX11_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX12_3 == 0:  # the same along the row: one load per program
+                    a12 = tl.load(x12_ptr + (k0 * SX12_0 + k1s * SX12_1 + k2s * SX12_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a12 = tl.load(x12_ptr + (k0 * SX12_0 + k1 * SX12_1 + k2 * SX12_2 + k3 * SX12_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX13_3 == 0:  # the same along the row: one load per program
+                    a13 = tl.load(x13_ptr + (k0 * SX13_0 + k1s * SX13_1 + k2s * SX13_2), mask=sm, other=0)
+                else:
+                    a13 = tl.load(x13_ptr + (k0 * SX13_0 + k1 * SX13_1 + k2 * SX13_2 + k3 * SX13_3), mask=fm, other=0)
+                v26 = (-a10)  # aten.neg
+                v27 = a12  # prims.convert_element_type
+                v29 = a13.to(tl.float32)  # prims.convert_element_type
+                v30 = (v29 * c5)  # aten.mul
+                v31 = (v27 * v30)  # aten.mul
+                v32 = (v31 * a10)  # aten.mul
+                v33 = tl.fma(v26, a11, v32)  # prims.fma
+                v34 = tl.where(a1, v33, c2)  # aten.where
+                acc_v35 = acc_v35 + tl.where(fm, v34, 0.0)  # aten.sum
+        v35 = acc_v35
+        tl.store(p_ptr + (2 * n_kept + kid), v35, mask=km)
     if i == 3:  # reduction v46 (aten.sum)
-        acc_v46 = tl.full([RB, XB], 0.0, tl.float32)
-        for r0 in range(0, N0, RB):  # the reduced elements, RB at a time
-            r = r0 + tl.arange(0, RB)[:, None]
-            fm = km & (r < N0)
-            k0 = r
-            if INV1:  # the same for every reduced element: read once per chunk
-                a1 = tl.load(x1_ptr + (k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=km, other=0)
-            else:
-                a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
-            if INV14:  # the same for every reduced element: read once per chunk
-                a14 = tl.load(x14_ptr + (k1 * SX14_1 + k2 * SX14_2 + k3 * SX14_3), mask=km, other=0).to(tl.float32)
-            else:
-                a14 = tl.load(x14_ptr + (k0 * SX14_0 + k1 * SX14_1 + k2 * SX14_2 + k3 * SX14_3), mask=fm, other=0).to(tl.float32)
-            if INV15:  # the same for every reduced element: read once per chunk
-                a15 = tl.load(x15_ptr + (k1 * SX15_1 + k2 * SX15_2 + k3 * SX15_3), mask=km, other=0).to(tl.float32)
-            else:
-                a15 = tl.load(x15_ptr + (k0 * SX15_0 + k1 * SX15_1 + k2 * SX15_2 + k3 * SX15_3), mask=fm, other=0).to(tl.float32)
-            if INV16:  # the same for every reduced element: read once per chunk
-                a16 = tl.load(x16_ptr + (k1 * SX16_1 + k2 * SX16_2 + k3 * SX16_3), mask=km, other=0).to(tl.float32)
-            else:
-                a16 = tl.load(x16_ptr + (k0 * SX16_0 + k1 * SX16_1 + k2 * SX16_2 + k3 * SX16_3), mask=fm, other=0).to(tl.float32)
-            if INV17:  # the same for every reduced element: read once per chunk
-                a17 = tl.load(x17_ptr + (k1 * SX17_1 + k2 * SX17_2 + k3 * SX17_3), mask=km, other=0)
-            else:
-                a17 = tl.load(x17_ptr + (k0 * SX17_0 + k1 * SX17_1 + k2 * SX17_2 + k3 * SX17_3), mask=fm, other=0)
-            v37 = (-a14)  # aten.neg
-            v38 = a16  # prims.convert_element_type
-            v40 = a17.to(tl.float32)  # prims.convert_element_type
-            v41 = (v40 * c6)  # aten.mul
-            v42 = (v38 * v41)  # aten.mul
-            v43 = (v42 * a14)  # aten.mul
-            v44 = tl.fma(v37, a15, v43)  # prims.fma
-            v45 = tl.where(a1, v44, c2)  # aten.where
-            acc_v46 = acc_v46 + tl.where(fm, v45, 0.0)  # aten.sum
-        v46 = tl.sum(acc_v46, axis=0)
-        tl.store(p_ptr + (3 * n_kept + kid1), v46, mask=km1)
+        acc_v46 = tl.full([XB], 0.0, tl.float32)
+        for r0 in range(0, N0, RB):  # the reduced elements, unrolled by RB
+            for j in tl.static_range(RB):
+                r = r0 + j
+                fm = km & (kid * 0 + r < N0)
+                k0 = r
+                sm = (base < n_kept) & (base * 0 + r < N0)  # the mask of a per-row value
+                if ONE_ROW and SX1_3 == 0:  # the same along the row: one load per program
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1s * SX1_1 + k2s * SX1_2), mask=sm, other=0)
+                else:
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
+                if ONE_ROW and SX14_3 == 0:  # the same along the row: one load per program
+                    a14 = tl.load(x14_ptr + (k0 * SX14_0 + k1s * SX14_1 + k2s * SX14_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a14 = tl.load(x14_ptr + (k0 * SX14_0 + k1 * SX14_1 + k2 * SX14_2 + k3 * SX14_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX15_3 == 0:  # the same along the row: one load per program
+                    a15 = tl.load(x15_ptr + (k0 * SX15_0 + k1s * SX15_1 + k2s * SX15_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a15 = tl.load(x15_ptr + (k0 * SX15_0 + k1 * SX15_1 + k2 * SX15_2 + k3 * SX15_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX16_3 == 0:  # the same along the row: one load per program
+                    a16 = tl.load(x16_ptr + (k0 * SX16_0 + k1s * SX16_1 + k2s * SX16_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a16 = tl.load(x16_ptr + (k0 * SX16_0 + k1 * SX16_1 + k2 * SX16_2 + k3 * SX16_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX17_3 == 0:  # the same along the row: one load per program
+                    a17 = tl.load(x17_ptr + (k0 * SX17_0 + k1s * SX17_1 + k2s * SX17_2), mask=sm, other=0)
+                else:
+                    a17 = tl.load(x17_ptr + (k0 * SX17_0 + k1 * SX17_1 + k2 * SX17_2 + k3 * SX17_3), mask=fm, other=0)
+                v37 = (-a14)  # aten.neg
+                v38 = a16  # prims.convert_element_type
+                v40 = a17.to(tl.float32)  # prims.convert_element_type
+                v41 = (v40 * c6)  # aten.mul
+                v42 = (v38 * v41)  # aten.mul
+                v43 = (v42 * a14)  # aten.mul
+                v44 = tl.fma(v37, a15, v43)  # prims.fma
+                v45 = tl.where(a1, v44, c2)  # aten.where
+                acc_v46 = acc_v46 + tl.where(fm, v45, 0.0)  # aten.sum
+        v46 = acc_v46
+        tl.store(p_ptr + (3 * n_kept + kid), v46, mask=km)
     if i == 4:  # reduction v57 (aten.sum)
-        acc_v57 = tl.full([RB, XB], 0.0, tl.float32)
-        for r0 in range(0, N0, RB):  # the reduced elements, RB at a time
-            r = r0 + tl.arange(0, RB)[:, None]
-            fm = km & (r < N0)
-            k0 = r
-            if INV1:  # the same for every reduced element: read once per chunk
-                a1 = tl.load(x1_ptr + (k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=km, other=0)
-            else:
-                a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
-            if INV18:  # the same for every reduced element: read once per chunk
-                a18 = tl.load(x18_ptr + (k1 * SX18_1 + k2 * SX18_2 + k3 * SX18_3), mask=km, other=0).to(tl.float32)
-            else:
-                a18 = tl.load(x18_ptr + (k0 * SX18_0 + k1 * SX18_1 + k2 * SX18_2 + k3 * SX18_3), mask=fm, other=0).to(tl.float32)
-            if INV19:  # the same for every reduced element: read once per chunk
-                a19 = tl.load(x19_ptr + (k1 * SX19_1 + k2 * SX19_2 + k3 * SX19_3), mask=km, other=0).to(tl.float32)
-            else:
-                a19 = tl.load(x19_ptr + (k0 * SX19_0 + k1 * SX19_1 + k2 * SX19_2 + k3 * SX19_3), mask=fm, other=0).to(tl.float32)
-            if INV20:  # the same for every reduced element: read once per chunk
-                a20 = tl.load(x20_ptr + (k1 * SX20_1 + k2 * SX20_2 + k3 * SX20_3), mask=km, other=0).to(tl.float32)
-            else:
-                a20 = tl.load(x20_ptr + (k0 * SX20_0 + k1 * SX20_1 + k2 * SX20_2 + k3 * SX20_3), mask=fm, other=0).to(tl.float32)
-            if INV21:  # the same for every reduced element: read once per chunk
-                a21 = tl.load(x21_ptr + (k1 * SX21_1 + k2 * SX21_2 + k3 * SX21_3), mask=km, other=0)
-            else:
-                a21 = tl.load(x21_ptr + (k0 * SX21_0 + k1 * SX21_1 + k2 * SX21_2 + k3 * SX21_3), mask=fm, other=0)
-            v48 = (-a18)  # aten.neg
-            v49 = a20  # prims.convert_element_type
-            v51 = a21.to(tl.float32)  # prims.convert_element_type
-            v52 = (v51 * c7)  # aten.mul
-            v53 = (v49 * v52)  # aten.mul
-            v54 = (v53 * a18)  # aten.mul
-            v55 = tl.fma(v48, a19, v54)  # prims.fma
-            v56 = tl.where(a1, v55, c2)  # aten.where
-            acc_v57 = acc_v57 + tl.where(fm, v56, 0.0)  # aten.sum
-        v57 = tl.sum(acc_v57, axis=0)
-        tl.store(p_ptr + (4 * n_kept + kid1), v57, mask=km1)
+        acc_v57 = tl.full([XB], 0.0, tl.float32)
+        for r0 in range(0, N0, RB):  # the reduced elements, unrolled by RB
+            for j in tl.static_range(RB):
+                r = r0 + j
+                fm = km & (kid * 0 + r < N0)
+                k0 = r
+                sm = (base < n_kept) & (base * 0 + r < N0)  # the mask of a per-row value
+                if ONE_ROW and SX1_3 == 0:  # the same along the row: one load per program
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1s * SX1_1 + k2s * SX1_2), mask=sm, other=0)
+                else:
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
+                if ONE_ROW and SX18_3 == 0:  # the same along the row: one load per program
+                    a18 = tl.load(x18_ptr + (k0 * SX18_0 + k1s * SX18_1 + k2s * SX18_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a18 = tl.load(x18_ptr + (k0 * SX18_0 + k1 * SX18_1 + k2 * SX18_2 + k3 * SX18_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX19_3 == 0:  # the same along the row: one load per program
+                    a19 = tl.load(x19_ptr + (k0 * SX19_0 + k1s * SX19_1 + k2s * SX19_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a19 = tl.load(x19_ptr + (k0 * SX19_0 + k1 * SX19_1 + k2 * SX19_2 + k3 * SX19_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX20_3 == 0:  # the same along the row: one load per program
+                    a20 = tl.load(x20_ptr + (k0 * SX20_0 + k1s * SX20_1 + k2s * SX20_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a20 = tl.load(x20_ptr + (k0 * SX20_0 + k1 * SX20_1 + k2 * SX20_2 + k3 * SX20_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX21_3 == 0:  # the same along the row: one load per program
+                    a21 = tl.load(x21_ptr + (k0 * SX21_0 + k1s * SX21_1 + k2s * SX21_2), mask=sm, other=0)
+                else:
+                    a21 = tl.load(x21_ptr + (k0 * SX21_0 + k1 * SX21_1 + k2 * SX21_2 + k3 * SX21_3), mask=fm, other=0)
+                v48 = (-a18)  # aten.neg
+                v49 = a20  # prims.convert_element_type
+                v51 = a21.to(tl.float32)  # prims.convert_element_type
+                v52 = (v51 * c7)  # aten.mul
+                v53 = (v49 * v52)  # aten.mul
+                v54 = (v53 * a18)  # aten.mul
+                v55 = tl.fma(v48, a19, v54)  # prims.fma
+                v56 = tl.where(a1, v55, c2)  # aten.where
+                acc_v57 = acc_v57 + tl.where(fm, v56, 0.0)  # aten.sum
+        v57 = acc_v57
+        tl.store(p_ptr + (4 * n_kept + kid), v57, mask=km)
     if i == 5:  # reduction v68 (aten.sum)
-        acc_v68 = tl.full([RB, XB], 0.0, tl.float32)
-        for r0 in range(0, N0, RB):  # the reduced elements, RB at a time
-            r = r0 + tl.arange(0, RB)[:, None]
-            fm = km & (r < N0)
-            k0 = r
-            if INV1:  # the same for every reduced element: read once per chunk
-                a1 = tl.load(x1_ptr + (k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=km, other=0)
-            else:
-                a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
-            if INV22:  # the same for every reduced element: read once per chunk
-                a22 = tl.load(x22_ptr + (k1 * SX22_1 + k2 * SX22_2 + k3 * SX22_3), mask=km, other=0).to(tl.float32)
-            else:
-                a22 = tl.load(x22_ptr + (k0 * SX22_0 + k1 * SX22_1 + k2 * SX22_2 + k3 * SX22_3), mask=fm, other=0).to(tl.float32)
-            if INV23:  # the same for every reduced element: read once per chunk
-                a23 = tl.load(x23_ptr + (k1 * SX23_1 + k2 * SX23_2 + k3 * SX23_3), mask=km, other=0).to(tl.float32)
-            else:
-                a23 = tl.load(x23_ptr + (k0 * SX23_0 + k1 * SX23_1 + k2 * SX23_2 + k3 * SX23_3), mask=fm, other=0).to(tl.float32)
-            if INV24:  # the same for every reduced element: read once per chunk
-                a24 = tl.load(x24_ptr + (k1 * SX24_1 + k2 * SX24_2 + k3 * SX24_3), mask=km, other=0).to(tl.float32)
-            else:
-                a24 = tl.load(x24_ptr + (k0 * SX24_0 + k1 * SX24_1 + k2 * SX24_2 + k3 * SX24_3), mask=fm, other=0).to(tl.float32)
-            if INV25:  # the same for every reduced element: read once per chunk
-                a25 = tl.load(x25_ptr + (k1 * SX25_1 + k2 * SX25_2 + k3 * SX25_3), mask=km, other=0)
-            else:
-                a25 = tl.load(x25_ptr + (k0 * SX25_0 + k1 * SX25_1 + k2 * SX25_2 + k3 * SX25_3), mask=fm, other=0)
-            v59 = (-a22)  # aten.neg
-            v60 = a24  # prims.convert_element_type
-            v62 = a25.to(tl.float32)  # prims.convert_element_type
-            v63 = (v62 * c8)  # aten.mul
-            v64 = (v60 * v63)  # aten.mul
-            v65 = (v64 * a22)  # aten.mul
-            v66 = tl.fma(v59, a23, v65)  # prims.fma
-            v67 = tl.where(a1, v66, c2)  # aten.where
-            acc_v68 = acc_v68 + tl.where(fm, v67, 0.0)  # aten.sum
-        v68 = tl.sum(acc_v68, axis=0)
-        tl.store(p_ptr + (5 * n_kept + kid1), v68, mask=km1)
+        acc_v68 = tl.full([XB], 0.0, tl.float32)
+        for r0 in range(0, N0, RB):  # the reduced elements, unrolled by RB
+            for j in tl.static_range(RB):
+                r = r0 + j
+                fm = km & (kid * 0 + r < N0)
+                k0 = r
+                sm = (base < n_kept) & (base * 0 + r < N0)  # the mask of a per-row value
+                if ONE_ROW and SX1_3 == 0:  # the same along the row: one load per program
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1s * SX1_1 + k2s * SX1_2), mask=sm, other=0)
+                else:
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
+                if ONE_ROW and SX22_3 == 0:  # the same along the row: one load per program
+                    a22 = tl.load(x22_ptr + (k0 * SX22_0 + k1s * SX22_1 + k2s * SX22_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a22 = tl.load(x22_ptr + (k0 * SX22_0 + k1 * SX22_1 + k2 * SX22_2 + k3 * SX22_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX23_3 == 0:  # the same along the row: one load per program
+                    a23 = tl.load(x23_ptr + (k0 * SX23_0 + k1s * SX23_1 + k2s * SX23_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a23 = tl.load(x23_ptr + (k0 * SX23_0 + k1 * SX23_1 + k2 * SX23_2 + k3 * SX23_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX24_3 == 0:  # the same along the row: one load per program
+                    a24 = tl.load(x24_ptr + (k0 * SX24_0 + k1s * SX24_1 + k2s * SX24_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a24 = tl.load(x24_ptr + (k0 * SX24_0 + k1 * SX24_1 + k2 * SX24_2 + k3 * SX24_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX25_3 == 0:  # the same along the row: one load per program
+                    a25 = tl.load(x25_ptr + (k0 * SX25_0 + k1s * SX25_1 + k2s * SX25_2), mask=sm, other=0)
+                else:
+                    a25 = tl.load(x25_ptr + (k0 * SX25_0 + k1 * SX25_1 + k2 * SX25_2 + k3 * SX25_3), mask=fm, other=0)
+                v59 = (-a22)  # aten.neg
+                v60 = a24  # prims.convert_element_type
+                v62 = a25.to(tl.float32)  # prims.convert_element_type
+                v63 = (v62 * c8)  # aten.mul
+                v64 = (v60 * v63)  # aten.mul
+                v65 = (v64 * a22)  # aten.mul
+                v66 = tl.fma(v59, a23, v65)  # prims.fma
+                v67 = tl.where(a1, v66, c2)  # aten.where
+                acc_v68 = acc_v68 + tl.where(fm, v67, 0.0)  # aten.sum
+        v68 = acc_v68
+        tl.store(p_ptr + (5 * n_kept + kid), v68, mask=km)
     if i == 6:  # reduction v79 (aten.sum)
-        acc_v79 = tl.full([RB, XB], 0.0, tl.float32)
-        for r0 in range(0, N0, RB):  # the reduced elements, RB at a time
-            r = r0 + tl.arange(0, RB)[:, None]
-            fm = km & (r < N0)
-            k0 = r
-            if INV1:  # the same for every reduced element: read once per chunk
-                a1 = tl.load(x1_ptr + (k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=km, other=0)
-            else:
-                a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
-            if INV26:  # the same for every reduced element: read once per chunk
-                a26 = tl.load(x26_ptr + (k1 * SX26_1 + k2 * SX26_2 + k3 * SX26_3), mask=km, other=0).to(tl.float32)
-            else:
-                a26 = tl.load(x26_ptr + (k0 * SX26_0 + k1 * SX26_1 + k2 * SX26_2 + k3 * SX26_3), mask=fm, other=0).to(tl.float32)
-            if INV27:  # the same for every reduced element: read once per chunk
-                a27 = tl.load(x27_ptr + (k1 * SX27_1 + k2 * SX27_2 + k3 * SX27_3), mask=km, other=0).to(tl.float32)
-            else:
-                a27 = tl.load(x27_ptr + (k0 * SX27_0 + k1 * SX27_1 + k2 * SX27_2 + k3 * SX27_3), mask=fm, other=0).to(tl.float32)
-            if INV28:  # the same for every reduced element: read once per chunk
-                a28 = tl.load(x28_ptr + (k1 * SX28_1 + k2 * SX28_2 + k3 * SX28_3), mask=km, other=0).to(tl.float32)
-            else:
-                a28 = tl.load(x28_ptr + (k0 * SX28_0 + k1 * SX28_1 + k2 * SX28_2 + k3 * SX28_3), mask=fm, other=0).to(tl.float32)
-            if INV29:  # the same for every reduced element: read once per chunk
-                a29 = tl.load(x29_ptr + (k1 * SX29_1 + k2 * SX29_2 + k3 * SX29_3), mask=km, other=0)
-            else:
-                a29 = tl.load(x29_ptr + (k0 * SX29_0 + k1 * SX29_1 + k2 * SX29_2 + k3 * SX29_3), mask=fm, other=0)
-            v70 = (-a26)  # aten.neg
-            v71 = a28  # prims.convert_element_type
-            v73 = a29.to(tl.float32)  # prims.convert_element_type
-            v74 = (v73 * c9)  # aten.mul
-            v75 = (v71 * v74)  # aten.mul
-            v76 = (v75 * a26)  # aten.mul
-            v77 = tl.fma(v70, a27, v76)  # prims.fma
-            v78 = tl.where(a1, v77, c2)  # aten.where
-            acc_v79 = acc_v79 + tl.where(fm, v78, 0.0)  # aten.sum
-        v79 = tl.sum(acc_v79, axis=0)
-        tl.store(p_ptr + (6 * n_kept + kid1), v79, mask=km1)
+        acc_v79 = tl.full([XB], 0.0, tl.float32)
+        for r0 in range(0, N0, RB):  # the reduced elements, unrolled by RB
+            for j in tl.static_range(RB):
+                r = r0 + j
+                fm = km & (kid * 0 + r < N0)
+                k0 = r
+                sm = (base < n_kept) & (base * 0 + r < N0)  # the mask of a per-row value
+                if ONE_ROW and SX1_3 == 0:  # the same along the row: one load per program
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1s * SX1_1 + k2s * SX1_2), mask=sm, other=0)
+                else:
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
+                if ONE_ROW and SX26_3 == 0:  # the same along the row: one load per program
+                    a26 = tl.load(x26_ptr + (k0 * SX26_0 + k1s * SX26_1 + k2s * SX26_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a26 = tl.load(x26_ptr + (k0 * SX26_0 + k1 * SX26_1 + k2 * SX26_2 + k3 * SX26_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX27_3 == 0:  # the same along the row: one load per program
+                    a27 = tl.load(x27_ptr + (k0 * SX27_0 + k1s * SX27_1 + k2s * SX27_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a27 = tl.load(x27_ptr + (k0 * SX27_0 + k1 * SX27_1 + k2 * SX27_2 + k3 * SX27_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX28_3 == 0:  # the same along the row: one load per program
+                    a28 = tl.load(x28_ptr + (k0 * SX28_0 + k1s * SX28_1 + k2s * SX28_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a28 = tl.load(x28_ptr + (k0 * SX28_0 + k1 * SX28_1 + k2 * SX28_2 + k3 * SX28_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX29_3 == 0:  # the same along the row: one load per program
+                    a29 = tl.load(x29_ptr + (k0 * SX29_0 + k1s * SX29_1 + k2s * SX29_2), mask=sm, other=0)
+                else:
+                    a29 = tl.load(x29_ptr + (k0 * SX29_0 + k1 * SX29_1 + k2 * SX29_2 + k3 * SX29_3), mask=fm, other=0)
+                v70 = (-a26)  # aten.neg
+                v71 = a28  # prims.convert_element_type
+                v73 = a29.to(tl.float32)  # prims.convert_element_type
+                v74 = (v73 * c9)  # aten.mul
+                v75 = (v71 * v74)  # aten.mul
+                v76 = (v75 * a26)  # aten.mul
+                v77 = tl.fma(v70, a27, v76)  # prims.fma
+                v78 = tl.where(a1, v77, c2)  # aten.where
+                acc_v79 = acc_v79 + tl.where(fm, v78, 0.0)  # aten.sum
+        v79 = acc_v79
+        tl.store(p_ptr + (6 * n_kept + kid), v79, mask=km)
     if i == 7:  # reduction v90 (aten.sum)
-        acc_v90 = tl.full([RB, XB], 0.0, tl.float32)
-        for r0 in range(0, N0, RB):  # the reduced elements, RB at a time
-            r = r0 + tl.arange(0, RB)[:, None]
-            fm = km & (r < N0)
-            k0 = r
-            if INV1:  # the same for every reduced element: read once per chunk
-                a1 = tl.load(x1_ptr + (k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=km, other=0)
-            else:
-                a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
-            if INV30:  # the same for every reduced element: read once per chunk
-                a30 = tl.load(x30_ptr + (k1 * SX30_1 + k2 * SX30_2 + k3 * SX30_3), mask=km, other=0).to(tl.float32)
-            else:
-                a30 = tl.load(x30_ptr + (k0 * SX30_0 + k1 * SX30_1 + k2 * SX30_2 + k3 * SX30_3), mask=fm, other=0).to(tl.float32)
-            if INV31:  # the same for every reduced element: read once per chunk
-                a31 = tl.load(x31_ptr + (k1 * SX31_1 + k2 * SX31_2 + k3 * SX31_3), mask=km, other=0).to(tl.float32)
-            else:
-                a31 = tl.load(x31_ptr + (k0 * SX31_0 + k1 * SX31_1 + k2 * SX31_2 + k3 * SX31_3), mask=fm, other=0).to(tl.float32)
-            if INV32:  # the same for every reduced element: read once per chunk
-                a32 = tl.load(x32_ptr + (k1 * SX32_1 + k2 * SX32_2 + k3 * SX32_3), mask=km, other=0).to(tl.float32)
-            else:
-                a32 = tl.load(x32_ptr + (k0 * SX32_0 + k1 * SX32_1 + k2 * SX32_2 + k3 * SX32_3), mask=fm, other=0).to(tl.float32)
-            if INV33:  # the same for every reduced element: read once per chunk
-                a33 = tl.load(x33_ptr + (k1 * SX33_1 + k2 * SX33_2 + k3 * SX33_3), mask=km, other=0)
-            else:
-                a33 = tl.load(x33_ptr + (k0 * SX33_0 + k1 * SX33_1 + k2 * SX33_2 + k3 * SX33_3), mask=fm, other=0)
-            v81 = (-a30)  # aten.neg
-            v82 = a32  # prims.convert_element_type
-            v84 = a33.to(tl.float32)  # prims.convert_element_type
-            v85 = (v84 * c10)  # aten.mul
-            v86 = (v82 * v85)  # aten.mul
-            v87 = (v86 * a30)  # aten.mul
-            v88 = tl.fma(v81, a31, v87)  # prims.fma
-            v89 = tl.where(a1, v88, c2)  # aten.where
-            acc_v90 = acc_v90 + tl.where(fm, v89, 0.0)  # aten.sum
-        v90 = tl.sum(acc_v90, axis=0)
-        tl.store(p_ptr + (7 * n_kept + kid1), v90, mask=km1)
+        acc_v90 = tl.full([XB], 0.0, tl.float32)
+        for r0 in range(0, N0, RB):  # the reduced elements, unrolled by RB
+            for j in tl.static_range(RB):
+                r = r0 + j
+                fm = km & (kid * 0 + r < N0)
+                k0 = r
+                sm = (base < n_kept) & (base * 0 + r < N0)  # the mask of a per-row value
+                if ONE_ROW and SX1_3 == 0:  # the same along the row: one load per program
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1s * SX1_1 + k2s * SX1_2), mask=sm, other=0)
+                else:
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
+                if ONE_ROW and SX30_3 == 0:  # the same along the row: one load per program
+                    a30 = tl.load(x30_ptr + (k0 * SX30_0 + k1s * SX30_1 + k2s * SX30_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a30 = tl.load(x30_ptr + (k0 * SX30_0 + k1 * SX30_1 + k2 * SX30_2 + k3 * SX30_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX31_3 == 0:  # the same along the row: one load per program
+                    a31 = tl.load(x31_ptr + (k0 * SX31_0 + k1s * SX31_1 + k2s * SX31_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a31 = tl.load(x31_ptr + (k0 * SX31_0 + k1 * SX31_1 + k2 * SX31_2 + k3 * SX31_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX32_3 == 0:  # the same along the row: one load per program
+                    a32 = tl.load(x32_ptr + (k0 * SX32_0 + k1s * SX32_1 + k2s * SX32_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a32 = tl.load(x32_ptr + (k0 * SX32_0 + k1 * SX32_1 + k2 * SX32_2 + k3 * SX32_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX33_3 == 0:  # the same along the row: one load per program
+                    a33 = tl.load(x33_ptr + (k0 * SX33_0 + k1s * SX33_1 + k2s * SX33_2), mask=sm, other=0)
+                else:
+                    a33 = tl.load(x33_ptr + (k0 * SX33_0 + k1 * SX33_1 + k2 * SX33_2 + k3 * SX33_3), mask=fm, other=0)
+                v81 = (-a30)  # aten.neg
+                v82 = a32  # prims.convert_element_type
+                v84 = a33.to(tl.float32)  # prims.convert_element_type
+                v85 = (v84 * c10)  # aten.mul
+                v86 = (v82 * v85)  # aten.mul
+                v87 = (v86 * a30)  # aten.mul
+                v88 = tl.fma(v81, a31, v87)  # prims.fma
+                v89 = tl.where(a1, v88, c2)  # aten.where
+                acc_v90 = acc_v90 + tl.where(fm, v89, 0.0)  # aten.sum
+        v90 = acc_v90
+        tl.store(p_ptr + (7 * n_kept + kid), v90, mask=km)
     if i == 8:  # reduction v101 (aten.sum)
-        acc_v101 = tl.full([RB, XB], 0.0, tl.float32)
-        for r0 in range(0, N0, RB):  # the reduced elements, RB at a time
-            r = r0 + tl.arange(0, RB)[:, None]
-            fm = km & (r < N0)
-            k0 = r
-            if INV1:  # the same for every reduced element: read once per chunk
-                a1 = tl.load(x1_ptr + (k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=km, other=0)
-            else:
-                a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
-            if INV34:  # the same for every reduced element: read once per chunk
-                a34 = tl.load(x34_ptr + (k1 * SX34_1 + k2 * SX34_2 + k3 * SX34_3), mask=km, other=0).to(tl.float32)
-            else:
-                a34 = tl.load(x34_ptr + (k0 * SX34_0 + k1 * SX34_1 + k2 * SX34_2 + k3 * SX34_3), mask=fm, other=0).to(tl.float32)
-            if INV35:  # the same for every reduced element: read once per chunk
-                a35 = tl.load(x35_ptr + (k1 * SX35_1 + k2 * SX35_2 + k3 * SX35_3), mask=km, other=0).to(tl.float32)
-            else:
-                a35 = tl.load(x35_ptr + (k0 * SX35_0 + k1 * SX35_1 + k2 * SX35_2 + k3 * SX35_3), mask=fm, other=0).to(tl.float32)
-            if INV36:  # the same for every reduced element: read once per chunk
-                a36 = tl.load(x36_ptr + (k1 * SX36_1 + k2 * SX36_2 + k3 * SX36_3), mask=km, other=0).to(tl.float32)
-            else:
-                a36 = tl.load(x36_ptr + (k0 * SX36_0 + k1 * SX36_1 + k2 * SX36_2 + k3 * SX36_3), mask=fm, other=0).to(tl.float32)
-            if INV37:  # the same for every reduced element: read once per chunk
-                a37 = tl.load(x37_ptr + (k1 * SX37_1 + k2 * SX37_2 + k3 * SX37_3), mask=km, other=0)
-            else:
-                a37 = tl.load(x37_ptr + (k0 * SX37_0 + k1 * SX37_1 + k2 * SX37_2 + k3 * SX37_3), mask=fm, other=0)
-            v92 = (-a34)  # aten.neg
-            v93 = a36  # prims.convert_element_type
-            v95 = a37.to(tl.float32)  # prims.convert_element_type
-            v96 = (v95 * c11)  # aten.mul
-            v97 = (v93 * v96)  # aten.mul
-            v98 = (v97 * a34)  # aten.mul
-            v99 = tl.fma(v92, a35, v98)  # prims.fma
-            v100 = tl.where(a1, v99, c2)  # aten.where
-            acc_v101 = acc_v101 + tl.where(fm, v100, 0.0)  # aten.sum
-        v101 = tl.sum(acc_v101, axis=0)
-        tl.store(p_ptr + (8 * n_kept + kid1), v101, mask=km1)
+        acc_v101 = tl.full([XB], 0.0, tl.float32)
+        for r0 in range(0, N0, RB):  # the reduced elements, unrolled by RB
+            for j in tl.static_range(RB):
+                r = r0 + j
+                fm = km & (kid * 0 + r < N0)
+                k0 = r
+                sm = (base < n_kept) & (base * 0 + r < N0)  # the mask of a per-row value
+                if ONE_ROW and SX1_3 == 0:  # the same along the row: one load per program
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1s * SX1_1 + k2s * SX1_2), mask=sm, other=0)
+                else:
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
+                if ONE_ROW and SX34_3 == 0:  # the same along the row: one load per program
+                    a34 = tl.load(x34_ptr + (k0 * SX34_0 + k1s * SX34_1 + k2s * SX34_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a34 = tl.load(x34_ptr + (k0 * SX34_0 + k1 * SX34_1 + k2 * SX34_2 + k3 * SX34_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX35_3 == 0:  # the same along the row: one load per program
+                    a35 = tl.load(x35_ptr + (k0 * SX35_0 + k1s * SX35_1 + k2s * SX35_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a35 = tl.load(x35_ptr + (k0 * SX35_0 + k1 * SX35_1 + k2 * SX35_2 + k3 * SX35_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX36_3 == 0:  # the same along the row: one load per program
+                    a36 = tl.load(x36_ptr + (k0 * SX36_0 + k1s * SX36_1 + k2s * SX36_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a36 = tl.load(x36_ptr + (k0 * SX36_0 + k1 * SX36_1 + k2 * SX36_2 + k3 * SX36_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX37_3 == 0:  # the same along the row: one load per program
+                    a37 = tl.load(x37_ptr + (k0 * SX37_0 + k1s * SX37_1 + k2s * SX37_2), mask=sm, other=0)
+                else:
+                    a37 = tl.load(x37_ptr + (k0 * SX37_0 + k1 * SX37_1 + k2 * SX37_2 + k3 * SX37_3), mask=fm, other=0)
+                v92 = (-a34)  # aten.neg
+                v93 = a36  # prims.convert_element_type
+                v95 = a37.to(tl.float32)  # prims.convert_element_type
+                v96 = (v95 * c11)  # aten.mul
+                v97 = (v93 * v96)  # aten.mul
+                v98 = (v97 * a34)  # aten.mul
+                v99 = tl.fma(v92, a35, v98)  # prims.fma
+                v100 = tl.where(a1, v99, c2)  # aten.where
+                acc_v101 = acc_v101 + tl.where(fm, v100, 0.0)  # aten.sum
+        v101 = acc_v101
+        tl.store(p_ptr + (8 * n_kept + kid), v101, mask=km)
     if i == 9:  # reduction v112 (aten.sum)
-        acc_v112 = tl.full([RB, XB], 0.0, tl.float32)
-        for r0 in range(0, N0, RB):  # the reduced elements, RB at a time
-            r = r0 + tl.arange(0, RB)[:, None]
-            fm = km & (r < N0)
-            k0 = r
-            if INV1:  # the same for every reduced element: read once per chunk
-                a1 = tl.load(x1_ptr + (k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=km, other=0)
-            else:
-                a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
-            if INV38:  # the same for every reduced element: read once per chunk
-                a38 = tl.load(x38_ptr + (k1 * SX38_1 + k2 * SX38_2 + k3 * SX38_3), mask=km, other=0).to(tl.float32)
-            else:
-                a38 = tl.load(x38_ptr + (k0 * SX38_0 + k1 * SX38_1 + k2 * SX38_2 + k3 * SX38_3), mask=fm, other=0).to(tl.float32)
-            if INV39:  # the same for every reduced element: read once per chunk
-                a39 = tl.load(x39_ptr + (k1 * SX39_1 + k2 * SX39_2 + k3 * SX39_3), mask=km, other=0).to(tl.float32)
-            else:
-                a39 = tl.load(x39_ptr + (k0 * SX39_0 + k1 * SX39_1 + k2 * SX39_2 + k3 * SX39_3), mask=fm, other=0).to(tl.float32)
-            if INV40:  # the same for every reduced element: read once per chunk
-                a40 = tl.load(x40_ptr + (k1 * SX40_1 + k2 * SX40_2 + k3 * SX40_3), mask=km, other=0).to(tl.float32)
-            else:
-                a40 = tl.load(x40_ptr + (k0 * SX40_0 + k1 * SX40_1 + k2 * SX40_2 + k3 * SX40_3), mask=fm, other=0).to(tl.float32)
-            if INV41:  # the same for every reduced element: read once per chunk
-                a41 = tl.load(x41_ptr + (k1 * SX41_1 + k2 * SX41_2 + k3 * SX41_3), mask=km, other=0)
-            else:
-                a41 = tl.load(x41_ptr + (k0 * SX41_0 + k1 * SX41_1 + k2 * SX41_2 + k3 * SX41_3), mask=fm, other=0)
-            v103 = (-a38)  # aten.neg
-            v104 = a40  # prims.convert_element_type
-            v106 = a41.to(tl.float32)  # prims.convert_element_type
-            v107 = (v106 * c12)  # aten.mul
-            v108 = (v104 * v107)  # aten.mul
-            v109 = (v108 * a38)  # aten.mul
-            v110 = tl.fma(v103, a39, v109)  # prims.fma
-            v111 = tl.where(a1, v110, c2)  # aten.where
-            acc_v112 = acc_v112 + tl.where(fm, v111, 0.0)  # aten.sum
-        v112 = tl.sum(acc_v112, axis=0)
-        tl.store(p_ptr + (9 * n_kept + kid1), v112, mask=km1)
+        acc_v112 = tl.full([XB], 0.0, tl.float32)
+        for r0 in range(0, N0, RB):  # the reduced elements, unrolled by RB
+            for j in tl.static_range(RB):
+                r = r0 + j
+                fm = km & (kid * 0 + r < N0)
+                k0 = r
+                sm = (base < n_kept) & (base * 0 + r < N0)  # the mask of a per-row value
+                if ONE_ROW and SX1_3 == 0:  # the same along the row: one load per program
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1s * SX1_1 + k2s * SX1_2), mask=sm, other=0)
+                else:
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
+                if ONE_ROW and SX38_3 == 0:  # the same along the row: one load per program
+                    a38 = tl.load(x38_ptr + (k0 * SX38_0 + k1s * SX38_1 + k2s * SX38_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a38 = tl.load(x38_ptr + (k0 * SX38_0 + k1 * SX38_1 + k2 * SX38_2 + k3 * SX38_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX39_3 == 0:  # the same along the row: one load per program
+                    a39 = tl.load(x39_ptr + (k0 * SX39_0 + k1s * SX39_1 + k2s * SX39_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a39 = tl.load(x39_ptr + (k0 * SX39_0 + k1 * SX39_1 + k2 * SX39_2 + k3 * SX39_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX40_3 == 0:  # the same along the row: one load per program
+                    a40 = tl.load(x40_ptr + (k0 * SX40_0 + k1s * SX40_1 + k2s * SX40_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a40 = tl.load(x40_ptr + (k0 * SX40_0 + k1 * SX40_1 + k2 * SX40_2 + k3 * SX40_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX41_3 == 0:  # the same along the row: one load per program
+                    a41 = tl.load(x41_ptr + (k0 * SX41_0 + k1s * SX41_1 + k2s * SX41_2), mask=sm, other=0)
+                else:
+                    a41 = tl.load(x41_ptr + (k0 * SX41_0 + k1 * SX41_1 + k2 * SX41_2 + k3 * SX41_3), mask=fm, other=0)
+                v103 = (-a38)  # aten.neg
+                v104 = a40  # prims.convert_element_type
+                v106 = a41.to(tl.float32)  # prims.convert_element_type
+                v107 = (v106 * c12)  # aten.mul
+                v108 = (v104 * v107)  # aten.mul
+                v109 = (v108 * a38)  # aten.mul
+                v110 = tl.fma(v103, a39, v109)  # prims.fma
+                v111 = tl.where(a1, v110, c2)  # aten.where
+                acc_v112 = acc_v112 + tl.where(fm, v111, 0.0)  # aten.sum
+        v112 = acc_v112
+        tl.store(p_ptr + (9 * n_kept + kid), v112, mask=km)
     if i == 10:  # reduction v123 (aten.sum)
-        acc_v123 = tl.full([RB, XB], 0.0, tl.float32)
-        for r0 in range(0, N0, RB):  # the reduced elements, RB at a time
-            r = r0 + tl.arange(0, RB)[:, None]
-            fm = km & (r < N0)
-            k0 = r
-            if INV1:  # the same for every reduced element: read once per chunk
-                a1 = tl.load(x1_ptr + (k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=km, other=0)
-            else:
-                a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
-            if INV42:  # the same for every reduced element: read once per chunk
-                a42 = tl.load(x42_ptr + (k1 * SX42_1 + k2 * SX42_2 + k3 * SX42_3), mask=km, other=0).to(tl.float32)
-            else:
-                a42 = tl.load(x42_ptr + (k0 * SX42_0 + k1 * SX42_1 + k2 * SX42_2 + k3 * SX42_3), mask=fm, other=0).to(tl.float32)
-            if INV43:  # the same for every reduced element: read once per chunk
-                a43 = tl.load(x43_ptr + (k1 * SX43_1 + k2 * SX43_2 + k3 * SX43_3), mask=km, other=0).to(tl.float32)
-            else:
-                a43 = tl.load(x43_ptr + (k0 * SX43_0 + k1 * SX43_1 + k2 * SX43_2 + k3 * SX43_3), mask=fm, other=0).to(tl.float32)
-            if INV44:  # the same for every reduced element: read once per chunk
-                a44 = tl.load(x44_ptr + (k1 * SX44_1 + k2 * SX44_2 + k3 * SX44_3), mask=km, other=0).to(tl.float32)
-            else:
-                a44 = tl.load(x44_ptr + (k0 * SX44_0 + k1 * SX44_1 + k2 * SX44_2 + k3 * SX44_3), mask=fm, other=0).to(tl.float32)
-            if INV45:  # the same for every reduced element: read once per chunk
-                a45 = tl.load(x45_ptr + (k1 * SX45_1 + k2 * SX45_2 + k3 * SX45_3), mask=km, other=0)
-            else:
-                a45 = tl.load(x45_ptr + (k0 * SX45_0 + k1 * SX45_1 + k2 * SX45_2 + k3 * SX45_3), mask=fm, other=0)
-            v114 = (-a42)  # aten.neg
-            v115 = a44  # prims.convert_element_type
-            v117 = a45.to(tl.float32)  # prims.convert_element_type
-            v118 = (v117 * c13)  # aten.mul
-            v119 = (v115 * v118)  # aten.mul
-            v120 = (v119 * a42)  # aten.mul
-            v121 = tl.fma(v114, a43, v120)  # prims.fma
-            v122 = tl.where(a1, v121, c2)  # aten.where
-            acc_v123 = acc_v123 + tl.where(fm, v122, 0.0)  # aten.sum
-        v123 = tl.sum(acc_v123, axis=0)
-        tl.store(p_ptr + (10 * n_kept + kid1), v123, mask=km1)
+        acc_v123 = tl.full([XB], 0.0, tl.float32)
+        for r0 in range(0, N0, RB):  # the reduced elements, unrolled by RB
+            for j in tl.static_range(RB):
+                r = r0 + j
+                fm = km & (kid * 0 + r < N0)
+                k0 = r
+                sm = (base < n_kept) & (base * 0 + r < N0)  # the mask of a per-row value
+                if ONE_ROW and SX1_3 == 0:  # the same along the row: one load per program
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1s * SX1_1 + k2s * SX1_2), mask=sm, other=0)
+                else:
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
+                if ONE_ROW and SX42_3 == 0:  # the same along the row: one load per program
+                    a42 = tl.load(x42_ptr + (k0 * SX42_0 + k1s * SX42_1 + k2s * SX42_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a42 = tl.load(x42_ptr + (k0 * SX42_0 + k1 * SX42_1 + k2 * SX42_2 + k3 * SX42_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX43_3 == 0:  # the same along the row: one load per program
+                    a43 = tl.load(x43_ptr + (k0 * SX43_0 + k1s * SX43_1 + k2s * SX43_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a43 = tl.load(x43_ptr + (k0 * SX43_0 + k1 * SX43_1 + k2 * SX43_2 + k3 * SX43_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX44_3 == 0:  # the same along the row: one load per program
+                    a44 = tl.load(x44_ptr + (k0 * SX44_0 + k1s * SX44_1 + k2s * SX44_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a44 = tl.load(x44_ptr + (k0 * SX44_0 + k1 * SX44_1 + k2 * SX44_2 + k3 * SX44_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX45_3 == 0:  # the same along the row: one load per program
+                    a45 = tl.load(x45_ptr + (k0 * SX45_0 + k1s * SX45_1 + k2s * SX45_2), mask=sm, other=0)
+                else:
+                    a45 = tl.load(x45_ptr + (k0 * SX45_0 + k1 * SX45_1 + k2 * SX45_2 + k3 * SX45_3), mask=fm, other=0)
+                v114 = (-a42)  # aten.neg
+                v115 = a44  # prims.convert_element_type
+                v117 = a45.to(tl.float32)  # prims.convert_element_type
+                v118 = (v117 * c13)  # aten.mul
+                v119 = (v115 * v118)  # aten.mul
+                v120 = (v119 * a42)  # aten.mul
+                v121 = tl.fma(v114, a43, v120)  # prims.fma
+                v122 = tl.where(a1, v121, c2)  # aten.where
+                acc_v123 = acc_v123 + tl.where(fm, v122, 0.0)  # aten.sum
+        v123 = acc_v123
+        tl.store(p_ptr + (10 * n_kept + kid), v123, mask=km)
     if i == 11:  # reduction v134 (aten.sum)
-        acc_v134 = tl.full([RB, XB], 0.0, tl.float32)
-        for r0 in range(0, N0, RB):  # the reduced elements, RB at a time
-            r = r0 + tl.arange(0, RB)[:, None]
-            fm = km & (r < N0)
-            k0 = r
-            if INV1:  # the same for every reduced element: read once per chunk
-                a1 = tl.load(x1_ptr + (k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=km, other=0)
-            else:
-                a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
-            if INV46:  # the same for every reduced element: read once per chunk
-                a46 = tl.load(x46_ptr + (k1 * SX46_1 + k2 * SX46_2 + k3 * SX46_3), mask=km, other=0).to(tl.float32)
-            else:
-                a46 = tl.load(x46_ptr + (k0 * SX46_0 + k1 * SX46_1 + k2 * SX46_2 + k3 * SX46_3), mask=fm, other=0).to(tl.float32)
-            if INV47:  # the same for every reduced element: read once per chunk
-                a47 = tl.load(x47_ptr + (k1 * SX47_1 + k2 * SX47_2 + k3 * SX47_3), mask=km, other=0).to(tl.float32)
-            else:
-                a47 = tl.load(x47_ptr + (k0 * SX47_0 + k1 * SX47_1 + k2 * SX47_2 + k3 * SX47_3), mask=fm, other=0).to(tl.float32)
-            if INV48:  # the same for every reduced element: read once per chunk
-                a48 = tl.load(x48_ptr + (k1 * SX48_1 + k2 * SX48_2 + k3 * SX48_3), mask=km, other=0).to(tl.float32)
-            else:
-                a48 = tl.load(x48_ptr + (k0 * SX48_0 + k1 * SX48_1 + k2 * SX48_2 + k3 * SX48_3), mask=fm, other=0).to(tl.float32)
-            if INV49:  # the same for every reduced element: read once per chunk
-                a49 = tl.load(x49_ptr + (k1 * SX49_1 + k2 * SX49_2 + k3 * SX49_3), mask=km, other=0)
-            else:
-                a49 = tl.load(x49_ptr + (k0 * SX49_0 + k1 * SX49_1 + k2 * SX49_2 + k3 * SX49_3), mask=fm, other=0)
-            v125 = (-a46)  # aten.neg
-            v126 = a48  # prims.convert_element_type
-            v128 = a49.to(tl.float32)  # prims.convert_element_type
-            v129 = (v128 * c14)  # aten.mul
-            v130 = (v126 * v129)  # aten.mul
-            v131 = (v130 * a46)  # aten.mul
-            v132 = tl.fma(v125, a47, v131)  # prims.fma
-            v133 = tl.where(a1, v132, c2)  # aten.where
-            acc_v134 = acc_v134 + tl.where(fm, v133, 0.0)  # aten.sum
-        v134 = tl.sum(acc_v134, axis=0)
-        tl.store(p_ptr + (11 * n_kept + kid1), v134, mask=km1)
+        acc_v134 = tl.full([XB], 0.0, tl.float32)
+        for r0 in range(0, N0, RB):  # the reduced elements, unrolled by RB
+            for j in tl.static_range(RB):
+                r = r0 + j
+                fm = km & (kid * 0 + r < N0)
+                k0 = r
+                sm = (base < n_kept) & (base * 0 + r < N0)  # the mask of a per-row value
+                if ONE_ROW and SX1_3 == 0:  # the same along the row: one load per program
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1s * SX1_1 + k2s * SX1_2), mask=sm, other=0)
+                else:
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
+                if ONE_ROW and SX46_3 == 0:  # the same along the row: one load per program
+                    a46 = tl.load(x46_ptr + (k0 * SX46_0 + k1s * SX46_1 + k2s * SX46_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a46 = tl.load(x46_ptr + (k0 * SX46_0 + k1 * SX46_1 + k2 * SX46_2 + k3 * SX46_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX47_3 == 0:  # the same along the row: one load per program
+                    a47 = tl.load(x47_ptr + (k0 * SX47_0 + k1s * SX47_1 + k2s * SX47_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a47 = tl.load(x47_ptr + (k0 * SX47_0 + k1 * SX47_1 + k2 * SX47_2 + k3 * SX47_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX48_3 == 0:  # the same along the row: one load per program
+                    a48 = tl.load(x48_ptr + (k0 * SX48_0 + k1s * SX48_1 + k2s * SX48_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a48 = tl.load(x48_ptr + (k0 * SX48_0 + k1 * SX48_1 + k2 * SX48_2 + k3 * SX48_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX49_3 == 0:  # the same along the row: one load per program
+                    a49 = tl.load(x49_ptr + (k0 * SX49_0 + k1s * SX49_1 + k2s * SX49_2), mask=sm, other=0)
+                else:
+                    a49 = tl.load(x49_ptr + (k0 * SX49_0 + k1 * SX49_1 + k2 * SX49_2 + k3 * SX49_3), mask=fm, other=0)
+                v125 = (-a46)  # aten.neg
+                v126 = a48  # prims.convert_element_type
+                v128 = a49.to(tl.float32)  # prims.convert_element_type
+                v129 = (v128 * c14)  # aten.mul
+                v130 = (v126 * v129)  # aten.mul
+                v131 = (v130 * a46)  # aten.mul
+                v132 = tl.fma(v125, a47, v131)  # prims.fma
+                v133 = tl.where(a1, v132, c2)  # aten.where
+                acc_v134 = acc_v134 + tl.where(fm, v133, 0.0)  # aten.sum
+        v134 = acc_v134
+        tl.store(p_ptr + (11 * n_kept + kid), v134, mask=km)
 
 
 @triton.jit
@@ -1512,7 +1704,7 @@ def reduce_epilogue_kernel(
     INV38: tl.constexpr, INV39: tl.constexpr, INV40: tl.constexpr, INV41: tl.constexpr,
     INV42: tl.constexpr, INV43: tl.constexpr, INV44: tl.constexpr, INV45: tl.constexpr,
     INV46: tl.constexpr, INV47: tl.constexpr, INV48: tl.constexpr, INV49: tl.constexpr,
-    RB: tl.constexpr, XB: tl.constexpr, WIDE: tl.constexpr,
+    RB: tl.constexpr, XB: tl.constexpr, ONE_ROW: tl.constexpr, WIDE: tl.constexpr,
 ):
     kid = tl.program_id(0) * XB + tl.arange(0, XB)
     if WIDE:
@@ -1524,6 +1716,13 @@ def reduce_epilogue_kernel(
     k2 = rest % N2
     rest = rest // N2
     k1 = rest
+    base = tl.program_id(0) * XB
+    if WIDE:
+        base = base.to(tl.int64)
+    rest = base // N3
+    k2s = rest % N2
+    rest = rest // N2
+    k1s = rest
     v14 = tl.load(p_ptr + (0 * n_kept + kid), mask=km, other=0)
     v24 = tl.load(p_ptr + (1 * n_kept + kid), mask=km, other=0)
     v35 = tl.load(p_ptr + (2 * n_kept + kid), mask=km, other=0)

@@ -245,7 +245,8 @@ def reduce_kernel(
     INV38: tl.constexpr, INV39: tl.constexpr, INV40: tl.constexpr, INV41: tl.constexpr,
     INV42: tl.constexpr, INV43: tl.constexpr, INV44: tl.constexpr, INV45: tl.constexpr,
     INV46: tl.constexpr, INV47: tl.constexpr, INV48: tl.constexpr, INV49: tl.constexpr,
-    INV50: tl.constexpr, RB: tl.constexpr, XB: tl.constexpr, WIDE: tl.constexpr,
+    INV50: tl.constexpr, RB: tl.constexpr, XB: tl.constexpr, ONE_ROW: tl.constexpr,
+    WIDE: tl.constexpr,
 ):
     kid = tl.program_id(0) * XB + tl.arange(0, XB)
     if WIDE:
@@ -257,6 +258,13 @@ def reduce_kernel(
     k2 = rest % N2
     rest = rest // N2
     k1 = rest
+    base = tl.program_id(0) * XB
+    if WIDE:
+        base = base.to(tl.int64)
+    rest = base // N3
+    k2s = rest % N2
+    rest = rest // N2
+    k1s = rest
     acc_v15 = tl.full([XB], 0.0, tl.float32)
     acc_v25 = tl.full([XB], 0.0, tl.float32)
     acc_v36 = tl.full([XB], 0.0, tl.float32)
@@ -269,167 +277,321 @@ def reduce_kernel(
     acc_v113 = tl.full([XB], 0.0, tl.float32)
     acc_v124 = tl.full([XB], 0.0, tl.float32)
     acc_v135 = tl.full([XB], 0.0, tl.float32)
-    for r in range(N0):  # the reduced elements
-        k0 = r
-        a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=km, other=0)
-        a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=km, other=0)
-        a3 = tl.load(x3_ptr + (k0 * SX3_0 + k1 * SX3_1 + k2 * SX3_2 + k3 * SX3_3), mask=km, other=0).to(tl.float32)
-        a4 = tl.load(x4_ptr + (k0 * SX4_0 + k1 * SX4_1 + k2 * SX4_2 + k3 * SX4_3), mask=km, other=0).to(tl.float32)
-        a5 = tl.load(x5_ptr + (k0 * SX5_0 + k1 * SX5_1 + k2 * SX5_2 + k3 * SX5_3), mask=km, other=0).to(tl.float32)
-        a6 = tl.load(x6_ptr + (k0 * SX6_0 + k1 * SX6_1 + k2 * SX6_2 + k3 * SX6_3), mask=km, other=0)
-        a7 = tl.load(x7_ptr + (k0 * SX7_0 + k1 * SX7_1 + k2 * SX7_2 + k3 * SX7_3), mask=km, other=0).to(tl.float32)
-        a8 = tl.load(x8_ptr + (k0 * SX8_0 + k1 * SX8_1 + k2 * SX8_2 + k3 * SX8_3), mask=km, other=0).to(tl.float32)
-        a9 = tl.load(x9_ptr + (k0 * SX9_0 + k1 * SX9_1 + k2 * SX9_2 + k3 * SX9_3), mask=km, other=0).to(tl.float32)
-        a10 = tl.load(x10_ptr + (k0 * SX10_0 + k1 * SX10_1 + k2 * SX10_2 + k3 * SX10_3), mask=km, other=0)
-        a11 = tl.load(x11_ptr + (k0 * SX11_0 + k1 * SX11_1 + k2 * SX11_2 + k3 * SX11_3), mask=km, other=0).to(tl.float32)
-        a12 = tl.load(x12_ptr + (k0 * SX12_0 + k1 * SX12_1 + k2 * SX12_2 + k3 * SX12_3), mask=km, other=0).to(tl.float32)
-        a13 = tl.load(x13_ptr + (k0 * SX13_0 + k1 * SX13_1 + k2 * SX13_2 + k3 * SX13_3), mask=km, other=0).to(tl.float32)
-        a14 = tl.load(x14_ptr + (k0 * SX14_0 + k1 * SX14_1 + k2 * SX14_2 + k3 * SX14_3), mask=km, other=0)
-        a15 = tl.load(x15_ptr + (k0 * SX15_0 + k1 * SX15_1 + k2 * SX15_2 + k3 * SX15_3), mask=km, other=0).to(tl.float32)
-        a16 = tl.load(x16_ptr + (k0 * SX16_0 + k1 * SX16_1 + k2 * SX16_2 + k3 * SX16_3), mask=km, other=0).to(tl.float32)
-        a17 = tl.load(x17_ptr + (k0 * SX17_0 + k1 * SX17_1 + k2 * SX17_2 + k3 * SX17_3), mask=km, other=0).to(tl.float32)
-        a18 = tl.load(x18_ptr + (k0 * SX18_0 + k1 * SX18_1 + k2 * SX18_2 + k3 * SX18_3), mask=km, other=0)
-        a19 = tl.load(x19_ptr + (k0 * SX19_0 + k1 * SX19_1 + k2 * SX19_2 + k3 * SX19_3), mask=km, other=0).to(tl.float32)
-        a20 = tl.load(x20_ptr + (k0 * SX20_0 + k1 * SX20_1 + k2 * SX20_2 + k3 * SX20_3), mask=km, other=0).to(tl.float32)
-        a21 = tl.load(x21_ptr + (k0 * SX21_0 + k1 * SX21_1 + k2 * SX21_2 + k3 * SX21_3), mask=km, other=0).to(tl.float32)
-        a22 = tl.load(x22_ptr + (k0 * SX22_0 + k1 * SX22_1 + k2 * SX22_2 + k3 * SX22_3), mask=km, other=0)
-        a23 = tl.load(x23_ptr + (k0 * SX23_0 + k1 * SX23_1 + k2 * SX23_2 + k3 * SX23_3), mask=km, other=0).to(tl.float32)
-        a24 = tl.load(x24_ptr + (k0 * SX24_0 + k1 * SX24_1 + k2 * SX24_2 + k3 * SX24_3), mask=km, other=0).to(tl.float32)
-        a25 = tl.load(x25_ptr + (k0 * SX25_0 + k1 * SX25_1 + k2 * SX25_2 + k3 * SX25_3), mask=km, other=0).to(tl.float32)
-        a26 = tl.load(x26_ptr + (k0 * SX26_0 + k1 * SX26_1 + k2 * SX26_2 + k3 * SX26_3), mask=km, other=0)
-        a27 = tl.load(x27_ptr + (k0 * SX27_0 + k1 * SX27_1 + k2 * SX27_2 + k3 * SX27_3), mask=km, other=0).to(tl.float32)
-        a28 = tl.load(x28_ptr + (k0 * SX28_0 + k1 * SX28_1 + k2 * SX28_2 + k3 * SX28_3), mask=km, other=0).to(tl.float32)
-        a29 = tl.load(x29_ptr + (k0 * SX29_0 + k1 * SX29_1 + k2 * SX29_2 + k3 * SX29_3), mask=km, other=0).to(tl.float32)
-        a30 = tl.load(x30_ptr + (k0 * SX30_0 + k1 * SX30_1 + k2 * SX30_2 + k3 * SX30_3), mask=km, other=0)
-        a31 = tl.load(x31_ptr + (k0 * SX31_0 + k1 * SX31_1 + k2 * SX31_2 + k3 * SX31_3), mask=km, other=0).to(tl.float32)
-        a32 = tl.load(x32_ptr + (k0 * SX32_0 + k1 * SX32_1 + k2 * SX32_2 + k3 * SX32_3), mask=km, other=0).to(tl.float32)
-        a33 = tl.load(x33_ptr + (k0 * SX33_0 + k1 * SX33_1 + k2 * SX33_2 + k3 * SX33_3), mask=km, other=0).to(tl.float32)
-        a34 = tl.load(x34_ptr + (k0 * SX34_0 + k1 * SX34_1 + k2 * SX34_2 + k3 * SX34_3), mask=km, other=0)
-        a35 = tl.load(x35_ptr + (k0 * SX35_0 + k1 * SX35_1 + k2 * SX35_2 + k3 * SX35_3), mask=km, other=0).to(tl.float32)
-        a36 = tl.load(x36_ptr + (k0 * SX36_0 + k1 * SX36_1 + k2 * SX36_2 + k3 * SX36_3), mask=km, other=0).to(tl.float32)
-        a37 = tl.load(x37_ptr + (k0 * SX37_0 + k1 * SX37_1 + k2 * SX37_2 + k3 * SX37_3), mask=km, other=0).to(tl.float32)
-        a38 = tl.load(x38_ptr + (k0 * SX38_0 + k1 * SX38_1 + k2 * SX38_2 + k3 * SX38_3), mask=km, other=0)
-        a39 = tl.load(x39_ptr + (k0 * SX39_0 + k1 * SX39_1 + k2 * SX39_2 + k3 * SX39_3), mask=km, other=0).to(tl.float32)
-        a40 = tl.load(x40_ptr + (k0 * SX40_0 + k1 * SX40_1 + k2 * SX40_2 + k3 * SX40_3), mask=km, other=0).to(tl.float32)
-        a41 = tl.load(x41_ptr + (k0 * SX41_0 + k1 * SX41_1 + k2 * SX41_2 + k3 * SX41_3), mask=km, other=0).to(tl.float32)
-        a42 = tl.load(x42_ptr + (k0 * SX42_0 + k1 * SX42_1 + k2 * SX42_2 + k3 * SX42_3), mask=km, other=0)
-        a43 = tl.load(x43_ptr + (k0 * SX43_0 + k1 * SX43_1 + k2 * SX43_2 + k3 * SX43_3), mask=km, other=0).to(tl.float32)
-        a44 = tl.load(x44_ptr + (k0 * SX44_0 + k1 * SX44_1 + k2 * SX44_2 + k3 * SX44_3), mask=km, other=0).to(tl.float32)
-        a45 = tl.load(x45_ptr + (k0 * SX45_0 + k1 * SX45_1 + k2 * SX45_2 + k3 * SX45_3), mask=km, other=0).to(tl.float32)
-        a46 = tl.load(x46_ptr + (k0 * SX46_0 + k1 * SX46_1 + k2 * SX46_2 + k3 * SX46_3), mask=km, other=0)
-        a47 = tl.load(x47_ptr + (k0 * SX47_0 + k1 * SX47_1 + k2 * SX47_2 + k3 * SX47_3), mask=km, other=0).to(tl.float32)
-        a48 = tl.load(x48_ptr + (k0 * SX48_0 + k1 * SX48_1 + k2 * SX48_2 + k3 * SX48_3), mask=km, other=0).to(tl.float32)
-        a49 = tl.load(x49_ptr + (k0 * SX49_0 + k1 * SX49_1 + k2 * SX49_2 + k3 * SX49_3), mask=km, other=0).to(tl.float32)
-        a50 = tl.load(x50_ptr + (k0 * SX50_0 + k1 * SX50_1 + k2 * SX50_2 + k3 * SX50_3), mask=km, other=0)
-        v4 = (a1 & a2)  # aten.bitwise_and
-        v6 = (-a3)  # aten.neg
-        v7 = a5  # prims.convert_element_type
-        v9 = a6.to(tl.float32)  # prims.convert_element_type
-        v10 = (v9 * c3)  # aten.mul
-        v11 = (v7 * v10)  # aten.mul
-        v12 = (v11 * a3)  # aten.mul
-        v13 = tl.fma(v6, a4, v12)  # prims.fma
-        v14 = tl.where(v4, v13, c2)  # aten.where
-        v16 = (-a7)  # aten.neg
-        v17 = a9  # prims.convert_element_type
-        v19 = a10.to(tl.float32)  # prims.convert_element_type
-        v20 = (v19 * c4)  # aten.mul
-        v21 = (v17 * v20)  # aten.mul
-        v22 = (v21 * a7)  # aten.mul
-        v23 = tl.fma(v16, a8, v22)  # prims.fma
-        v24 = tl.where(v4, v23, c2)  # aten.where
-        v27 = (-a11)  # aten.neg
-        v28 = a13  # prims.convert_element_type
-        v30 = a14.to(tl.float32)  # prims.convert_element_type
-        v31 = (v30 * c5)  # aten.mul
-        v32 = (v28 * v31)  # aten.mul
-        v33 = (v32 * a11)  # aten.mul
-        v34 = tl.fma(v27, a12, v33)  # prims.fma
-        v35 = tl.where(v4, v34, c2)  # aten.where
-        v38 = (-a15)  # aten.neg
-        v39 = a17  # prims.convert_element_type
-        v41 = a18.to(tl.float32)  # prims.convert_element_type
-        v42 = (v41 * c6)  # aten.mul
-        v43 = (v39 * v42)  # aten.mul
-        v44 = (v43 * a15)  # aten.mul
-        v45 = tl.fma(v38, a16, v44)  # prims.fma
-        v46 = tl.where(v4, v45, c2)  # aten.where
-        v49 = (-a19)  # aten.neg
-        v50 = a21  # prims.convert_element_type
-        v52 = a22.to(tl.float32)  # prims.convert_element_type
-        v53 = (v52 * c7)  # aten.mul
-        v54 = (v50 * v53)  # aten.mul
-        v55 = (v54 * a19)  # aten.mul
-        v56 = tl.fma(v49, a20, v55)  # prims.fma
-        v57 = tl.where(v4, v56, c2)  # aten.where
-        v60 = (-a23)  # aten.neg
-        v61 = a25  # prims.convert_element_type
-        v63 = a26.to(tl.float32)  # prims.convert_element_type
-        v64 = (v63 * c8)  # aten.mul
-        v65 = (v61 * v64)  # aten.mul
-        v66 = (v65 * a23)  # aten.mul
-        v67 = tl.fma(v60, a24, v66)  # prims.fma
-        v68 = tl.where(v4, v67, c2)  # aten.where
-        v71 = (-a27)  # aten.neg
-        v72 = a29  # prims.convert_element_type
-        v74 = a30.to(tl.float32)  # prims.convert_element_type
-        v75 = (v74 * c9)  # aten.mul
-        v76 = (v72 * v75)  # aten.mul
-        v77 = (v76 * a27)  # aten.mul
-        v78 = tl.fma(v71, a28, v77)  # prims.fma
-        v79 = tl.where(v4, v78, c2)  # aten.where
-        v82 = (-a31)  # aten.neg
-        v83 = a33  # prims.convert_element_type
-        v85 = a34.to(tl.float32)  # prims.convert_element_type
-        v86 = (v85 * c10)  # aten.mul
-        v87 = (v83 * v86)  # aten.mul
-        v88 = (v87 * a31)  # aten.mul
-        v89 = tl.fma(v82, a32, v88)  # prims.fma
-        v90 = tl.where(v4, v89, c2)  # aten.where
-        v93 = (-a35)  # aten.neg
-        v94 = a37  # prims.convert_element_type
-        v96 = a38.to(tl.float32)  # prims.convert_element_type
-        v97 = (v96 * c11)  # aten.mul
-        v98 = (v94 * v97)  # aten.mul
-        v99 = (v98 * a35)  # aten.mul
-        v100 = tl.fma(v93, a36, v99)  # prims.fma
-        v101 = tl.where(v4, v100, c2)  # aten.where
-        v104 = (-a39)  # aten.neg
-        v105 = a41  # prims.convert_element_type
-        v107 = a42.to(tl.float32)  # prims.convert_element_type
-        v108 = (v107 * c12)  # aten.mul
-        v109 = (v105 * v108)  # aten.mul
-        v110 = (v109 * a39)  # aten.mul
-        v111 = tl.fma(v104, a40, v110)  # prims.fma
-        v112 = tl.where(v4, v111, c2)  # aten.where
-        v115 = (-a43)  # aten.neg
-        v116 = a45  # prims.convert_element_type
-        v118 = a46.to(tl.float32)  # prims.convert_element_type
-        v119 = (v118 * c13)  # aten.mul
-        v120 = (v116 * v119)  # aten.mul
-        v121 = (v120 * a43)  # aten.mul
-        v122 = tl.fma(v115, a44, v121)  # prims.fma
-        v123 = tl.where(v4, v122, c2)  # aten.where
-        v126 = (-a47)  # aten.neg
-        v127 = a49  # prims.convert_element_type
-        v129 = a50.to(tl.float32)  # prims.convert_element_type
-        v130 = (v129 * c14)  # aten.mul
-        v131 = (v127 * v130)  # aten.mul
-        v132 = (v131 * a47)  # aten.mul
-        v133 = tl.fma(v126, a48, v132)  # prims.fma
-        v134 = tl.where(v4, v133, c2)  # aten.where
-        acc_v15 = acc_v15 + tl.where(km, v14, 0.0)  # aten.sum
-        acc_v25 = acc_v25 + tl.where(km, v24, 0.0)  # aten.sum
-        acc_v36 = acc_v36 + tl.where(km, v35, 0.0)  # aten.sum
-        acc_v47 = acc_v47 + tl.where(km, v46, 0.0)  # aten.sum
-        acc_v58 = acc_v58 + tl.where(km, v57, 0.0)  # aten.sum
-        acc_v69 = acc_v69 + tl.where(km, v68, 0.0)  # aten.sum
-        acc_v80 = acc_v80 + tl.where(km, v79, 0.0)  # aten.sum
-        acc_v91 = acc_v91 + tl.where(km, v90, 0.0)  # aten.sum
-        acc_v102 = acc_v102 + tl.where(km, v101, 0.0)  # aten.sum
-        acc_v113 = acc_v113 + tl.where(km, v112, 0.0)  # aten.sum
-        acc_v124 = acc_v124 + tl.where(km, v123, 0.0)  # aten.sum
-        acc_v135 = acc_v135 + tl.where(km, v134, 0.0)  # aten.sum
+    for r0 in range(0, N0, RB):  # the reduced elements, unrolled by RB
+        for j in tl.static_range(RB):
+            r = r0 + j
+            fm = km & (kid * 0 + r < N0)
+            k0 = r
+            sm = (base < n_kept) & (base * 0 + r < N0)  # the mask of a per-row value
+            if ONE_ROW and SX1_3 == 0:  # the same along the row: one load per program
+                a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1s * SX1_1 + k2s * SX1_2), mask=sm, other=0)
+            else:
+                a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
+            if ONE_ROW and SX2_3 == 0:  # the same along the row: one load per program
+                a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1s * SX2_1 + k2s * SX2_2), mask=sm, other=0)
+            else:
+                a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=fm, other=0)
+            if ONE_ROW and SX3_3 == 0:  # the same along the row: one load per program
+                a3 = tl.load(x3_ptr + (k0 * SX3_0 + k1s * SX3_1 + k2s * SX3_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a3 = tl.load(x3_ptr + (k0 * SX3_0 + k1 * SX3_1 + k2 * SX3_2 + k3 * SX3_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX4_3 == 0:  # the same along the row: one load per program
+                a4 = tl.load(x4_ptr + (k0 * SX4_0 + k1s * SX4_1 + k2s * SX4_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a4 = tl.load(x4_ptr + (k0 * SX4_0 + k1 * SX4_1 + k2 * SX4_2 + k3 * SX4_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX5_3 == 0:  # the same along the row: one load per program
+                a5 = tl.load(x5_ptr + (k0 * SX5_0 + k1s * SX5_1 + k2s * SX5_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a5 = tl.load(x5_ptr + (k0 * SX5_0 + k1 * SX5_1 + k2 * SX5_2 + k3 * SX5_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX6_3 == 0:  # the same along the row: one load per program
+                a6 = tl.load(x6_ptr + (k0 * SX6_0 + k1s * SX6_1 + k2s * SX6_2), mask=sm, other=0)
+            else:
+                a6 = tl.load(x6_ptr + (k0 * SX6_0 + k1 * SX6_1 + k2 * SX6_2 + k3 * SX6_3), mask=fm, other=0)
+            if ONE_ROW and SX7_3 == 0:  # the same along the row: one load per program
+                a7 = tl.load(x7_ptr + (k0 * SX7_0 + k1s * SX7_1 + k2s * SX7_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a7 = tl.load(x7_ptr + (k0 * SX7_0 + k1 * SX7_1 + k2 * SX7_2 + k3 * SX7_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX8_3 == 0:  # the same along the row: one load per program
+                a8 = tl.load(x8_ptr + (k0 * SX8_0 + k1s * SX8_1 + k2s * SX8_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a8 = tl.load(x8_ptr + (k0 * SX8_0 + k1 * SX8_1 + k2 * SX8_2 + k3 * SX8_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX9_3 == 0:  # the same along the row: one load per program
+                a9 = tl.load(x9_ptr + (k0 * SX9_0 + k1s * SX9_1 + k2s * SX9_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a9 = tl.load(x9_ptr + (k0 * SX9_0 + k1 * SX9_1 + k2 * SX9_2 + k3 * SX9_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX10_3 == 0:  # the same along the row: one load per program
+                a10 = tl.load(x10_ptr + (k0 * SX10_0 + k1s * SX10_1 + k2s * SX10_2), mask=sm, other=0)
+            else:
+                a10 = tl.load(x10_ptr + (k0 * SX10_0 + k1 * SX10_1 + k2 * SX10_2 + k3 * SX10_3), mask=fm, other=0)
+            if ONE_ROW and SX11_3 == 0:  # the same along the row: one load per program
+                a11 = tl.load(x11_ptr + (k0 * SX11_0 + k1s * SX11_1 + k2s * SX11_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a11 = tl.load(x11_ptr + (k0 * SX11_0 + k1 * SX11_1 + k2 * SX11_2 + k3 * SX11_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX12_3 == 0:  # the same along the row: one load per program
+                a12 = tl.load(x12_ptr + (k0 * SX12_0 + k1s * SX12_1 + k2s * SX12_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a12 = tl.load(x12_ptr + (k0 * SX12_0 + k1 * SX12_1 + k2 * SX12_2 + k3 * SX12_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX13_3 == 0:  # the same along the row: one load per program
+                a13 = tl.load(x13_ptr + (k0 * SX13_0 + k1s * SX13_1 + k2s * SX13_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a13 = tl.load(x13_ptr + (k0 * SX13_0 + k1 * SX13_1 + k2 * SX13_2 + k3 * SX13_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX14_3 == 0:  # the same along the row: one load per program
+                a14 = tl.load(x14_ptr + (k0 * SX14_0 + k1s * SX14_1 + k2s * SX14_2), mask=sm, other=0)
+            else:
+                a14 = tl.load(x14_ptr + (k0 * SX14_0 + k1 * SX14_1 + k2 * SX14_2 + k3 * SX14_3), mask=fm, other=0)
+            if ONE_ROW and SX15_3 == 0:  # the same along the row: one load per program
+                a15 = tl.load(x15_ptr + (k0 * SX15_0 + k1s * SX15_1 + k2s * SX15_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a15 = tl.load(x15_ptr + (k0 * SX15_0 + k1 * SX15_1 + k2 * SX15_2 + k3 * SX15_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX16_3 == 0:  # the same along the row: one load per program
+                a16 = tl.load(x16_ptr + (k0 * SX16_0 + k1s * SX16_1 + k2s * SX16_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a16 = tl.load(x16_ptr + (k0 * SX16_0 + k1 * SX16_1 + k2 * SX16_2 + k3 * SX16_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX17_3 == 0:  # the same along the row: one load per program
+                a17 = tl.load(x17_ptr + (k0 * SX17_0 + k1s * SX17_1 + k2s * SX17_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a17 = tl.load(x17_ptr + (k0 * SX17_0 + k1 * SX17_1 + k2 * SX17_2 + k3 * SX17_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX18_3 == 0:  # the same along the row: one load per program
+                a18 = tl.load(x18_ptr + (k0 * SX18_0 + k1s * SX18_1 + k2s * SX18_2), mask=sm, other=0)
+            else:
+                a18 = tl.load(x18_ptr + (k0 * SX18_0 + k1 * SX18_1 + k2 * SX18_2 + k3 * SX18_3), mask=fm, other=0)
+            if ONE_ROW and SX19_3 == 0:  # the same along the row: one load per program
+                a19 = tl.load(x19_ptr + (k0 * SX19_0 + k1s * SX19_1 + k2s * SX19_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a19 = tl.load(x19_ptr + (k0 * SX19_0 + k1 * SX19_1 + k2 * SX19_2 + k3 * SX19_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX20_3 == 0:  # the same along the row: one load per program
+                a20 = tl.load(x20_ptr + (k0 * SX20_0 + k1s * SX20_1 + k2s * SX20_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a20 = tl.load(x20_ptr + (k0 * SX20_0 + k1 * SX20_1 + k2 * SX20_2 + k3 * SX20_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX21_3 == 0:  # the same along the row: one load per program
+                a21 = tl.load(x21_ptr + (k0 * SX21_0 + k1s * SX21_1 + k2s * SX21_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a21 = tl.load(x21_ptr + (k0 * SX21_0 + k1 * SX21_1 + k2 * SX21_2 + k3 * SX21_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX22_3 == 0:  # the same along the row: one load per program
+                a22 = tl.load(x22_ptr + (k0 * SX22_0 + k1s * SX22_1 + k2s * SX22_2), mask=sm, other=0)
+            else:
+                a22 = tl.load(x22_ptr + (k0 * SX22_0 + k1 * SX22_1 + k2 * SX22_2 + k3 * SX22_3), mask=fm, other=0)
+            if ONE_ROW and SX23_3 == 0:  # the same along the row: one load per program
+                a23 = tl.load(x23_ptr + (k0 * SX23_0 + k1s * SX23_1 + k2s * SX23_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a23 = tl.load(x23_ptr + (k0 * SX23_0 + k1 * SX23_1 + k2 * SX23_2 + k3 * SX23_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX24_3 == 0:  # the same along the row: one load per program
+                a24 = tl.load(x24_ptr + (k0 * SX24_0 + k1s * SX24_1 + k2s * SX24_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a24 = tl.load(x24_ptr + (k0 * SX24_0 + k1 * SX24_1 + k2 * SX24_2 + k3 * SX24_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX25_3 == 0:  # the same along the row: one load per program
+                a25 = tl.load(x25_ptr + (k0 * SX25_0 + k1s * SX25_1 + k2s * SX25_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a25 = tl.load(x25_ptr + (k0 * SX25_0 + k1 * SX25_1 + k2 * SX25_2 + k3 * SX25_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX26_3 == 0:  # the same along the row: one load per program
+                a26 = tl.load(x26_ptr + (k0 * SX26_0 + k1s * SX26_1 + k2s * SX26_2), mask=sm, other=0)
+            else:
+                a26 = tl.load(x26_ptr + (k0 * SX26_0 + k1 * SX26_1 + k2 * SX26_2 + k3 * SX26_3), mask=fm, other=0)
+            if ONE_ROW and SX27_3 == 0:  # the same along the row: one load per program
+                a27 = tl.load(x27_ptr + (k0 * SX27_0 + k1s * SX27_1 + k2s * SX27_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a27 = tl.load(x27_ptr + (k0 * SX27_0 + k1 * SX27_1 + k2 * SX27_2 + k3 * SX27_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX28_3 == 0:  # the same along the row: one load per program
+                a28 = tl.load(x28_ptr + (k0 * SX28_0 + k1s * SX28_1 + k2s * SX28_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a28 = tl.load(x28_ptr + (k0 * SX28_0 + k1 * SX28_1 + k2 * SX28_2 + k3 * SX28_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX29_3 == 0:  # the same along the row: one load per program
+                a29 = tl.load(x29_ptr + (k0 * SX29_0 + k1s * SX29_1 + k2s * SX29_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a29 = tl.load(x29_ptr + (k0 * SX29_0 + k1 * SX29_1 + k2 * SX29_2 + k3 * SX29_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX30_3 == 0:  # the same along the row: one load per program
+                a30 = tl.load(x30_ptr + (k0 * SX30_0 + k1s * SX30_1 + k2s * SX30_2), mask=sm, other=0)
+            else:
+                a30 = tl.load(x30_ptr + (k0 * SX30_0 + k1 * SX30_1 + k2 * SX30_2 + k3 * SX30_3), mask=fm, other=0)
+            if ONE_ROW and SX31_3 == 0:  # the same along the row: one load per program
+                a31 = tl.load(x31_ptr + (k0 * SX31_0 + k1s * SX31_1 + k2s * SX31_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a31 = tl.load(x31_ptr + (k0 * SX31_0 + k1 * SX31_1 + k2 * SX31_2 + k3 * SX31_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX32_3 == 0:  # the same along the row: one load per program
+                a32 = tl.load(x32_ptr + (k0 * SX32_0 + k1s * SX32_1 + k2s * SX32_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a32 = tl.load(x32_ptr + (k0 * SX32_0 + k1 * SX32_1 + k2 * SX32_2 + k3 * SX32_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX33_3 == 0:  # the same along the row: one load per program
+                a33 = tl.load(x33_ptr + (k0 * SX33_0 + k1s * SX33_1 + k2s * SX33_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a33 = tl.load(x33_ptr + (k0 * SX33_0 + k1 * SX33_1 + k2 * SX33_2 + k3 * SX33_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX34_3 == 0:  # the same along the row: one load per program
+                a34 = tl.load(x34_ptr + (k0 * SX34_0 + k1s * SX34_1 + k2s * SX34_2), mask=sm, other=0)
+            else:
+                a34 = tl.load(x34_ptr + (k0 * SX34_0 + k1 * SX34_1 + k2 * SX34_2 + k3 * SX34_3), mask=fm, other=0)
+            if ONE_ROW and SX35_3 == 0:  # the same along the row: one load per program
+                a35 = tl.load(x35_ptr + (k0 * SX35_0 + k1s * SX35_1 + k2s * SX35_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a35 = tl.load(x35_ptr + (k0 * SX35_0 + k1 * SX35_1 + k2 * SX35_2 + k3 * SX35_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX36_3 == 0:  # the same along the row: one load per program
+                a36 = tl.load(x36_ptr + (k0 * SX36_0 + k1s * SX36_1 + k2s * SX36_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a36 = tl.load(x36_ptr + (k0 * SX36_0 + k1 * SX36_1 + k2 * SX36_2 + k3 * SX36_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX37_3 == 0:  # the same along the row: one load per program
+                a37 = tl.load(x37_ptr + (k0 * SX37_0 + k1s * SX37_1 + k2s * SX37_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a37 = tl.load(x37_ptr + (k0 * SX37_0 + k1 * SX37_1 + k2 * SX37_2 + k3 * SX37_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX38_3 == 0:  # the same along the row: one load per program
+                a38 = tl.load(x38_ptr + (k0 * SX38_0 + k1s * SX38_1 + k2s * SX38_2), mask=sm, other=0)
+            else:
+                a38 = tl.load(x38_ptr + (k0 * SX38_0 + k1 * SX38_1 + k2 * SX38_2 + k3 * SX38_3), mask=fm, other=0)
+            if ONE_ROW and SX39_3 == 0:  # the same along the row: one load per program
+                a39 = tl.load(x39_ptr + (k0 * SX39_0 + k1s * SX39_1 + k2s * SX39_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a39 = tl.load(x39_ptr + (k0 * SX39_0 + k1 * SX39_1 + k2 * SX39_2 + k3 * SX39_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX40_3 == 0:  # the same along the row: one load per program
+                a40 = tl.load(x40_ptr + (k0 * SX40_0 + k1s * SX40_1 + k2s * SX40_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a40 = tl.load(x40_ptr + (k0 * SX40_0 + k1 * SX40_1 + k2 * SX40_2 + k3 * SX40_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX41_3 == 0:  # the same along the row: one load per program
+                a41 = tl.load(x41_ptr + (k0 * SX41_0 + k1s * SX41_1 + k2s * SX41_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a41 = tl.load(x41_ptr + (k0 * SX41_0 + k1 * SX41_1 + k2 * SX41_2 + k3 * SX41_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX42_3 == 0:  # the same along the row: one load per program
+                a42 = tl.load(x42_ptr + (k0 * SX42_0 + k1s * SX42_1 + k2s * SX42_2), mask=sm, other=0)
+            else:
+                a42 = tl.load(x42_ptr + (k0 * SX42_0 + k1 * SX42_1 + k2 * SX42_2 + k3 * SX42_3), mask=fm, other=0)
+            if ONE_ROW and SX43_3 == 0:  # the same along the row: one load per program
+                a43 = tl.load(x43_ptr + (k0 * SX43_0 + k1s * SX43_1 + k2s * SX43_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a43 = tl.load(x43_ptr + (k0 * SX43_0 + k1 * SX43_1 + k2 * SX43_2 + k3 * SX43_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX44_3 == 0:  # the same along the row: one load per program
+                a44 = tl.load(x44_ptr + (k0 * SX44_0 + k1s * SX44_1 + k2s * SX44_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a44 = tl.load(x44_ptr + (k0 * SX44_0 + k1 * SX44_1 + k2 * SX44_2 + k3 * SX44_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX45_3 == 0:  # the same along the row: one load per program
+                a45 = tl.load(x45_ptr + (k0 * SX45_0 + k1s * SX45_1 + k2s * SX45_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a45 = tl.load(x45_ptr + (k0 * SX45_0 + k1 * SX45_1 + k2 * SX45_2 + k3 * SX45_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX46_3 == 0:  # the same along the row: one load per program
+                a46 = tl.load(x46_ptr + (k0 * SX46_0 + k1s * SX46_1 + k2s * SX46_2), mask=sm, other=0)
+            else:
+                a46 = tl.load(x46_ptr + (k0 * SX46_0 + k1 * SX46_1 + k2 * SX46_2 + k3 * SX46_3), mask=fm, other=0)
+            if ONE_ROW and SX47_3 == 0:  # the same along the row: one load per program
+                a47 = tl.load(x47_ptr + (k0 * SX47_0 + k1s * SX47_1 + k2s * SX47_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a47 = tl.load(x47_ptr + (k0 * SX47_0 + k1 * SX47_1 + k2 * SX47_2 + k3 * SX47_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX48_3 == 0:  # the same along the row: one load per program
+                a48 = tl.load(x48_ptr + (k0 * SX48_0 + k1s * SX48_1 + k2s * SX48_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a48 = tl.load(x48_ptr + (k0 * SX48_0 + k1 * SX48_1 + k2 * SX48_2 + k3 * SX48_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX49_3 == 0:  # the same along the row: one load per program
+                a49 = tl.load(x49_ptr + (k0 * SX49_0 + k1s * SX49_1 + k2s * SX49_2), mask=sm, other=0).to(tl.float32)
+            else:
+                a49 = tl.load(x49_ptr + (k0 * SX49_0 + k1 * SX49_1 + k2 * SX49_2 + k3 * SX49_3), mask=fm, other=0).to(tl.float32)
+            if ONE_ROW and SX50_3 == 0:  # the same along the row: one load per program
+                a50 = tl.load(x50_ptr + (k0 * SX50_0 + k1s * SX50_1 + k2s * SX50_2), mask=sm, other=0)
+            else:
+                a50 = tl.load(x50_ptr + (k0 * SX50_0 + k1 * SX50_1 + k2 * SX50_2 + k3 * SX50_3), mask=fm, other=0)
+            v4 = (a1 & a2)  # aten.bitwise_and
+            v6 = (-a3)  # aten.neg
+            v7 = a5  # prims.convert_element_type
+            v9 = a6.to(tl.float32)  # prims.convert_element_type
+            v10 = (v9 * c3)  # aten.mul
+            v11 = (v7 * v10)  # aten.mul
+            v12 = (v11 * a3)  # aten.mul
+            v13 = tl.fma(v6, a4, v12)  # prims.fma
+            v14 = tl.where(v4, v13, c2)  # aten.where
+            v16 = (-a7)  # aten.neg
+            v17 = a9  # prims.convert_element_type
+            v19 = a10.to(tl.float32)  # prims.convert_element_type
+            v20 = (v19 * c4)  # aten.mul
+            v21 = (v17 * v20)  # aten.mul
+            v22 = (v21 * a7)  # aten.mul
+            v23 = tl.fma(v16, a8, v22)  # prims.fma
+            v24 = tl.where(v4, v23, c2)  # aten.where
+            v27 = (-a11)  # aten.neg
+            v28 = a13  # prims.convert_element_type
+            v30 = a14.to(tl.float32)  # prims.convert_element_type
+            v31 = (v30 * c5)  # aten.mul
+            v32 = (v28 * v31)  # aten.mul
+            v33 = (v32 * a11)  # aten.mul
+            v34 = tl.fma(v27, a12, v33)  # prims.fma
+            v35 = tl.where(v4, v34, c2)  # aten.where
+            v38 = (-a15)  # aten.neg
+            v39 = a17  # prims.convert_element_type
+            v41 = a18.to(tl.float32)  # prims.convert_element_type
+            v42 = (v41 * c6)  # aten.mul
+            v43 = (v39 * v42)  # aten.mul
+            v44 = (v43 * a15)  # aten.mul
+            v45 = tl.fma(v38, a16, v44)  # prims.fma
+            v46 = tl.where(v4, v45, c2)  # aten.where
+            v49 = (-a19)  # aten.neg
+            v50 = a21  # prims.convert_element_type
+            v52 = a22.to(tl.float32)  # prims.convert_element_type
+            v53 = (v52 * c7)  # aten.mul
+            v54 = (v50 * v53)  # aten.mul
+            v55 = (v54 * a19)  # aten.mul
+            v56 = tl.fma(v49, a20, v55)  # prims.fma
+            v57 = tl.where(v4, v56, c2)  # aten.where
+            v60 = (-a23)  # aten.neg
+            v61 = a25  # prims.convert_element_type
+            v63 = a26.to(tl.float32)  # prims.convert_element_type
+            v64 = (v63 * c8)  # aten.mul
+            v65 = (v61 * v64)  # aten.mul
+            v66 = (v65 * a23)  # aten.mul
+            v67 = tl.fma(v60, a24, v66)  # prims.fma
+            v68 = tl.where(v4, v67, c2)  # aten.where
+            v71 = (-a27)  # aten.neg
+            v72 = a29  # prims.convert_element_type
+            v74 = a30.to(tl.float32)  # prims.convert_element_type
+            v75 = (v74 * c9)  # aten.mul
+            v76 = (v72 * v75)  # aten.mul
+            v77 = (v76 * a27)  # aten.mul
+            v78 = tl.fma(v71, a28, v77)  # prims.fma
+            v79 = tl.where(v4, v78, c2)  # aten.where
+            v82 = (-a31)  # aten.neg
+            v83 = a33  # prims.convert_element_type
+            v85 = a34.to(tl.float32)  # prims.convert_element_type
+            v86 = (v85 * c10)  # aten.mul
+            v87 = (v83 * v86)  # aten.mul
+            v88 = (v87 * a31)  # aten.mul
+            v89 = tl.fma(v82, a32, v88)  # prims.fma
+            v90 = tl.where(v4, v89, c2)  # aten.where
+            v93 = (-a35)  # aten.neg
+            v94 = a37  # prims.convert_element_type
+            v96 = a38.to(tl.float32)  # prims.convert_element_type
+            v97 = (v96 * c11)  # aten.mul
+            v98 = (v94 * v97)  # aten.mul
+            v99 = (v98 * a35)  # aten.mul
+            v100 = tl.fma(v93, a36, v99)  # prims.fma
+            v101 = tl.where(v4, v100, c2)  # aten.where
+            v104 = (-a39)  # aten.neg
+            v105 = a41  # prims.convert_element_type
+            v107 = a42.to(tl.float32)  # prims.convert_element_type
+            v108 = (v107 * c12)  # aten.mul
+            v109 = (v105 * v108)  # aten.mul
+            v110 = (v109 * a39)  # aten.mul
+            v111 = tl.fma(v104, a40, v110)  # prims.fma
+            v112 = tl.where(v4, v111, c2)  # aten.where
+            v115 = (-a43)  # aten.neg
+            v116 = a45  # prims.convert_element_type
+            v118 = a46.to(tl.float32)  # prims.convert_element_type
+            v119 = (v118 * c13)  # aten.mul
+            v120 = (v116 * v119)  # aten.mul
+            v121 = (v120 * a43)  # aten.mul
+            v122 = tl.fma(v115, a44, v121)  # prims.fma
+            v123 = tl.where(v4, v122, c2)  # aten.where
+            v126 = (-a47)  # aten.neg
+            v127 = a49  # prims.convert_element_type
+            v129 = a50.to(tl.float32)  # prims.convert_element_type
+            v130 = (v129 * c14)  # aten.mul
+            v131 = (v127 * v130)  # aten.mul
+            v132 = (v131 * a47)  # aten.mul
+            v133 = tl.fma(v126, a48, v132)  # prims.fma
+            v134 = tl.where(v4, v133, c2)  # aten.where
+            acc_v15 = acc_v15 + tl.where(fm, v14, 0.0)  # aten.sum
+            acc_v25 = acc_v25 + tl.where(fm, v24, 0.0)  # aten.sum
+            acc_v36 = acc_v36 + tl.where(fm, v35, 0.0)  # aten.sum
+            acc_v47 = acc_v47 + tl.where(fm, v46, 0.0)  # aten.sum
+            acc_v58 = acc_v58 + tl.where(fm, v57, 0.0)  # aten.sum
+            acc_v69 = acc_v69 + tl.where(fm, v68, 0.0)  # aten.sum
+            acc_v80 = acc_v80 + tl.where(fm, v79, 0.0)  # aten.sum
+            acc_v91 = acc_v91 + tl.where(fm, v90, 0.0)  # aten.sum
+            acc_v102 = acc_v102 + tl.where(fm, v101, 0.0)  # aten.sum
+            acc_v113 = acc_v113 + tl.where(fm, v112, 0.0)  # aten.sum
+            acc_v124 = acc_v124 + tl.where(fm, v123, 0.0)  # aten.sum
+            acc_v135 = acc_v135 + tl.where(fm, v134, 0.0)  # aten.sum
     v15 = acc_v15
     v25 = acc_v25
     v36 = acc_v36
@@ -534,7 +696,8 @@ def reduce_tile_kernel(
     INV38: tl.constexpr, INV39: tl.constexpr, INV40: tl.constexpr, INV41: tl.constexpr,
     INV42: tl.constexpr, INV43: tl.constexpr, INV44: tl.constexpr, INV45: tl.constexpr,
     INV46: tl.constexpr, INV47: tl.constexpr, INV48: tl.constexpr, INV49: tl.constexpr,
-    INV50: tl.constexpr, RB: tl.constexpr, XB: tl.constexpr, WIDE: tl.constexpr,
+    INV50: tl.constexpr, RB: tl.constexpr, XB: tl.constexpr, ONE_ROW: tl.constexpr,
+    WIDE: tl.constexpr,
 ):
     kid = tl.program_id(0) * XB + tl.arange(0, XB)[None, :]
     if WIDE:
@@ -894,6 +1057,13 @@ def reduce_tile_kernel(
     k2 = rest % N2
     rest = rest // N2
     k1 = rest
+    base = tl.program_id(0) * XB
+    if WIDE:
+        base = base.to(tl.int64)
+    rest = base // N3
+    k2s = rest % N2
+    rest = rest // N2
+    k1s = rest
     a0 = tl.load(x0_ptr + (k1 * SX0_1 + k2 * SX0_2 + k3 * SX0_3), mask=km, other=0)
     v26 = (v15 + v25)  # aten.add
     v37 = (v26 + v36)  # aten.add
@@ -986,9 +1156,10 @@ def reduce_split_kernel(
     INV38: tl.constexpr, INV39: tl.constexpr, INV40: tl.constexpr, INV41: tl.constexpr,
     INV42: tl.constexpr, INV43: tl.constexpr, INV44: tl.constexpr, INV45: tl.constexpr,
     INV46: tl.constexpr, INV47: tl.constexpr, INV48: tl.constexpr, INV49: tl.constexpr,
-    INV50: tl.constexpr, RB: tl.constexpr, XB: tl.constexpr, WIDE: tl.constexpr,
+    INV50: tl.constexpr, RB: tl.constexpr, XB: tl.constexpr, ONE_ROW: tl.constexpr,
+    WIDE: tl.constexpr,
 ):
-    kid = tl.program_id(0) * XB + tl.arange(0, XB)[None, :]
+    kid = tl.program_id(0) * XB + tl.arange(0, XB)
     if WIDE:
         kid = kid.to(tl.int64)
     km = kid < n_kept
@@ -998,515 +1169,542 @@ def reduce_split_kernel(
     k2 = rest % N2
     rest = rest // N2
     k1 = rest
-    kid1 = tl.program_id(0) * XB + tl.arange(0, XB)
+    base = tl.program_id(0) * XB
     if WIDE:
-        kid1 = kid1.to(tl.int64)
-    km1 = kid1 < n_kept
+        base = base.to(tl.int64)
+    rest = base // N3
+    k2s = rest % N2
+    rest = rest // N2
+    k1s = rest
     i = tl.program_id(1)
     if i == 0:  # reduction v15 (aten.sum)
-        acc_v15 = tl.full([RB, XB], 0.0, tl.float32)
-        for r0 in range(0, N0, RB):  # the reduced elements, RB at a time
-            r = r0 + tl.arange(0, RB)[:, None]
-            fm = km & (r < N0)
-            k0 = r
-            if INV1:  # the same for every reduced element: read once per chunk
-                a1 = tl.load(x1_ptr + (k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=km, other=0)
-            else:
-                a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
-            if INV2:  # the same for every reduced element: read once per chunk
-                a2 = tl.load(x2_ptr + (k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=km, other=0)
-            else:
-                a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=fm, other=0)
-            if INV3:  # the same for every reduced element: read once per chunk
-                a3 = tl.load(x3_ptr + (k1 * SX3_1 + k2 * SX3_2 + k3 * SX3_3), mask=km, other=0).to(tl.float32)
-            else:
-                a3 = tl.load(x3_ptr + (k0 * SX3_0 + k1 * SX3_1 + k2 * SX3_2 + k3 * SX3_3), mask=fm, other=0).to(tl.float32)
-            if INV4:  # the same for every reduced element: read once per chunk
-                a4 = tl.load(x4_ptr + (k1 * SX4_1 + k2 * SX4_2 + k3 * SX4_3), mask=km, other=0).to(tl.float32)
-            else:
-                a4 = tl.load(x4_ptr + (k0 * SX4_0 + k1 * SX4_1 + k2 * SX4_2 + k3 * SX4_3), mask=fm, other=0).to(tl.float32)
-            if INV5:  # the same for every reduced element: read once per chunk
-                a5 = tl.load(x5_ptr + (k1 * SX5_1 + k2 * SX5_2 + k3 * SX5_3), mask=km, other=0).to(tl.float32)
-            else:
-                a5 = tl.load(x5_ptr + (k0 * SX5_0 + k1 * SX5_1 + k2 * SX5_2 + k3 * SX5_3), mask=fm, other=0).to(tl.float32)
-            if INV6:  # the same for every reduced element: read once per chunk
-                a6 = tl.load(x6_ptr + (k1 * SX6_1 + k2 * SX6_2 + k3 * SX6_3), mask=km, other=0)
-            else:
-                a6 = tl.load(x6_ptr + (k0 * SX6_0 + k1 * SX6_1 + k2 * SX6_2 + k3 * SX6_3), mask=fm, other=0)
-            v4 = (a1 & a2)  # aten.bitwise_and
-            v6 = (-a3)  # aten.neg
-            v7 = a5  # prims.convert_element_type
-            v9 = a6.to(tl.float32)  # prims.convert_element_type
-            v10 = (v9 * c3)  # aten.mul
-            v11 = (v7 * v10)  # aten.mul
-            v12 = (v11 * a3)  # aten.mul
-            v13 = tl.fma(v6, a4, v12)  # prims.fma
-            v14 = tl.where(v4, v13, c2)  # aten.where
-            acc_v15 = acc_v15 + tl.where(fm, v14, 0.0)  # aten.sum
-        v15 = tl.sum(acc_v15, axis=0)
-        tl.store(p_ptr + (0 * n_kept + kid1), v15, mask=km1)
+        acc_v15 = tl.full([XB], 0.0, tl.float32)
+        for r0 in range(0, N0, RB):  # the reduced elements, unrolled by RB
+            for j in tl.static_range(RB):
+                r = r0 + j
+                fm = km & (kid * 0 + r < N0)
+                k0 = r
+                sm = (base < n_kept) & (base * 0 + r < N0)  # the mask of a per-row value
+                if ONE_ROW and SX1_3 == 0:  # the same along the row: one load per program
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1s * SX1_1 + k2s * SX1_2), mask=sm, other=0)
+                else:
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
+                if ONE_ROW and SX2_3 == 0:  # the same along the row: one load per program
+                    a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1s * SX2_1 + k2s * SX2_2), mask=sm, other=0)
+                else:
+                    a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=fm, other=0)
+                if ONE_ROW and SX3_3 == 0:  # the same along the row: one load per program
+                    a3 = tl.load(x3_ptr + (k0 * SX3_0 + k1s * SX3_1 + k2s * SX3_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a3 = tl.load(x3_ptr + (k0 * SX3_0 + k1 * SX3_1 + k2 * SX3_2 + k3 * SX3_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX4_3 == 0:  # the same along the row: one load per program
+                    a4 = tl.load(x4_ptr + (k0 * SX4_0 + k1s * SX4_1 + k2s * SX4_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a4 = tl.load(x4_ptr + (k0 * SX4_0 + k1 * SX4_1 + k2 * SX4_2 + k3 * SX4_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX5_3 == 0:  # the same along the row: one load per program
+                    a5 = tl.load(x5_ptr + (k0 * SX5_0 + k1s * SX5_1 + k2s * SX5_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a5 = tl.load(x5_ptr + (k0 * SX5_0 + k1 * SX5_1 + k2 * SX5_2 + k3 * SX5_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX6_3 == 0:  # the same along the row: one load per program
+                    a6 = tl.load(x6_ptr + (k0 * SX6_0 + k1s * SX6_1 + k2s * SX6_2), mask=sm, other=0)
+                else:
+                    a6 = tl.load(x6_ptr + (k0 * SX6_0 + k1 * SX6_1 + k2 * SX6_2 + k3 * SX6_3), mask=fm, other=0)
+                v4 = (a1 & a2)  # aten.bitwise_and
+                v6 = (-a3)  # aten.neg
+                v7 = a5  # prims.convert_element_type
+                v9 = a6.to(tl.float32)  # prims.convert_element_type
+                v10 = (v9 * c3)  # aten.mul
+                v11 = (v7 * v10)  # aten.mul
+                v12 = (v11 * a3)  # aten.mul
+                v13 = tl.fma(v6, a4, v12)  # prims.fma
+                v14 = tl.where(v4, v13, c2)  # aten.where
+                acc_v15 = acc_v15 + tl.where(fm, v14, 0.0)  # aten.sum
+        v15 = acc_v15
+        tl.store(p_ptr + (0 * n_kept + kid), v15, mask=km)
     if i == 1:  # reduction v25 (aten.sum)
-        acc_v25 = tl.full([RB, XB], 0.0, tl.float32)
-        for r0 in range(0, N0, RB):  # the reduced elements, RB at a time
-            r = r0 + tl.arange(0, RB)[:, None]
-            fm = km & (r < N0)
-            k0 = r
-            if INV1:  # the same for every reduced element: read once per chunk
-                a1 = tl.load(x1_ptr + (k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=km, other=0)
-            else:
-                a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
-            if INV2:  # the same for every reduced element: read once per chunk
-                a2 = tl.load(x2_ptr + (k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=km, other=0)
-            else:
-                a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=fm, other=0)
-            if INV7:  # the same for every reduced element: read once per chunk
-                a7 = tl.load(x7_ptr + (k1 * SX7_1 + k2 * SX7_2 + k3 * SX7_3), mask=km, other=0).to(tl.float32)
-            else:
-                a7 = tl.load(x7_ptr + (k0 * SX7_0 + k1 * SX7_1 + k2 * SX7_2 + k3 * SX7_3), mask=fm, other=0).to(tl.float32)
-            if INV8:  # the same for every reduced element: read once per chunk
-                a8 = tl.load(x8_ptr + (k1 * SX8_1 + k2 * SX8_2 + k3 * SX8_3), mask=km, other=0).to(tl.float32)
-            else:
-                a8 = tl.load(x8_ptr + (k0 * SX8_0 + k1 * SX8_1 + k2 * SX8_2 + k3 * SX8_3), mask=fm, other=0).to(tl.float32)
-            if INV9:  # the same for every reduced element: read once per chunk
-                a9 = tl.load(x9_ptr + (k1 * SX9_1 + k2 * SX9_2 + k3 * SX9_3), mask=km, other=0).to(tl.float32)
-            else:
-                a9 = tl.load(x9_ptr + (k0 * SX9_0 + k1 * SX9_1 + k2 * SX9_2 + k3 * SX9_3), mask=fm, other=0).to(tl.float32)
-            if INV10:  # the same for every reduced element: read once per chunk
-                a10 = tl.load(x10_ptr + (k1 * SX10_1 + k2 * SX10_2 + k3 * SX10_3), mask=km, other=0)
-            else:
-                a10 = tl.load(x10_ptr + (k0 * SX10_0 + k1 * SX10_1 + k2 * SX10_2 + k3 * SX10_3), mask=fm, other=0)
-            v4 = (a1 & a2)  # aten.bitwise_and
-            v16 = (-a7)  # aten.neg
-            v17 = a9  # prims.convert_element_type
-            v19 = a10.to(tl.float32)  # prims.convert_element_type
-            v20 = (v19 * c4)  # aten.mul
-            v21 = (v17 * v20)  # aten.mul
-            v22 = (v21 * a7)  # aten.mul
-            v23 = tl.fma(v16, a8, v22)  # prims.fma
-            v24 = tl.where(v4, v23, c2)  # aten.where
-            acc_v25 = acc_v25 + tl.where(fm, v24, 0.0)  # aten.sum
-        v25 = tl.sum(acc_v25, axis=0)
-        tl.store(p_ptr + (1 * n_kept + kid1), v25, mask=km1)
+        acc_v25 = tl.full([XB], 0.0, tl.float32)
+        for r0 in range(0, N0, RB):  # the reduced elements, unrolled by RB
+            for j in tl.static_range(RB):
+                r = r0 + j
+                fm = km & (kid * 0 + r < N0)
+                k0 = r
+                sm = (base < n_kept) & (base * 0 + r < N0)  # the mask of a per-row value
+                if ONE_ROW and SX1_3 == 0:  # the same along the row: one load per program
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1s * SX1_1 + k2s * SX1_2), mask=sm, other=0)
+                else:
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
+                if ONE_ROW and SX2_3 == 0:  # the same along the row: one load per program
+                    a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1s * SX2_1 + k2s * SX2_2), mask=sm, other=0)
+                else:
+                    a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=fm, other=0)
+                if ONE_ROW and SX7_3 == 0:  # the same along the row: one load per program
+                    a7 = tl.load(x7_ptr + (k0 * SX7_0 + k1s * SX7_1 + k2s * SX7_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a7 = tl.load(x7_ptr + (k0 * SX7_0 + k1 * SX7_1 + k2 * SX7_2 + k3 * SX7_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX8_3 == 0:  # the same along the row: one load per program
+                    a8 = tl.load(x8_ptr + (k0 * SX8_0 + k1s * SX8_1 + k2s * SX8_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a8 = tl.load(x8_ptr + (k0 * SX8_0 + k1 * SX8_1 + k2 * SX8_2 + k3 * SX8_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX9_3 == 0:  # the same along the row: one load per program
+                    a9 = tl.load(x9_ptr + (k0 * SX9_0 + k1s * SX9_1 + k2s * SX9_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a9 = tl.load(x9_ptr + (k0 * SX9_0 + k1 * SX9_1 + k2 * SX9_2 + k3 * SX9_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX10_3 == 0:  # the same along the row: one load per program
+                    a10 = tl.load(x10_ptr + (k0 * SX10_0 + k1s * SX10_1 + k2s * SX10_2), mask=sm, other=0)
+                else:
+                    a10 = tl.load(x10_ptr + (k0 * SX10_0 + k1 * SX10_1 + k2 * SX10_2 + k3 * SX10_3), mask=fm, other=0)
+                v4 = (a1 & a2)  # aten.bitwise_and
+                v16 = (-a7)  # aten.neg
+                v17 = a9  # prims.convert_element_type
+                v19 = a10.to(tl.float32)  # prims.convert_element_type
+                v20 = (v19 * c4)  # aten.mul
+                v21 = (v17 * v20)  # aten.mul
+                v22 = (v21 * a7)  # aten.mul
+                v23 = tl.fma(v16, a8, v22)  # prims.fma
+                v24 = tl.where(v4, v23, c2)  # aten.where
+                acc_v25 = acc_v25 + tl.where(fm, v24, 0.0)  # aten.sum
+        v25 = acc_v25
+        tl.store(p_ptr + (1 * n_kept + kid), v25, mask=km)
     if i == 2:  # reduction v36 (aten.sum)
-        acc_v36 = tl.full([RB, XB], 0.0, tl.float32)
-        for r0 in range(0, N0, RB):  # the reduced elements, RB at a time
-            r = r0 + tl.arange(0, RB)[:, None]
-            fm = km & (r < N0)
-            k0 = r
-            if INV1:  # the same for every reduced element: read once per chunk
-                a1 = tl.load(x1_ptr + (k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=km, other=0)
-            else:
-                a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
-            if INV2:  # the same for every reduced element: read once per chunk
-                a2 = tl.load(x2_ptr + (k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=km, other=0)
-            else:
-                a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=fm, other=0)
-            if INV11:  # the same for every reduced element: read once per chunk
-                a11 = tl.load(x11_ptr + (k1 * SX11_1 + k2 * SX11_2 + k3 * SX11_3), mask=km, other=0).to(tl.float32)
-            else:
-                a11 = tl.load(x11_ptr + (k0 * SX11_0 + k1 * SX11_1 + k2 * SX11_2 + k3 * SX11_3), mask=fm, other=0).to(tl.float32)
-            if INV12:  # the same for every reduced element: read once per chunk
-                a12 = tl.load(x12_ptr + (k1 * SX12_1 + k2 * SX12_2 + k3 * SX12_3), mask=km, other=0).to(tl.float32)
-            else:
-                a12 = tl.load(x12_ptr + (k0 * SX12_0 + k1 * SX12_1 + k2 * SX12_2 + k3 * SX12_3), mask=fm, other=0).to(tl.float32)
-            if INV13:  # the same for every reduced element: read once per chunk
-                a13 = tl.load(x13_ptr + (k1 * SX13_1 + k2 * SX13_2 + k3 * SX13_3), mask=km, other=0).to(tl.float32)
-            else:
-                a13 = tl.load(x13_ptr + (k0 * SX13_0 + k1 * SX13_1 + k2 * SX13_2 + k3 * SX13_3), mask=fm, other=0).to(tl.float32)
-            if INV14:  # the same for every reduced element: read once per chunk
-                a14 = tl.load(x14_ptr + (k1 * SX14_1 + k2 * SX14_2 + k3 * SX14_3), mask=km, other=0)
-            else:
-                a14 = tl.load(x14_ptr + (k0 * SX14_0 + k1 * SX14_1 + k2 * SX14_2 + k3 * SX14_3), mask=fm, other=0)
-            v4 = (a1 & a2)  # aten.bitwise_and
-            v27 = (-a11)  # aten.neg
-            v28 = a13  # prims.convert_element_type
-            v30 = a14.to(tl.float32)  # prims.convert_element_type
-            v31 = (v30 * c5)  # aten.mul
-            v32 = (v28 * v31)  # aten.mul
-            v33 = (v32 * a11)  # aten.mul
-            v34 = tl.fma(v27, a12, v33)  # prims.fma
-            v35 = tl.where(v4, v34, c2)  # aten.where
-            acc_v36 = acc_v36 + tl.where(fm, v35, 0.0)  # aten.sum
-        v36 = tl.sum(acc_v36, axis=0)
-        tl.store(p_ptr + (2 * n_kept + kid1), v36, mask=km1)
+        acc_v36 = tl.full([XB], 0.0, tl.float32)
+        for r0 in range(0, N0, RB):  # the reduced elements, unrolled by RB
+            for j in tl.static_range(RB):
+                r = r0 + j
+                fm = km & (kid * 0 + r < N0)
+                k0 = r
+                sm = (base < n_kept) & (base * 0 + r < N0)  # the mask of a per-row value
+                if ONE_ROW and SX1_3 == 0:  # the same along the row: one load per program
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1s * SX1_1 + k2s * SX1_2), mask=sm, other=0)
+                else:
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
+                if ONE_ROW and SX2_3 == 0:  # the same along the row: one load per program
+                    a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1s * SX2_1 + k2s * SX2_2), mask=sm, other=0)
+                else:
+                    a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=fm, other=0)
+                if ONE_ROW and SX11_3 == 0:  # the same along the row: one load per program
+                    a11 = tl.load(x11_ptr + (k0 * SX11_0 + k1s * SX11_1 + k2s * SX11_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a11 = tl.load(x11_ptr + (k0 * SX11_0 + k1 * SX11_1 + k2 * SX11_2 + k3 * SX11_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX12_3 == 0:  # the same along the row: one load per program
+                    a12 = tl.load(x12_ptr + (k0 * SX12_0 + k1s * SX12_1 + k2s * SX12_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a12 = tl.load(x12_ptr + (k0 * SX12_0 + k1 * SX12_1 + k2 * SX12_2 + k3 * SX12_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX13_3 == 0:  # the same along the row: one load per program
+                    a13 = tl.load(x13_ptr + (k0 * SX13_0 + k1s * SX13_1 + k2s * SX13_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a13 = tl.load(x13_ptr + (k0 * SX13_0 + k1 * SX13_1 + k2 * SX13_2 + k3 * SX13_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX14_3 == 0:  # the same along the row: one load per program
+                    a14 = tl.load(x14_ptr + (k0 * SX14_0 + k1s * SX14_1 + k2s * SX14_2), mask=sm, other=0)
+                else:
+                    a14 = tl.load(x14_ptr + (k0 * SX14_0 + k1 * SX14_1 + k2 * SX14_2 + k3 * SX14_3), mask=fm, other=0)
+                v4 = (a1 & a2)  # aten.bitwise_and
+                v27 = (-a11)  # aten.neg
+                v28 = a13  # prims.convert_element_type
+                v30 = a14.to(tl.float32)  # prims.convert_element_type
+                v31 = (v30 * c5)  # aten.mul
+                v32 = (v28 * v31)  # aten.mul
+                v33 = (v32 * a11)  # aten.mul
+                v34 = tl.fma(v27, a12, v33)  # prims.fma
+                v35 = tl.where(v4, v34, c2)  # aten.where
+                acc_v36 = acc_v36 + tl.where(fm, v35, 0.0)  # aten.sum
+        v36 = acc_v36
+        tl.store(p_ptr + (2 * n_kept + kid), v36, mask=km)
     if i == 3:  # reduction v47 (aten.sum)
-        acc_v47 = tl.full([RB, XB], 0.0, tl.float32)
-        for r0 in range(0, N0, RB):  # the reduced elements, RB at a time
-            r = r0 + tl.arange(0, RB)[:, None]
-            fm = km & (r < N0)
-            k0 = r
-            if INV1:  # the same for every reduced element: read once per chunk
-                a1 = tl.load(x1_ptr + (k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=km, other=0)
-            else:
-                a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
-            if INV2:  # the same for every reduced element: read once per chunk
-                a2 = tl.load(x2_ptr + (k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=km, other=0)
-            else:
-                a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=fm, other=0)
-            if INV15:  # the same for every reduced element: read once per chunk
-                a15 = tl.load(x15_ptr + (k1 * SX15_1 + k2 * SX15_2 + k3 * SX15_3), mask=km, other=0).to(tl.float32)
-            else:
-                a15 = tl.load(x15_ptr + (k0 * SX15_0 + k1 * SX15_1 + k2 * SX15_2 + k3 * SX15_3), mask=fm, other=0).to(tl.float32)
-            if INV16:  # the same for every reduced element: read once per chunk
-                a16 = tl.load(x16_ptr + (k1 * SX16_1 + k2 * SX16_2 + k3 * SX16_3), mask=km, other=0).to(tl.float32)
-            else:
-                a16 = tl.load(x16_ptr + (k0 * SX16_0 + k1 * SX16_1 + k2 * SX16_2 + k3 * SX16_3), mask=fm, other=0).to(tl.float32)
-            if INV17:  # the same for every reduced element: read once per chunk
-                a17 = tl.load(x17_ptr + (k1 * SX17_1 + k2 * SX17_2 + k3 * SX17_3), mask=km, other=0).to(tl.float32)
-            else:
-                a17 = tl.load(x17_ptr + (k0 * SX17_0 + k1 * SX17_1 + k2 * SX17_2 + k3 * SX17_3), mask=fm, other=0).to(tl.float32)
-            if INV18:  # the same for every reduced element: read once per chunk
-                a18 = tl.load(x18_ptr + (k1 * SX18_1 + k2 * SX18_2 + k3 * SX18_3), mask=km, other=0)
-            else:
-                a18 = tl.load(x18_ptr + (k0 * SX18_0 + k1 * SX18_1 + k2 * SX18_2 + k3 * SX18_3), mask=fm, other=0)
-            v4 = (a1 & a2)  # aten.bitwise_and
-            v38 = (-a15)  # aten.neg
-            v39 = a17  # prims.convert_element_type
-            v41 = a18.to(tl.float32)  # prims.convert_element_type
-            v42 = (v41 * c6)  # aten.mul
-            v43 = (v39 * v42)  # aten.mul
-            v44 = (v43 * a15)  # aten.mul
-            v45 = tl.fma(v38, a16, v44)  # prims.fma
-            v46 = tl.where(v4, v45, c2)  # aten.where
-            acc_v47 = acc_v47 + tl.where(fm, v46, 0.0)  # aten.sum
-        v47 = tl.sum(acc_v47, axis=0)
-        tl.store(p_ptr + (3 * n_kept + kid1), v47, mask=km1)
+        acc_v47 = tl.full([XB], 0.0, tl.float32)
+        for r0 in range(0, N0, RB):  # the reduced elements, unrolled by RB
+            for j in tl.static_range(RB):
+                r = r0 + j
+                fm = km & (kid * 0 + r < N0)
+                k0 = r
+                sm = (base < n_kept) & (base * 0 + r < N0)  # the mask of a per-row value
+                if ONE_ROW and SX1_3 == 0:  # the same along the row: one load per program
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1s * SX1_1 + k2s * SX1_2), mask=sm, other=0)
+                else:
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
+                if ONE_ROW and SX2_3 == 0:  # the same along the row: one load per program
+                    a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1s * SX2_1 + k2s * SX2_2), mask=sm, other=0)
+                else:
+                    a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=fm, other=0)
+                if ONE_ROW and SX15_3 == 0:  # the same along the row: one load per program
+                    a15 = tl.load(x15_ptr + (k0 * SX15_0 + k1s * SX15_1 + k2s * SX15_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a15 = tl.load(x15_ptr + (k0 * SX15_0 + k1 * SX15_1 + k2 * SX15_2 + k3 * SX15_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX16_3 == 0:  # the same along the row: one load per program
+                    a16 = tl.load(x16_ptr + (k0 * SX16_0 + k1s * SX16_1 + k2s * SX16_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a16 = tl.load(x16_ptr + (k0 * SX16_0 + k1 * SX16_1 + k2 * SX16_2 + k3 * SX16_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX17_3 == 0:  # the same along the row: one load per program
+                    a17 = tl.load(x17_ptr + (k0 * SX17_0 + k1s * SX17_1 + k2s * SX17_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a17 = tl.load(x17_ptr + (k0 * SX17_0 + k1 * SX17_1 + k2 * SX17_2 + k3 * SX17_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX18_3 == 0:  # the same along the row: one load per program
+                    a18 = tl.load(x18_ptr + (k0 * SX18_0 + k1s * SX18_1 + k2s * SX18_2), mask=sm, other=0)
+                else:
+                    a18 = tl.load(x18_ptr + (k0 * SX18_0 + k1 * SX18_1 + k2 * SX18_2 + k3 * SX18_3), mask=fm, other=0)
+                v4 = (a1 & a2)  # aten.bitwise_and
+                v38 = (-a15)  # aten.neg
+                v39 = a17  # prims.convert_element_type
+                v41 = a18.to(tl.float32)  # prims.convert_element_type
+                v42 = (v41 * c6)  # aten.mul
+                v43 = (v39 * v42)  # aten.mul
+                v44 = (v43 * a15)  # aten.mul
+                v45 = tl.fma(v38, a16, v44)  # prims.fma
+                v46 = tl.where(v4, v45, c2)  # aten.where
+                acc_v47 = acc_v47 + tl.where(fm, v46, 0.0)  # aten.sum
+        v47 = acc_v47
+        tl.store(p_ptr + (3 * n_kept + kid), v47, mask=km)
     if i == 4:  # reduction v58 (aten.sum)
-        acc_v58 = tl.full([RB, XB], 0.0, tl.float32)
-        for r0 in range(0, N0, RB):  # the reduced elements, RB at a time
-            r = r0 + tl.arange(0, RB)[:, None]
-            fm = km & (r < N0)
-            k0 = r
-            if INV1:  # the same for every reduced element: read once per chunk
-                a1 = tl.load(x1_ptr + (k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=km, other=0)
-            else:
-                a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
-            if INV2:  # the same for every reduced element: read once per chunk
-                a2 = tl.load(x2_ptr + (k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=km, other=0)
-            else:
-                a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=fm, other=0)
-            if INV19:  # the same for every reduced element: read once per chunk
-                a19 = tl.load(x19_ptr + (k1 * SX19_1 + k2 * SX19_2 + k3 * SX19_3), mask=km, other=0).to(tl.float32)
-            else:
-                a19 = tl.load(x19_ptr + (k0 * SX19_0 + k1 * SX19_1 + k2 * SX19_2 + k3 * SX19_3), mask=fm, other=0).to(tl.float32)
-            if INV20:  # the same for every reduced element: read once per chunk
-                a20 = tl.load(x20_ptr + (k1 * SX20_1 + k2 * SX20_2 + k3 * SX20_3), mask=km, other=0).to(tl.float32)
-            else:
-                a20 = tl.load(x20_ptr + (k0 * SX20_0 + k1 * SX20_1 + k2 * SX20_2 + k3 * SX20_3), mask=fm, other=0).to(tl.float32)
-            if INV21:  # the same for every reduced element: read once per chunk
-                a21 = tl.load(x21_ptr + (k1 * SX21_1 + k2 * SX21_2 + k3 * SX21_3), mask=km, other=0).to(tl.float32)
-            else:
-                a21 = tl.load(x21_ptr + (k0 * SX21_0 + k1 * SX21_1 + k2 * SX21_2 + k3 * SX21_3), mask=fm, other=0).to(tl.float32)
-            if INV22:  # the same for every reduced element: read once per chunk
-                a22 = tl.load(x22_ptr + (k1 * SX22_1 + k2 * SX22_2 + k3 * SX22_3), mask=km, other=0)
-            else:
-                a22 = tl.load(x22_ptr + (k0 * SX22_0 + k1 * SX22_1 + k2 * SX22_2 + k3 * SX22_3), mask=fm, other=0)
-            v4 = (a1 & a2)  # aten.bitwise_and
-            v49 = (-a19)  # aten.neg
-            v50 = a21  # prims.convert_element_type
-            v52 = a22.to(tl.float32)  # prims.convert_element_type
-            v53 = (v52 * c7)  # aten.mul
-            v54 = (v50 * v53)  # aten.mul
-            v55 = (v54 * a19)  # aten.mul
-            v56 = tl.fma(v49, a20, v55)  # prims.fma
-            v57 = tl.where(v4, v56, c2)  # aten.where
-            acc_v58 = acc_v58 + tl.where(fm, v57, 0.0)  # aten.sum
-        v58 = tl.sum(acc_v58, axis=0)
-        tl.store(p_ptr + (4 * n_kept + kid1), v58, mask=km1)
+        acc_v58 = tl.full([XB], 0.0, tl.float32)
+        for r0 in range(0, N0, RB):  # the reduced elements, unrolled by RB
+            for j in tl.static_range(RB):
+                r = r0 + j
+                fm = km & (kid * 0 + r < N0)
+                k0 = r
+                sm = (base < n_kept) & (base * 0 + r < N0)  # the mask of a per-row value
+                if ONE_ROW and SX1_3 == 0:  # the same along the row: one load per program
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1s * SX1_1 + k2s * SX1_2), mask=sm, other=0)
+                else:
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
+                if ONE_ROW and SX2_3 == 0:  # the same along the row: one load per program
+                    a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1s * SX2_1 + k2s * SX2_2), mask=sm, other=0)
+                else:
+                    a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=fm, other=0)
+                if ONE_ROW and SX19_3 == 0:  # the same along the row: one load per program
+                    a19 = tl.load(x19_ptr + (k0 * SX19_0 + k1s * SX19_1 + k2s * SX19_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a19 = tl.load(x19_ptr + (k0 * SX19_0 + k1 * SX19_1 + k2 * SX19_2 + k3 * SX19_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX20_3 == 0:  # the same along the row: one load per program
+                    a20 = tl.load(x20_ptr + (k0 * SX20_0 + k1s * SX20_1 + k2s * SX20_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a20 = tl.load(x20_ptr + (k0 * SX20_0 + k1 * SX20_1 + k2 * SX20_2 + k3 * SX20_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX21_3 == 0:  # the same along the row: one load per program
+                    a21 = tl.load(x21_ptr + (k0 * SX21_0 + k1s * SX21_1 + k2s * SX21_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a21 = tl.load(x21_ptr + (k0 * SX21_0 + k1 * SX21_1 + k2 * SX21_2 + k3 * SX21_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX22_3 == 0:  # the same along the row: one load per program
+                    a22 = tl.load(x22_ptr + (k0 * SX22_0 + k1s * SX22_1 + k2s * SX22_2), mask=sm, other=0)
+                else:
+                    a22 = tl.load(x22_ptr + (k0 * SX22_0 + k1 * SX22_1 + k2 * SX22_2 + k3 * SX22_3), mask=fm, other=0)
+                v4 = (a1 & a2)  # aten.bitwise_and
+                v49 = (-a19)  # aten.neg
+                v50 = a21  # prims.convert_element_type
+                v52 = a22.to(tl.float32)  # prims.convert_element_type
+                v53 = (v52 * c7)  # aten.mul
+                v54 = (v50 * v53)  # aten.mul
+                v55 = (v54 * a19)  # aten.mul
+                v56 = tl.fma(v49, a20, v55)  # prims.fma
+                v57 = tl.where(v4, v56, c2)  # aten.where
+                acc_v58 = acc_v58 + tl.where(fm, v57, 0.0)  # aten.sum
+        v58 = acc_v58
+        tl.store(p_ptr + (4 * n_kept + kid), v58, mask=km)
     if i == 5:  # reduction v69 (aten.sum)
-        acc_v69 = tl.full([RB, XB], 0.0, tl.float32)
-        for r0 in range(0, N0, RB):  # the reduced elements, RB at a time
-            r = r0 + tl.arange(0, RB)[:, None]
-            fm = km & (r < N0)
-            k0 = r
-            if INV1:  # the same for every reduced element: read once per chunk
-                a1 = tl.load(x1_ptr + (k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=km, other=0)
-            else:
-                a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
-            if INV2:  # the same for every reduced element: read once per chunk
-                a2 = tl.load(x2_ptr + (k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=km, other=0)
-            else:
-                a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=fm, other=0)
-            if INV23:  # the same for every reduced element: read once per chunk
-                a23 = tl.load(x23_ptr + (k1 * SX23_1 + k2 * SX23_2 + k3 * SX23_3), mask=km, other=0).to(tl.float32)
-            else:
-                a23 = tl.load(x23_ptr + (k0 * SX23_0 + k1 * SX23_1 + k2 * SX23_2 + k3 * SX23_3), mask=fm, other=0).to(tl.float32)
-            if INV24:  # the same for every reduced element: read once per chunk
-                a24 = tl.load(x24_ptr + (k1 * SX24_1 + k2 * SX24_2 + k3 * SX24_3), mask=km, other=0).to(tl.float32)
-            else:
-                a24 = tl.load(x24_ptr + (k0 * SX24_0 + k1 * SX24_1 + k2 * SX24_2 + k3 * SX24_3), mask=fm, other=0).to(tl.float32)
-            if INV25:  # the same for every reduced element: read once per chunk
-                a25 = tl.load(x25_ptr + (k1 * SX25_1 + k2 * SX25_2 + k3 * SX25_3), mask=km, other=0).to(tl.float32)
-            else:
-                a25 = tl.load(x25_ptr + (k0 * SX25_0 + k1 * SX25_1 + k2 * SX25_2 + k3 * SX25_3), mask=fm, other=0).to(tl.float32)
-            if INV26:  # the same for every reduced element: read once per chunk
-                a26 = tl.load(x26_ptr + (k1 * SX26_1 + k2 * SX26_2 + k3 * SX26_3), mask=km, other=0)
-            else:
-                a26 = tl.load(x26_ptr + (k0 * SX26_0 + k1 * SX26_1 + k2 * SX26_2 + k3 * SX26_3), mask=fm, other=0)
-            v4 = (a1 & a2)  # aten.bitwise_and
-            v60 = (-a23)  # aten.neg
-            v61 = a25  # prims.convert_element_type
-            v63 = a26.to(tl.float32)  # prims.convert_element_type
-            v64 = (v63 * c8)  # aten.mul
-            v65 = (v61 * v64)  # aten.mul
-            v66 = (v65 * a23)  # aten.mul
-            v67 = tl.fma(v60, a24, v66)  # prims.fma
-            v68 = tl.where(v4, v67, c2)  # aten.where
-            acc_v69 = acc_v69 + tl.where(fm, v68, 0.0)  # aten.sum
-        v69 = tl.sum(acc_v69, axis=0)
-        tl.store(p_ptr + (5 * n_kept + kid1), v69, mask=km1)
+        acc_v69 = tl.full([XB], 0.0, tl.float32)
+        for r0 in range(0, N0, RB):  # the reduced elements, unrolled by RB
+            for j in tl.static_range(RB):
+                r = r0 + j
+                fm = km & (kid * 0 + r < N0)
+                k0 = r
+                sm = (base < n_kept) & (base * 0 + r < N0)  # the mask of a per-row value
+                if ONE_ROW and SX1_3 == 0:  # the same along the row: one load per program
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1s * SX1_1 + k2s * SX1_2), mask=sm, other=0)
+                else:
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
+                if ONE_ROW and SX2_3 == 0:  # the same along the row: one load per program
+                    a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1s * SX2_1 + k2s * SX2_2), mask=sm, other=0)
+                else:
+                    a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=fm, other=0)
+                if ONE_ROW and SX23_3 == 0:  # the same along the row: one load per program
+                    a23 = tl.load(x23_ptr + (k0 * SX23_0 + k1s * SX23_1 + k2s * SX23_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a23 = tl.load(x23_ptr + (k0 * SX23_0 + k1 * SX23_1 + k2 * SX23_2 + k3 * SX23_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX24_3 == 0:  # the same along the row: one load per program
+                    a24 = tl.load(x24_ptr + (k0 * SX24_0 + k1s * SX24_1 + k2s * SX24_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a24 = tl.load(x24_ptr + (k0 * SX24_0 + k1 * SX24_1 + k2 * SX24_2 + k3 * SX24_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX25_3 == 0:  # the same along the row: one load per program
+                    a25 = tl.load(x25_ptr + (k0 * SX25_0 + k1s * SX25_1 + k2s * SX25_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a25 = tl.load(x25_ptr + (k0 * SX25_0 + k1 * SX25_1 + k2 * SX25_2 + k3 * SX25_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX26_3 == 0:  # the same along the row: one load per program
+                    a26 = tl.load(x26_ptr + (k0 * SX26_0 + k1s * SX26_1 + k2s * SX26_2), mask=sm, other=0)
+                else:
+                    a26 = tl.load(x26_ptr + (k0 * SX26_0 + k1 * SX26_1 + k2 * SX26_2 + k3 * SX26_3), mask=fm, other=0)
+                v4 = (a1 & a2)  # aten.bitwise_and
+                v60 = (-a23)  # aten.neg
+                v61 = a25  # prims.convert_element_type
+                v63 = a26.to(tl.float32)  # prims.convert_element_type
+                v64 = (v63 * c8)  # aten.mul
+                v65 = (v61 * v64)  # aten.mul
+                v66 = (v65 * a23)  # aten.mul
+                v67 = tl.fma(v60, a24, v66)  # prims.fma
+                v68 = tl.where(v4, v67, c2)  # aten.where
+                acc_v69 = acc_v69 + tl.where(fm, v68, 0.0)  # aten.sum
+        v69 = acc_v69
+        tl.store(p_ptr + (5 * n_kept + kid), v69, mask=km)
     if i == 6:  # reduction v80 (aten.sum)
-        acc_v80 = tl.full([RB, XB], 0.0, tl.float32)
-        for r0 in range(0, N0, RB):  # the reduced elements, RB at a time
-            r = r0 + tl.arange(0, RB)[:, None]
-            fm = km & (r < N0)
-            k0 = r
-            if INV1:  # the same for every reduced element: read once per chunk
-                a1 = tl.load(x1_ptr + (k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=km, other=0)
-            else:
-                a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
-            if INV2:  # the same for every reduced element: read once per chunk
-                a2 = tl.load(x2_ptr + (k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=km, other=0)
-            else:
-                a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=fm, other=0)
-            if INV27:  # the same for every reduced element: read once per chunk
-                a27 = tl.load(x27_ptr + (k1 * SX27_1 + k2 * SX27_2 + k3 * SX27_3), mask=km, other=0).to(tl.float32)
-            else:
-                a27 = tl.load(x27_ptr + (k0 * SX27_0 + k1 * SX27_1 + k2 * SX27_2 + k3 * SX27_3), mask=fm, other=0).to(tl.float32)
-            if INV28:  # the same for every reduced element: read once per chunk
-                a28 = tl.load(x28_ptr + (k1 * SX28_1 + k2 * SX28_2 + k3 * SX28_3), mask=km, other=0).to(tl.float32)
-            else:
-                a28 = tl.load(x28_ptr + (k0 * SX28_0 + k1 * SX28_1 + k2 * SX28_2 + k3 * SX28_3), mask=fm, other=0).to(tl.float32)
-            if INV29:  # the same for every reduced element: read once per chunk
-                a29 = tl.load(x29_ptr + (k1 * SX29_1 + k2 * SX29_2 + k3 * SX29_3), mask=km, other=0).to(tl.float32)
-            else:
-                a29 = tl.load(x29_ptr + (k0 * SX29_0 + k1 * SX29_1 + k2 * SX29_2 + k3 * SX29_3), mask=fm, other=0).to(tl.float32)
-            if INV30:  # the same for every reduced element: read once per chunk
-                a30 = tl.load(x30_ptr + (k1 * SX30_1 + k2 * SX30_2 + k3 * SX30_3), mask=km, other=0)
-            else:
-                a30 = tl.load(x30_ptr + (k0 * SX30_0 + k1 * SX30_1 + k2 * SX30_2 + k3 * SX30_3), mask=fm, other=0)
-            v4 = (a1 & a2)  # aten.bitwise_and
-            v71 = (-a27)  # aten.neg
-            v72 = a29  # prims.convert_element_type
-            v74 = a30.to(tl.float32)  # prims.convert_element_type
-            v75 = (v74 * c9)  # aten.mul
-            v76 = (v72 * v75)  # aten.mul
-            v77 = (v76 * a27)  # aten.mul
-            v78 = tl.fma(v71, a28, v77)  # prims.fma
-            v79 = tl.where(v4, v78, c2)  # aten.where
-            acc_v80 = acc_v80 + tl.where(fm, v79, 0.0)  # aten.sum
-        v80 = tl.sum(acc_v80, axis=0)
-        tl.store(p_ptr + (6 * n_kept + kid1), v80, mask=km1)
+        acc_v80 = tl.full([XB], 0.0, tl.float32)
+        for r0 in range(0, N0, RB):  # the reduced elements, unrolled by RB
+            for j in tl.static_range(RB):
+                r = r0 + j
+                fm = km & (kid * 0 + r < N0)
+                k0 = r
+                sm = (base < n_kept) & (base * 0 + r < N0)  # the mask of a per-row value
+                if ONE_ROW and SX1_3 == 0:  # the same along the row: one load per program
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1s * SX1_1 + k2s * SX1_2), mask=sm, other=0)
+                else:
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
+                if ONE_ROW and SX2_3 == 0:  # the same along the row: one load per program
+                    a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1s * SX2_1 + k2s * SX2_2), mask=sm, other=0)
+                else:
+                    a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=fm, other=0)
+                if ONE_ROW and SX27_3 == 0:  # the same along the row: one load per program
+                    a27 = tl.load(x27_ptr + (k0 * SX27_0 + k1s * SX27_1 + k2s * SX27_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a27 = tl.load(x27_ptr + (k0 * SX27_0 + k1 * SX27_1 + k2 * SX27_2 + k3 * SX27_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX28_3 == 0:  # the same along the row: one load per program
+                    a28 = tl.load(x28_ptr + (k0 * SX28_0 + k1s * SX28_1 + k2s * SX28_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a28 = tl.load(x28_ptr + (k0 * SX28_0 + k1 * SX28_1 + k2 * SX28_2 + k3 * SX28_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX29_3 == 0:  # the same along the row: one load per program
+                    a29 = tl.load(x29_ptr + (k0 * SX29_0 + k1s * SX29_1 + k2s * SX29_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a29 = tl.load(x29_ptr + (k0 * SX29_0 + k1 * SX29_1 + k2 * SX29_2 + k3 * SX29_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX30_3 == 0:  # the same along the row: one load per program
+                    a30 = tl.load(x30_ptr + (k0 * SX30_0 + k1s * SX30_1 + k2s * SX30_2), mask=sm, other=0)
+                else:
+                    a30 = tl.load(x30_ptr + (k0 * SX30_0 + k1 * SX30_1 + k2 * SX30_2 + k3 * SX30_3), mask=fm, other=0)
+                v4 = (a1 & a2)  # aten.bitwise_and
+                v71 = (-a27)  # aten.neg
+                v72 = a29  # prims.convert_element_type
+                v74 = a30.to(tl.float32)  # prims.convert_element_type
+                v75 = (v74 * c9)  # aten.mul
+                v76 = (v72 * v75)  # aten.mul
+                v77 = (v76 * a27)  # aten.mul
+                v78 = tl.fma(v71, a28, v77)  # prims.fma
+                v79 = tl.where(v4, v78, c2)  # aten.where
+                acc_v80 = acc_v80 + tl.where(fm, v79, 0.0)  # aten.sum
+        v80 = acc_v80
+        tl.store(p_ptr + (6 * n_kept + kid), v80, mask=km)
     if i == 7:  # reduction v91 (aten.sum)
-        acc_v91 = tl.full([RB, XB], 0.0, tl.float32)
-        for r0 in range(0, N0, RB):  # the reduced elements, RB at a time
-            r = r0 + tl.arange(0, RB)[:, None]
-            fm = km & (r < N0)
-            k0 = r
-            if INV1:  # the same for every reduced element: read once per chunk
-                a1 = tl.load(x1_ptr + (k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=km, other=0)
-            else:
-                a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
-            if INV2:  # the same for every reduced element: read once per chunk
-                a2 = tl.load(x2_ptr + (k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=km, other=0)
-            else:
-                a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=fm, other=0)
-            if INV31:  # the same for every reduced element: read once per chunk
-                a31 = tl.load(x31_ptr + (k1 * SX31_1 + k2 * SX31_2 + k3 * SX31_3), mask=km, other=0).to(tl.float32)
-            else:
-                a31 = tl.load(x31_ptr + (k0 * SX31_0 + k1 * SX31_1 + k2 * SX31_2 + k3 * SX31_3), mask=fm, other=0).to(tl.float32)
-            if INV32:  # the same for every reduced element: read once per chunk
-                a32 = tl.load(x32_ptr + (k1 * SX32_1 + k2 * SX32_2 + k3 * SX32_3), mask=km, other=0).to(tl.float32)
-            else:
-                a32 = tl.load(x32_ptr + (k0 * SX32_0 + k1 * SX32_1 + k2 * SX32_2 + k3 * SX32_3), mask=fm, other=0).to(tl.float32)
-            if INV33:  # the same for every reduced element: read once per chunk
-                a33 = tl.load(x33_ptr + (k1 * SX33_1 + k2 * SX33_2 + k3 * SX33_3), mask=km, other=0).to(tl.float32)
-            else:
-                a33 = tl.load(x33_ptr + (k0 * SX33_0 + k1 * SX33_1 + k2 * SX33_2 + k3 * SX33_3), mask=fm, other=0).to(tl.float32)
-            if INV34:  # the same for every reduced element: read once per chunk
-                a34 = tl.load(x34_ptr + (k1 * SX34_1 + k2 * SX34_2 + k3 * SX34_3), mask=km, other=0)
-            else:
-                a34 = tl.load(x34_ptr + (k0 * SX34_0 + k1 * SX34_1 + k2 * SX34_2 + k3 * SX34_3), mask=fm, other=0)
-            v4 = (a1 & a2)  # aten.bitwise_and
-            v82 = (-a31)  # aten.neg
-            v83 = a33  # prims.convert_element_type
-            v85 = a34.to(tl.float32)  # prims.convert_element_type
-            v86 = (v85 * c10)  # aten.mul
-            v87 = (v83 * v86)  # aten.mul
-            v88 = (v87 * a31)  # aten.mul
-            v89 = tl.fma(v82, a32, v88)  # prims.fma
-            v90 = tl.where(v4, v89, c2)  # aten.where
-            acc_v91 = acc_v91 + tl.where(fm, v90, 0.0)  # aten.sum
-        v91 = tl.sum(acc_v91, axis=0)
-        tl.store(p_ptr + (7 * n_kept + kid1), v91, mask=km1)
+        acc_v91 = tl.full([XB], 0.0, tl.float32)
+        for r0 in range(0, N0, RB):  # the reduced elements, unrolled by RB
+            for j in tl.static_range(RB):
+                r = r0 + j
+                fm = km & (kid * 0 + r < N0)
+                k0 = r
+                sm = (base < n_kept) & (base * 0 + r < N0)  # the mask of a per-row value
+                if ONE_ROW and SX1_3 == 0:  # the same along the row: one load per program
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1s * SX1_1 + k2s * SX1_2), mask=sm, other=0)
+                else:
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
+                if ONE_ROW and SX2_3 == 0:  # the same along the row: one load per program
+                    a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1s * SX2_1 + k2s * SX2_2), mask=sm, other=0)
+                else:
+                    a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=fm, other=0)
+                if ONE_ROW and SX31_3 == 0:  # the same along the row: one load per program
+                    a31 = tl.load(x31_ptr + (k0 * SX31_0 + k1s * SX31_1 + k2s * SX31_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a31 = tl.load(x31_ptr + (k0 * SX31_0 + k1 * SX31_1 + k2 * SX31_2 + k3 * SX31_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX32_3 == 0:  # the same along the row: one load per program
+                    a32 = tl.load(x32_ptr + (k0 * SX32_0 + k1s * SX32_1 + k2s * SX32_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a32 = tl.load(x32_ptr + (k0 * SX32_0 + k1 * SX32_1 + k2 * SX32_2 + k3 * SX32_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX33_3 == 0:  # the same along the row: one load per program
+                    a33 = tl.load(x33_ptr + (k0 * SX33_0 + k1s * SX33_1 + k2s * SX33_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a33 = tl.load(x33_ptr + (k0 * SX33_0 + k1 * SX33_1 + k2 * SX33_2 + k3 * SX33_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX34_3 == 0:  # the same along the row: one load per program
+                    a34 = tl.load(x34_ptr + (k0 * SX34_0 + k1s * SX34_1 + k2s * SX34_2), mask=sm, other=0)
+                else:
+                    a34 = tl.load(x34_ptr + (k0 * SX34_0 + k1 * SX34_1 + k2 * SX34_2 + k3 * SX34_3), mask=fm, other=0)
+                v4 = (a1 & a2)  # aten.bitwise_and
+                v82 = (-a31)  # aten.neg
+                v83 = a33  # prims.convert_element_type
+                v85 = a34.to(tl.float32)  # prims.convert_element_type
+                v86 = (v85 * c10)  # aten.mul
+                v87 = (v83 * v86)  # aten.mul
+                v88 = (v87 * a31)  # aten.mul
+                v89 = tl.fma(v82, a32, v88)  # prims.fma
+                v90 = tl.where(v4, v89, c2)  # aten.where
+                acc_v91 = acc_v91 + tl.where(fm, v90, 0.0)  # aten.sum
+        v91 = acc_v91
+        tl.store(p_ptr + (7 * n_kept + kid), v91, mask=km)
     if i == 8:  # reduction v102 (aten.sum)
-        acc_v102 = tl.full([RB, XB], 0.0, tl.float32)
-        for r0 in range(0, N0, RB):  # the reduced elements, RB at a time
-            r = r0 + tl.arange(0, RB)[:, None]
-            fm = km & (r < N0)
-            k0 = r
-            if INV1:  # the same for every reduced element: read once per chunk
-                a1 = tl.load(x1_ptr + (k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=km, other=0)
-            else:
-                a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
-            if INV2:  # the same for every reduced element: read once per chunk
-                a2 = tl.load(x2_ptr + (k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=km, other=0)
-            else:
-                a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=fm, other=0)
-            if INV35:  # the same for every reduced element: read once per chunk
-                a35 = tl.load(x35_ptr + (k1 * SX35_1 + k2 * SX35_2 + k3 * SX35_3), mask=km, other=0).to(tl.float32)
-            else:
-                a35 = tl.load(x35_ptr + (k0 * SX35_0 + k1 * SX35_1 + k2 * SX35_2 + k3 * SX35_3), mask=fm, other=0).to(tl.float32)
-            if INV36:  # the same for every reduced element: read once per chunk
-                a36 = tl.load(x36_ptr + (k1 * SX36_1 + k2 * SX36_2 + k3 * SX36_3), mask=km, other=0).to(tl.float32)
-            else:
-                a36 = tl.load(x36_ptr + (k0 * SX36_0 + k1 * SX36_1 + k2 * SX36_2 + k3 * SX36_3), mask=fm, other=0).to(tl.float32)
-            if INV37:  # the same for every reduced element: read once per chunk
-                a37 = tl.load(x37_ptr + (k1 * SX37_1 + k2 * SX37_2 + k3 * SX37_3), mask=km, other=0).to(tl.float32)
-            else:
-                a37 = tl.load(x37_ptr + (k0 * SX37_0 + k1 * SX37_1 + k2 * SX37_2 + k3 * SX37_3), mask=fm, other=0).to(tl.float32)
-            if INV38:  # the same for every reduced element: read once per chunk
-                a38 = tl.load(x38_ptr + (k1 * SX38_1 + k2 * SX38_2 + k3 * SX38_3), mask=km, other=0)
-            else:
-                a38 = tl.load(x38_ptr + (k0 * SX38_0 + k1 * SX38_1 + k2 * SX38_2 + k3 * SX38_3), mask=fm, other=0)
-            v4 = (a1 & a2)  # aten.bitwise_and
-            v93 = (-a35)  # aten.neg
-            v94 = a37  # prims.convert_element_type
-            v96 = a38.to(tl.float32)  # prims.convert_element_type
-            v97 = (v96 * c11)  # aten.mul
-            v98 = (v94 * v97)  # aten.mul
-            v99 = (v98 * a35)  # aten.mul
-            v100 = tl.fma(v93, a36, v99)  # prims.fma
-            v101 = tl.where(v4, v100, c2)  # aten.where
-            acc_v102 = acc_v102 + tl.where(fm, v101, 0.0)  # aten.sum
-        v102 = tl.sum(acc_v102, axis=0)
-        tl.store(p_ptr + (8 * n_kept + kid1), v102, mask=km1)
+        acc_v102 = tl.full([XB], 0.0, tl.float32)
+        for r0 in range(0, N0, RB):  # the reduced elements, unrolled by RB
+            for j in tl.static_range(RB):
+                r = r0 + j
+                fm = km & (kid * 0 + r < N0)
+                k0 = r
+                sm = (base < n_kept) & (base * 0 + r < N0)  # the mask of a per-row value
+                if ONE_ROW and SX1_3 == 0:  # the same along the row: one load per program
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1s * SX1_1 + k2s * SX1_2), mask=sm, other=0)
+                else:
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
+                if ONE_ROW and SX2_3 == 0:  # the same along the row: one load per program
+                    a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1s * SX2_1 + k2s * SX2_2), mask=sm, other=0)
+                else:
+                    a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=fm, other=0)
+                if ONE_ROW and SX35_3 == 0:  # the same along the row: one load per program
+                    a35 = tl.load(x35_ptr + (k0 * SX35_0 + k1s * SX35_1 + k2s * SX35_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a35 = tl.load(x35_ptr + (k0 * SX35_0 + k1 * SX35_1 + k2 * SX35_2 + k3 * SX35_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX36_3 == 0:  # the same along the row: one load per program
+                    a36 = tl.load(x36_ptr + (k0 * SX36_0 + k1s * SX36_1 + k2s * SX36_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a36 = tl.load(x36_ptr + (k0 * SX36_0 + k1 * SX36_1 + k2 * SX36_2 + k3 * SX36_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX37_3 == 0:  # the same along the row: one load per program
+                    a37 = tl.load(x37_ptr + (k0 * SX37_0 + k1s * SX37_1 + k2s * SX37_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a37 = tl.load(x37_ptr + (k0 * SX37_0 + k1 * SX37_1 + k2 * SX37_2 + k3 * SX37_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX38_3 == 0:  # the same along the row: one load per program
+                    a38 = tl.load(x38_ptr + (k0 * SX38_0 + k1s * SX38_1 + k2s * SX38_2), mask=sm, other=0)
+                else:
+                    a38 = tl.load(x38_ptr + (k0 * SX38_0 + k1 * SX38_1 + k2 * SX38_2 + k3 * SX38_3), mask=fm, other=0)
+                v4 = (a1 & a2)  # aten.bitwise_and
+                v93 = (-a35)  # aten.neg
+                v94 = a37  # prims.convert_element_type
+                v96 = a38.to(tl.float32)  # prims.convert_element_type
+                v97 = (v96 * c11)  # aten.mul
+                v98 = (v94 * v97)  # aten.mul
+                v99 = (v98 * a35)  # aten.mul
+                v100 = tl.fma(v93, a36, v99)  # prims.fma
+                v101 = tl.where(v4, v100, c2)  # aten.where
+                acc_v102 = acc_v102 + tl.where(fm, v101, 0.0)  # aten.sum
+        v102 = acc_v102
+        tl.store(p_ptr + (8 * n_kept + kid), v102, mask=km)
     if i == 9:  # reduction v113 (aten.sum)
-        acc_v113 = tl.full([RB, XB], 0.0, tl.float32)
-        for r0 in range(0, N0, RB):  # the reduced elements, RB at a time
-            r = r0 + tl.arange(0, RB)[:, None]
-            fm = km & (r < N0)
-            k0 = r
-            if INV1:  # the same for every reduced element: read once per chunk
-                a1 = tl.load(x1_ptr + (k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=km, other=0)
-            else:
-                a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
-            if INV2:  # the same for every reduced element: read once per chunk
-                a2 = tl.load(x2_ptr + (k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=km, other=0)
-            else:
-                a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=fm, other=0)
-            if INV39:  # the same for every reduced element: read once per chunk
-                a39 = tl.load(x39_ptr + (k1 * SX39_1 + k2 * SX39_2 + k3 * SX39_3), mask=km, other=0).to(tl.float32)
-            else:
-                a39 = tl.load(x39_ptr + (k0 * SX39_0 + k1 * SX39_1 + k2 * SX39_2 + k3 * SX39_3), mask=fm, other=0).to(tl.float32)
-            if INV40:  # the same for every reduced element: read once per chunk
-                a40 = tl.load(x40_ptr + (k1 * SX40_1 + k2 * SX40_2 + k3 * SX40_3), mask=km, other=0).to(tl.float32)
-            else:
-                a40 = tl.load(x40_ptr + (k0 * SX40_0 + k1 * SX40_1 + k2 * SX40_2 + k3 * SX40_3), mask=fm, other=0).to(tl.float32)
-            if INV41:  # the same for every reduced element: read once per chunk
-                a41 = tl.load(x41_ptr + (k1 * SX41_1 + k2 * SX41_2 + k3 * SX41_3), mask=km, other=0).to(tl.float32)
-            else:
-                a41 = tl.load(x41_ptr + (k0 * SX41_0 + k1 * SX41_1 + k2 * SX41_2 + k3 * SX41_3), mask=fm, other=0).to(tl.float32)
-            if INV42:  # the same for every reduced element: read once per chunk
-                a42 = tl.load(x42_ptr + (k1 * SX42_1 + k2 * SX42_2 + k3 * SX42_3), mask=km, other=0)
-            else:
-                a42 = tl.load(x42_ptr + (k0 * SX42_0 + k1 * SX42_1 + k2 * SX42_2 + k3 * SX42_3), mask=fm, other=0)
-            v4 = (a1 & a2)  # aten.bitwise_and
-            v104 = (-a39)  # aten.neg
-            v105 = a41  # prims.convert_element_type
-            v107 = a42.to(tl.float32)  # prims.convert_element_type
-            v108 = (v107 * c12)  # aten.mul
-            v109 = (v105 * v108)  # aten.mul
-            v110 = (v109 * a39)  # aten.mul
-            v111 = tl.fma(v104, a40, v110)  # prims.fma
-            v112 = tl.where(v4, v111, c2)  # aten.where
-            acc_v113 = acc_v113 + tl.where(fm, v112, 0.0)  # aten.sum
-        v113 = tl.sum(acc_v113, axis=0)
-        tl.store(p_ptr + (9 * n_kept + kid1), v113, mask=km1)
+        acc_v113 = tl.full([XB], 0.0, tl.float32)
+        for r0 in range(0, N0, RB):  # the reduced elements, unrolled by RB
+            for j in tl.static_range(RB):
+                r = r0 + j
+                fm = km & (kid * 0 + r < N0)
+                k0 = r
+                sm = (base < n_kept) & (base * 0 + r < N0)  # the mask of a per-row value
+                if ONE_ROW and SX1_3 == 0:  # the same along the row: one load per program
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1s * SX1_1 + k2s * SX1_2), mask=sm, other=0)
+                else:
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
+                if ONE_ROW and SX2_3 == 0:  # the same along the row: one load per program
+                    a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1s * SX2_1 + k2s * SX2_2), mask=sm, other=0)
+                else:
+                    a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=fm, other=0)
+                if ONE_ROW and SX39_3 == 0:  # the same along the row: one load per program
+                    a39 = tl.load(x39_ptr + (k0 * SX39_0 + k1s * SX39_1 + k2s * SX39_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a39 = tl.load(x39_ptr + (k0 * SX39_0 + k1 * SX39_1 + k2 * SX39_2 + k3 * SX39_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX40_3 == 0:  # the same along the row: one load per program
+                    a40 = tl.load(x40_ptr + (k0 * SX40_0 + k1s * SX40_1 + k2s * SX40_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a40 = tl.load(x40_ptr + (k0 * SX40_0 + k1 * SX40_1 + k2 * SX40_2 + k3 * SX40_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX41_3 == 0:  # the same along the row: one load per program
+                    a41 = tl.load(x41_ptr + (k0 * SX41_0 + k1s * SX41_1 + k2s * SX41_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a41 = tl.load(x41_ptr + (k0 * SX41_0 + k1 * SX41_1 + k2 * SX41_2 + k3 * SX41_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX42_3 == 0:  # the same along the row: one load per program
+                    a42 = tl.load(x42_ptr + (k0 * SX42_0 + k1s * SX42_1 + k2s * SX42_2), mask=sm, other=0)
+                else:
+                    a42 = tl.load(x42_ptr + (k0 * SX42_0 + k1 * SX42_1 + k2 * SX42_2 + k3 * SX42_3), mask=fm, other=0)
+                v4 = (a1 & a2)  # aten.bitwise_and
+                v104 = (-a39)  # aten.neg
+                v105 = a41  # prims.convert_element_type
+                v107 = a42.to(tl.float32)  # prims.convert_element_type
+                v108 = (v107 * c12)  # aten.mul
+                v109 = (v105 * v108)  # aten.mul
+                v110 = (v109 * a39)  # aten.mul
+                v111 = tl.fma(v104, a40, v110)  # prims.fma
+                v112 = tl.where(v4, v111, c2)  # aten.where
+                acc_v113 = acc_v113 + tl.where(fm, v112, 0.0)  # aten.sum
+        v113 = acc_v113
+        tl.store(p_ptr + (9 * n_kept + kid), v113, mask=km)
     if i == 10:  # reduction v124 (aten.sum)
-        acc_v124 = tl.full([RB, XB], 0.0, tl.float32)
-        for r0 in range(0, N0, RB):  # the reduced elements, RB at a time
-            r = r0 + tl.arange(0, RB)[:, None]
-            fm = km & (r < N0)
-            k0 = r
-            if INV1:  # the same for every reduced element: read once per chunk
-                a1 = tl.load(x1_ptr + (k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=km, other=0)
-            else:
-                a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
-            if INV2:  # the same for every reduced element: read once per chunk
-                a2 = tl.load(x2_ptr + (k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=km, other=0)
-            else:
-                a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=fm, other=0)
-            if INV43:  # the same for every reduced element: read once per chunk
-                a43 = tl.load(x43_ptr + (k1 * SX43_1 + k2 * SX43_2 + k3 * SX43_3), mask=km, other=0).to(tl.float32)
-            else:
-                a43 = tl.load(x43_ptr + (k0 * SX43_0 + k1 * SX43_1 + k2 * SX43_2 + k3 * SX43_3), mask=fm, other=0).to(tl.float32)
-            if INV44:  # the same for every reduced element: read once per chunk
-                a44 = tl.load(x44_ptr + (k1 * SX44_1 + k2 * SX44_2 + k3 * SX44_3), mask=km, other=0).to(tl.float32)
-            else:
-                a44 = tl.load(x44_ptr + (k0 * SX44_0 + k1 * SX44_1 + k2 * SX44_2 + k3 * SX44_3), mask=fm, other=0).to(tl.float32)
-            if INV45:  # the same for every reduced element: read once per chunk
-                a45 = tl.load(x45_ptr + (k1 * SX45_1 + k2 * SX45_2 + k3 * SX45_3), mask=km, other=0).to(tl.float32)
-            else:
-                a45 = tl.load(x45_ptr + (k0 * SX45_0 + k1 * SX45_1 + k2 * SX45_2 + k3 * SX45_3), mask=fm, other=0).to(tl.float32)
-            if INV46:  # the same for every reduced element: read once per chunk
-                a46 = tl.load(x46_ptr + (k1 * SX46_1 + k2 * SX46_2 + k3 * SX46_3), mask=km, other=0)
-            else:
-                a46 = tl.load(x46_ptr + (k0 * SX46_0 + k1 * SX46_1 + k2 * SX46_2 + k3 * SX46_3), mask=fm, other=0)
-            v4 = (a1 & a2)  # aten.bitwise_and
-            v115 = (-a43)  # aten.neg
-            v116 = a45  # prims.convert_element_type
-            v118 = a46.to(tl.float32)  # prims.convert_element_type
-            v119 = (v118 * c13)  # aten.mul
-            v120 = (v116 * v119)  # aten.mul
-            v121 = (v120 * a43)  # aten.mul
-            v122 = tl.fma(v115, a44, v121)  # prims.fma
-            v123 = tl.where(v4, v122, c2)  # aten.where
-            acc_v124 = acc_v124 + tl.where(fm, v123, 0.0)  # aten.sum
-        v124 = tl.sum(acc_v124, axis=0)
-        tl.store(p_ptr + (10 * n_kept + kid1), v124, mask=km1)
+        acc_v124 = tl.full([XB], 0.0, tl.float32)
+        for r0 in range(0, N0, RB):  # the reduced elements, unrolled by RB
+            for j in tl.static_range(RB):
+                r = r0 + j
+                fm = km & (kid * 0 + r < N0)
+                k0 = r
+                sm = (base < n_kept) & (base * 0 + r < N0)  # the mask of a per-row value
+                if ONE_ROW and SX1_3 == 0:  # the same along the row: one load per program
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1s * SX1_1 + k2s * SX1_2), mask=sm, other=0)
+                else:
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
+                if ONE_ROW and SX2_3 == 0:  # the same along the row: one load per program
+                    a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1s * SX2_1 + k2s * SX2_2), mask=sm, other=0)
+                else:
+                    a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=fm, other=0)
+                if ONE_ROW and SX43_3 == 0:  # the same along the row: one load per program
+                    a43 = tl.load(x43_ptr + (k0 * SX43_0 + k1s * SX43_1 + k2s * SX43_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a43 = tl.load(x43_ptr + (k0 * SX43_0 + k1 * SX43_1 + k2 * SX43_2 + k3 * SX43_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX44_3 == 0:  # the same along the row: one load per program
+                    a44 = tl.load(x44_ptr + (k0 * SX44_0 + k1s * SX44_1 + k2s * SX44_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a44 = tl.load(x44_ptr + (k0 * SX44_0 + k1 * SX44_1 + k2 * SX44_2 + k3 * SX44_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX45_3 == 0:  # the same along the row: one load per program
+                    a45 = tl.load(x45_ptr + (k0 * SX45_0 + k1s * SX45_1 + k2s * SX45_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a45 = tl.load(x45_ptr + (k0 * SX45_0 + k1 * SX45_1 + k2 * SX45_2 + k3 * SX45_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX46_3 == 0:  # the same along the row: one load per program
+                    a46 = tl.load(x46_ptr + (k0 * SX46_0 + k1s * SX46_1 + k2s * SX46_2), mask=sm, other=0)
+                else:
+                    a46 = tl.load(x46_ptr + (k0 * SX46_0 + k1 * SX46_1 + k2 * SX46_2 + k3 * SX46_3), mask=fm, other=0)
+                v4 = (a1 & a2)  # aten.bitwise_and
+                v115 = (-a43)  # aten.neg
+                v116 = a45  # prims.convert_element_type
+                v118 = a46.to(tl.float32)  # prims.convert_element_type
+                v119 = (v118 * c13)  # aten.mul
+                v120 = (v116 * v119)  # aten.mul
+                v121 = (v120 * a43)  # aten.mul
+                v122 = tl.fma(v115, a44, v121)  # prims.fma
+                v123 = tl.where(v4, v122, c2)  # aten.where
+                acc_v124 = acc_v124 + tl.where(fm, v123, 0.0)  # aten.sum
+        v124 = acc_v124
+        tl.store(p_ptr + (10 * n_kept + kid), v124, mask=km)
     if i == 11:  # reduction v135 (aten.sum)
-        acc_v135 = tl.full([RB, XB], 0.0, tl.float32)
-        for r0 in range(0, N0, RB):  # the reduced elements, RB at a time
-            r = r0 + tl.arange(0, RB)[:, None]
-            fm = km & (r < N0)
-            k0 = r
-            if INV1:  # the same for every reduced element: read once per chunk
-                a1 = tl.load(x1_ptr + (k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=km, other=0)
-            else:
-                a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
-            if INV2:  # the same for every reduced element: read once per chunk
-                a2 = tl.load(x2_ptr + (k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=km, other=0)
-            else:
-                a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=fm, other=0)
-            if INV47:  # the same for every reduced element: read once per chunk
-                a47 = tl.load(x47_ptr + (k1 * SX47_1 + k2 * SX47_2 + k3 * SX47_3), mask=km, other=0).to(tl.float32)
-            else:
-                a47 = tl.load(x47_ptr + (k0 * SX47_0 + k1 * SX47_1 + k2 * SX47_2 + k3 * SX47_3), mask=fm, other=0).to(tl.float32)
-            if INV48:  # the same for every reduced element: read once per chunk
-                a48 = tl.load(x48_ptr + (k1 * SX48_1 + k2 * SX48_2 + k3 * SX48_3), mask=km, other=0).to(tl.float32)
-            else:
-                a48 = tl.load(x48_ptr + (k0 * SX48_0 + k1 * SX48_1 + k2 * SX48_2 + k3 * SX48_3), mask=fm, other=0).to(tl.float32)
-            if INV49:  # the same for every reduced element: read once per chunk
-                a49 = tl.load(x49_ptr + (k1 * SX49_1 + k2 * SX49_2 + k3 * SX49_3), mask=km, other=0).to(tl.float32)
-            else:
-                a49 = tl.load(x49_ptr + (k0 * SX49_0 + k1 * SX49_1 + k2 * SX49_2 + k3 * SX49_3), mask=fm, other=0).to(tl.float32)
-            if INV50:  # the same for every reduced element: read once per chunk
-                a50 = tl.load(x50_ptr + (k1 * SX50_1 + k2 * SX50_2 + k3 * SX50_3), mask=km, other=0)
-            else:
-                a50 = tl.load(x50_ptr + (k0 * SX50_0 + k1 * SX50_1 + k2 * SX50_2 + k3 * SX50_3), mask=fm, other=0)
-            v4 = (a1 & a2)  # aten.bitwise_and
-            v126 = (-a47)  # aten.neg
-            v127 = a49  # prims.convert_element_type
-            v129 = a50.to(tl.float32)  # prims.convert_element_type
-            v130 = (v129 * c14)  # aten.mul
-            v131 = (v127 * v130)  # aten.mul
-            v132 = (v131 * a47)  # aten.mul
-            v133 = tl.fma(v126, a48, v132)  # prims.fma
-            v134 = tl.where(v4, v133, c2)  # aten.where
-            acc_v135 = acc_v135 + tl.where(fm, v134, 0.0)  # aten.sum
-        v135 = tl.sum(acc_v135, axis=0)
-        tl.store(p_ptr + (11 * n_kept + kid1), v135, mask=km1)
+        acc_v135 = tl.full([XB], 0.0, tl.float32)
+        for r0 in range(0, N0, RB):  # the reduced elements, unrolled by RB
+            for j in tl.static_range(RB):
+                r = r0 + j
+                fm = km & (kid * 0 + r < N0)
+                k0 = r
+                sm = (base < n_kept) & (base * 0 + r < N0)  # the mask of a per-row value
+                if ONE_ROW and SX1_3 == 0:  # the same along the row: one load per program
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1s * SX1_1 + k2s * SX1_2), mask=sm, other=0)
+                else:
+                    a1 = tl.load(x1_ptr + (k0 * SX1_0 + k1 * SX1_1 + k2 * SX1_2 + k3 * SX1_3), mask=fm, other=0)
+                if ONE_ROW and SX2_3 == 0:  # the same along the row: one load per program
+                    a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1s * SX2_1 + k2s * SX2_2), mask=sm, other=0)
+                else:
+                    a2 = tl.load(x2_ptr + (k0 * SX2_0 + k1 * SX2_1 + k2 * SX2_2 + k3 * SX2_3), mask=fm, other=0)
+                if ONE_ROW and SX47_3 == 0:  # the same along the row: one load per program
+                    a47 = tl.load(x47_ptr + (k0 * SX47_0 + k1s * SX47_1 + k2s * SX47_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a47 = tl.load(x47_ptr + (k0 * SX47_0 + k1 * SX47_1 + k2 * SX47_2 + k3 * SX47_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX48_3 == 0:  # the same along the row: one load per program
+                    a48 = tl.load(x48_ptr + (k0 * SX48_0 + k1s * SX48_1 + k2s * SX48_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a48 = tl.load(x48_ptr + (k0 * SX48_0 + k1 * SX48_1 + k2 * SX48_2 + k3 * SX48_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX49_3 == 0:  # the same along the row: one load per program
+                    a49 = tl.load(x49_ptr + (k0 * SX49_0 + k1s * SX49_1 + k2s * SX49_2), mask=sm, other=0).to(tl.float32)
+                else:
+                    a49 = tl.load(x49_ptr + (k0 * SX49_0 + k1 * SX49_1 + k2 * SX49_2 + k3 * SX49_3), mask=fm, other=0).to(tl.float32)
+                if ONE_ROW and SX50_3 == 0:  # the same along the row: one load per program
+                    a50 = tl.load(x50_ptr + (k0 * SX50_0 + k1s * SX50_1 + k2s * SX50_2), mask=sm, other=0)
+                else:
+                    a50 = tl.load(x50_ptr + (k0 * SX50_0 + k1 * SX50_1 + k2 * SX50_2 + k3 * SX50_3), mask=fm, other=0)
+                v4 = (a1 & a2)  # aten.bitwise_and
+                v126 = (-a47)  # aten.neg
+                v127 = a49  # prims.convert_element_type
+                v129 = a50.to(tl.float32)  # prims.convert_element_type
+                v130 = (v129 * c14)  # aten.mul
+                v131 = (v127 * v130)  # aten.mul
+                v132 = (v131 * a47)  # aten.mul
+                v133 = tl.fma(v126, a48, v132)  # prims.fma
+                v134 = tl.where(v4, v133, c2)  # aten.where
+                acc_v135 = acc_v135 + tl.where(fm, v134, 0.0)  # aten.sum
+        v135 = acc_v135
+        tl.store(p_ptr + (11 * n_kept + kid), v135, mask=km)
 
 
 @triton.jit
@@ -1584,7 +1782,8 @@ def reduce_epilogue_kernel(
     INV38: tl.constexpr, INV39: tl.constexpr, INV40: tl.constexpr, INV41: tl.constexpr,
     INV42: tl.constexpr, INV43: tl.constexpr, INV44: tl.constexpr, INV45: tl.constexpr,
     INV46: tl.constexpr, INV47: tl.constexpr, INV48: tl.constexpr, INV49: tl.constexpr,
-    INV50: tl.constexpr, RB: tl.constexpr, XB: tl.constexpr, WIDE: tl.constexpr,
+    INV50: tl.constexpr, RB: tl.constexpr, XB: tl.constexpr, ONE_ROW: tl.constexpr,
+    WIDE: tl.constexpr,
 ):
     kid = tl.program_id(0) * XB + tl.arange(0, XB)
     if WIDE:
@@ -1596,6 +1795,13 @@ def reduce_epilogue_kernel(
     k2 = rest % N2
     rest = rest // N2
     k1 = rest
+    base = tl.program_id(0) * XB
+    if WIDE:
+        base = base.to(tl.int64)
+    rest = base // N3
+    k2s = rest % N2
+    rest = rest // N2
+    k1s = rest
     v15 = tl.load(p_ptr + (0 * n_kept + kid), mask=km, other=0)
     v25 = tl.load(p_ptr + (1 * n_kept + kid), mask=km, other=0)
     v36 = tl.load(p_ptr + (2 * n_kept + kid), mask=km, other=0)

@@ -381,15 +381,20 @@ def kernel_source(pl: Plan, consts: list[int]) -> str:
 
     All take the same parameters (:func:`_params`), so ``miner.runtime.reduce.run`` passes one set:
 
-    - ``loop``: a program per ``XB`` kept elements, a loop over the reduced elements one at a time,
-      every reduction's accumulator a ``[XB]`` vector in registers.
+    - ``loop``: a program per ``XB`` kept elements, a loop over the reduced elements (unrolled by
+      ``RB``: the loads of ``RB`` of them can be issued together), every reduction's accumulator a
+      ``[XB]`` vector in registers (each thread sums its own elements: no exchange between threads).
+      When ``XB`` divides the last dim (``ONE_ROW``), an input with stride 0 along it (t5's softmax
+      row sums ``[B, H, S, 1]``) is one scalar load per program, not one per element.
     - ``tile``: the same program, the reduced elements ``RB`` at a time as ``[RB, XB]`` tiles (every
       load of a chunk issued together), ``[RB, XB]`` accumulators summed across the ``RB`` rows at the
       end; an input whose strides along the reduced dims are all 0 (``INV<k>``) is read once per chunk
       as ``[1, XB]``.
-    - ``split``: ``tile`` with a second grid axis over the reductions: program ``(b, i)`` computes only
-      reduction ``i`` (the inputs and lines it needs) and stores it in a float32 buffer of partials
-      ``[n_reductions, n_kept]``; ``reduce_epilogue_kernel`` reads them back and runs the epilogue.
+    - ``split``: ``loop`` with a second grid axis over the reductions: program ``(b, i)`` computes only
+      reduction ``i`` (the inputs and lines it needs: few registers, many programs per SM) and stores
+      it in a float32 buffer of partials ``[n_reductions, n_kept]`` (written and read once more:
+      t5's 12 x 3.1M floats, 7% over its 4.2 GB); ``reduce_epilogue_kernel`` reads them back and runs
+      the epilogue.
     """
     kept = [d for d in range(pl.rank) if d not in pl.reduced]
     params = _wrap(_params(pl, consts))
@@ -408,7 +413,7 @@ def _params(pl: Plan, consts: list[int]) -> list[str]:
     params += [f"SX{k}_{d}: tl.constexpr" for k in ins for d in range(pl.rank)]
     params += [f"SO{i}_{d}: tl.constexpr" for i in range(len(pl.stores)) for d in range(pl.rank)]
     params += [f"INV{k}: tl.constexpr" for k in sorted(pl.f_inputs)]
-    return params + ["RB: tl.constexpr", "XB: tl.constexpr", "WIDE: tl.constexpr"]
+    return params + ["RB: tl.constexpr", "XB: tl.constexpr", "ONE_ROW: tl.constexpr", "WIDE: tl.constexpr"]
 
 
 def _n_red(pl: Plan) -> str:
@@ -425,7 +430,14 @@ def _kept_coords(kept: list[int], two_d: bool, suffix: str = "") -> list[str]:
     out.append("rest = kid")
     for d in reversed(kept[1:]):
         out += [f"k{d} = rest % N{d}", f"rest = rest // N{d}"]
-    return out + [f"k{kept[0]} = rest"]
+    out.append(f"k{kept[0]} = rest")
+    if two_d:
+        return out
+    # the row of the program's first element: its coordinates when ONE_ROW (XB divides the last dim)
+    out += ["base = tl.program_id(0) * XB", "if WIDE:", "    base = base.to(tl.int64)", f"rest = base // N{kept[-1]}"]
+    for d in reversed(kept[1:-1]):
+        out += [f"k{d}s = rest % N{d}", f"rest = rest // N{d}"]
+    return out + ([f"k{kept[0]}s = rest"] if len(kept) > 1 else [])
 
 
 def _reduced_coords(reduced: tuple[int, ...], r: str) -> list[str]:
@@ -451,7 +463,6 @@ def _needed(pl: Plan, accs: list) -> tuple[list[int], list]:
 def _acc_lines(pl: Plan, accs: list, tiled: bool) -> list[str]:
     """Accumulator init, the loop over the reduced elements, and each reduction's value after it."""
     shape = "[RB, XB]" if tiled else "[XB]"
-    mask = "fm" if tiled else "km"
     out = [f"acc_{n} = tl.full({shape}, {_INIT[kind]}, tl.float32)" for n, kind, _, _, _ in accs]
     loads, lines = _needed(pl, accs)
     dims = list(range(pl.rank))
@@ -465,13 +476,22 @@ def _acc_lines(pl: Plan, accs: list, tiled: bool) -> list[str]:
                      f"    a{k} = {_load(k, pl.input_kind[k], kept_dims, 'km')}", "else:",
                      f"    a{k} = {_load(k, pl.input_kind[k], dims, 'fm')}"]
     else:
-        out.append(f"for r in range({_n_red(pl)}):  # the reduced elements")
-        body = _reduced_coords(pl.reduced, "r") + [f"a{k} = {_load(k, pl.input_kind[k], dims, 'km')}" for k in loads]
+        out += [f"for r0 in range(0, {_n_red(pl)}, RB):  # the reduced elements, unrolled by RB",
+                "    for j in tl.static_range(RB):"]
+        body = ["r = r0 + j", f"fm = km & (kid * 0 + r < {_n_red(pl)})"] + _reduced_coords(pl.reduced, "r")
+        if loads:
+            body.append(f"sm = (base < n_kept) & (base * 0 + r < {_n_red(pl)})  # the mask of a per-row value")
+        last = pl.rank - 1
+        row = [d for d in dims if d != last]
+        for k in loads:
+            body += [f"if ONE_ROW and SX{k}_{last} == 0:  # the same along the row: one load per program",
+                     f"    a{k} = {_load(k, pl.input_kind[k], row, 'sm', scalar=[d for d in row if d not in pl.reduced])}",
+                     "else:", f"    a{k} = {_load(k, pl.input_kind[k], dims, 'fm')}"]
     body += [f"{n} = {e}  # {op}" for n, e, op in lines]
     for n, kind, x, _, op in accs:
-        masked = f"tl.where({mask}, {x}, {_INIT[kind]})"
+        masked = f"tl.where(fm, {x}, {_INIT[kind]})"
         body.append(f"acc_{n} = {_COMBINE[kind].format(a=f'acc_{n}', x=masked)}  # {op}")
-    out += ["    " + b for b in body]
+    out += [("    " if tiled else "        ") + b for b in body]
     for n, kind, _, mean, _ in accs:
         total = f"tl.{kind}(acc_{n}, axis=0)" if tiled else f"acc_{n}"
         out.append(f"{n} = {total}" + (f" / ({_n_red(pl)})" if mean else ""))
@@ -498,11 +518,11 @@ def _tile_body(pl: Plan, kept: list[int]) -> list[str]:
 
 
 def _split_body(pl: Plan, kept: list[int]) -> list[str]:
-    out = _kept_coords(kept, True) + _kept_coords(kept, False, suffix="1") + ["i = tl.program_id(1)"]
+    out = _kept_coords(kept, False) + ["i = tl.program_id(1)"]
     for i, acc in enumerate(pl.accs):
         out.append(f"if i == {i}:  # reduction {acc[0]} ({acc[4]})")
-        body = _acc_lines(pl, [acc], True)
-        body.append(f"tl.store(p_ptr + ({i} * n_kept + kid1), {acc[0]}, mask=km1)")
+        body = _acc_lines(pl, [acc], False)
+        body.append(f"tl.store(p_ptr + ({i} * n_kept + kid), {acc[0]}, mask=km)")
         out += ["    " + b for b in body]
     return out
 
@@ -513,8 +533,10 @@ def _epilogue_body(pl: Plan, kept: list[int]) -> list[str]:
     return out + _post(pl, kept)
 
 
-def _load(k: int, kind: str, dims: list[int], mask: str) -> str:
-    terms = " + ".join(f"k{d} * SX{k}_{d}" for d in dims) or "0"
+def _load(k: int, kind: str, dims: list[int], mask: str, scalar: tuple = ()) -> str:
+    """``tl.load`` of input ``k`` at the coordinates ``dims`` (``k<d>``, ``k<d>s`` for the ``scalar``
+    ones: the program's row)."""
+    terms = " + ".join(f"k{d}{'s' if d in scalar else ''} * SX{k}_{d}" for d in dims) or "0"
     load = f"tl.load(x{k}_ptr + ({terms}), mask={mask}, other=0)"
     return load + ".to(tl.float32)" if kind == "float" else load
 

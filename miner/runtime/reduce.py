@@ -35,10 +35,10 @@ import triton.language as tl
 from miner.runtime import launch as _launch
 
 # (RB, XB, num_warps) per variant, the first the untimed default; RB is unused by ``loop``
-CONFIGS = {
-    "loop": ((1, 512, 4), (1, 256, 2), (1, 1024, 8), (1, 512, 8)),
-    "tile": ((16, 64, 4), (16, 32, 4), (16, 128, 8), (8, 128, 4), (4, 256, 4), (2, 512, 4)),
-    "split": ((16, 128, 4), (16, 64, 4), (16, 256, 8), (8, 256, 4), (4, 512, 4), (1, 1024, 4)),
+CONFIGS = {  # registers per thread on sm_90 (ptxas, triton 3.9) in the comments: none spills
+    "loop": ((1, 512, 4), (1, 256, 2), (2, 256, 2), (1, 512, 8)),  # 130, 128, 254, 64
+    "tile": ((16, 64, 4), (16, 32, 4), (16, 128, 8), (4, 256, 4), (2, 512, 4)),  # 162, 126, 172, 180, 182
+    "split": ((2, 512, 2), (1, 512, 2), (4, 512, 2), (1, 512, 4), (2, 512, 4), (1, 256, 1)),  # 48, 40, 78, 32, -, 51
 }
 EPILOGUE = (1, 1024, 4)  # the split variant's epilogue kernel
 ONE_HOT_MAX = 64  # table rows up to which index_put_acc sums per row inside a program
@@ -107,6 +107,7 @@ class Args:
     n_kept: int
     cexpr: dict
     wide: bool
+    last: int  # the size of the last dim (a program's XB kept elements lie in one row when XB divides it)
 
 
 def kernel_args(*, f_views: dict, k_views: dict, stores: Sequence[torch.Tensor], full: Sequence[int],
@@ -128,7 +129,7 @@ def kernel_args(*, f_views: dict, k_views: dict, stores: Sequence[torch.Tensor],
     cexpr.update(consts)
     ptrs = tuple(tensors[k] for k in sorted(tensors)) + tuple(stores)
     wide = max([_max_offset(v) for v in ptrs] + [n_kept]) >= 2 ** 31 - 4096
-    return Args(ptrs, n_kept, cexpr, wide)
+    return Args(ptrs, n_kept, cexpr, wide, int(full[-1]))
 
 
 def run(kernels: dict, *, f_views: dict, k_views: dict, stores: Sequence[torch.Tensor], full: Sequence[int],
@@ -170,7 +171,7 @@ def run(kernels: dict, *, f_views: dict, k_views: dict, stores: Sequence[torch.T
     if variant == "split":
         partials = torch.empty((n_acc, a.n_kept), dtype=torch.float32, device=a.ptrs[0].device)
         if n_acc * a.n_kept >= 2 ** 31 - 4096:  # the partials' offsets need 64 bits
-            a = Args(a.ptrs, a.n_kept, a.cexpr, True)
+            a = Args(a.ptrs, a.n_kept, a.cexpr, True, a.last)
     launcher = _launcher(kernels, variant, a, partials, n_acc)
     device = a.ptrs[0].device.type
     tune_key = ("reduce", key, variant, tuple(full),
@@ -185,11 +186,12 @@ def _launcher(kernels: dict, variant: str, a: Args, partials, n_acc: int):
     def go(cfg):
         rb, xb, warps = cfg
         grid = (triton.cdiv(a.n_kept, xb), n_acc) if variant == "split" else (triton.cdiv(a.n_kept, xb),)
-        kernels[variant][grid](*a.ptrs, p, a.n_kept, **a.cexpr, RB=rb, XB=xb, WIDE=a.wide, num_warps=warps)
+        kernels[variant][grid](*a.ptrs, p, a.n_kept, **a.cexpr, RB=rb, XB=xb, ONE_ROW=a.last % xb == 0,
+                               WIDE=a.wide, num_warps=warps)
         if variant == "split":
             erb, exb, ewarps = EPILOGUE
             kernels["epilogue"][(triton.cdiv(a.n_kept, exb),)](*a.ptrs, p, a.n_kept, **a.cexpr, RB=erb, XB=exb,
-                                                                WIDE=a.wide, num_warps=ewarps)
+                                                                ONE_ROW=False, WIDE=a.wide, num_warps=ewarps)
     return go
 
 
