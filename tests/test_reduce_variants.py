@@ -28,9 +28,9 @@ def t5():
 
 
 # (variant, (RB, XB, num_warps)): RB=2 does not divide the 3 reduced elements (masked tail); XB=8 and 16
-# divide the 16-wide rows (ONE_ROW: scalar loads of the row sums), XB=32 does not.
+# divide the 16-wide rows (ONE_ROW: scalar loads of the row sums), XB=32 and 64 do not.
 CASES = [("loop", (1, 16, 1)), ("loop", (2, 32, 1)), ("tile", (4, 8, 1)), ("tile", (2, 32, 1)),
-         ("split", (2, 8, 1)), ("split", (1, 32, 1))]
+         ("split", (2, 16, 1)), ("split", (1, 64, 1))]
 
 
 @pytest.mark.parametrize("variant,config", CASES)
@@ -98,7 +98,7 @@ def test_tuning_key_is_per_shape_and_variant(t5, monkeypatch):
 
 
 def test_timing_entry_runs_every_variant(capsys):
-    configs = {"loop": [(1, 16, 1)], "tile": [(4, 16, 1)], "split": [(2, 16, 1)]}
+    configs = {"loop": [(1, 128, 1)], "tile": [(4, 128, 1)], "split": [(2, 128, 1)]}
     best = check.time_candidate(candidate.load(Workspace("."), CID), sorted(R.CONFIGS), configs, print,
                                 device="cpu", primes=(2, 3, 16), inductor=False)
     out = capsys.readouterr().out

@@ -2,12 +2,13 @@
 # Do not edit; regenerate with: miner generate --regions reports/gpu/2026-12-03-h200-profile/mined/regions.json --only p22ab0db507,pe0f8b5a81a --rng philox4
 """Triton kernel for region pe0f8b5a81a (reductions over dims (0,) of a rank-4 operand) and its launcher.
 
-``launch(x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40, x41, x42, x43, x44, x45, x46, x47, x48, x49, x50, c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14)`` returns the region's outputs as a tuple of fresh tensors. ``reduce_kernel``
-runs one program per BLOCK contiguous kept elements and loops over the reduced ones, accumulating
-in float32 registers, then computes the epilogue and stores; an ``index_put(..., accumulate=True)``
-output is summed per table row in each program and added with one atomic per row
-(``miner.runtime.reduce``). Sizes and strides are compiled in (one compile per shape); the tile is
-timed once per shape on a GPU. On CPU tensors it needs ``TRITON_INTERPRET=1``.
+``launch(x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18, x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30, x31, x32, x33, x34, x35, x36, x37, x38, x39, x40, x41, x42, x43, x44, x45, x46, x47, x48, x49, x50, c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14)`` returns the region's outputs as a tuple of fresh tensors. Three kernels compute
+the reductions (``KERNELS``, ``miner.runtime.reduce`` says how they differ; ``VARIANT`` is the
+default): per block of kept elements, over the reduced ones, accumulating in float32 registers, then
+the epilogue and the stores; an ``index_put(..., accumulate=True)`` output is summed per table row in
+each program and added with one atomic per row (``miner.runtime.reduce.index_put_acc``). Sizes and
+strides are compiled in (one compile per shape); the tile is timed once per shape on a GPU. On CPU
+tensors it needs ``TRITON_INTERPRET=1``.
 """
 
 import torch

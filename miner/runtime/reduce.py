@@ -1,13 +1,23 @@
 """Run-time half of the outer-reduction region kind (``miner.generate.reduce``, issue 30).
 
-A generated ``kernel.py`` of this kind has one ``@triton.jit`` ``reduce_kernel``: a program per
-``BLOCK`` contiguous *kept* elements (the reduction's result, in the order of the reduced input's
-dims, so loads along the last dim are coalesced), a loop over the *reduced* elements (outer or
-strided dims, e.g. t5's batch) accumulating in registers, then the pointwise epilogue and the
-stores. Its launcher builds the views the kernel reads and calls :func:`run`, which passes every
-size and stride as a ``tl.constexpr`` (one compile per shape, as Inductor's static shapes) and picks
-the tile by timing ``CONFIGS`` on the first call per shape (``miner.runtime.launch.pick``: cached;
-the first config on the CPU / under the interpreter).
+A generated ``kernel.py`` of this kind has three ``@triton.jit`` variants of one computation (the
+reductions over the *reduced* dims, e.g. t5's batch, then the pointwise epilogue and the stores, per
+*kept* element, in the order of the reduced input's dims so loads along the last dim are coalesced),
+all with the same parameters (:func:`kernel_args`), and ``KERNELS`` / ``VARIANT`` naming them:
+
+- ``loop``: a program per ``XB`` kept elements, a loop over the reduced elements unrolled by ``RB``,
+  every accumulator a ``[XB]`` register vector (each thread sums its own elements);
+- ``tile``: ``[RB, XB]`` tiles of reduced x kept elements (Inductor's layout), summed across rows;
+- ``split`` (the default): ``loop`` with one program per (block, reduction): each reads only its
+  reduction's inputs (few registers, full occupancy) and stores a float32 partial; an epilogue
+  kernel reads the partials back (t5: 0.3 GB more over 4.2 GB) and runs the epilogue.
+
+Its launcher builds the views the kernels read and calls :func:`run`, which passes every size and
+stride as a ``tl.constexpr`` (one compile per shape, as Inductor's static shapes) and picks the tile
+``(RB, XB, num_warps)`` by timing ``CONFIGS[variant]`` on the first call per (variant, shapes,
+strides, dtypes) (``miner.runtime.launch.pick``: cached for the process; inside a CUDA-graph capture,
+on the CPU and under the interpreter the first config, untimed and not cached). ``python3 -m
+miner.check.reduce`` times every variant x config on a GPU.
 
 A region that ends in an embedding's dense backward (``index_put(full(0), [idx], values,
 accumulate=True)``) stores ``values`` in the kept order and calls :func:`index_put_acc`: a program
