@@ -370,53 +370,174 @@ def _strided(ptr: str, k: str, dims: list[int], extra: str = "") -> str:
     return f"{ptr} + ({terms}{extra})"
 
 
+VARIANTS = ("loop", "tile", "split")
+DEFAULT_VARIANT = "split"  # what the launcher runs unless told (see the module docstring of miner.runtime.reduce)
+KERNEL_NAMES = {"loop": "reduce_kernel", "tile": "reduce_tile_kernel", "split": "reduce_split_kernel",
+                "epilogue": "reduce_epilogue_kernel"}
+
+
 def kernel_source(pl: Plan, consts: list[int]) -> str:
-    """The ``@triton.jit`` ``reduce_kernel`` of a plan."""
+    """The ``@triton.jit`` kernels of a plan, one per variant (``VARIANTS``) plus the split's epilogue.
+
+    All take the same parameters (:func:`_params`), so ``miner.runtime.reduce.run`` passes one set:
+
+    - ``loop``: a program per ``XB`` kept elements, a loop over the reduced elements (unrolled by
+      ``RB``: the loads of ``RB`` of them can be issued together), every reduction's accumulator a
+      ``[XB]`` vector in registers (each thread sums its own elements: no exchange between threads).
+      When ``XB`` divides the last dim (``ONE_ROW``), an input with stride 0 along it (t5's softmax
+      row sums ``[B, H, S, 1]``) is one scalar load per program, not one per element.
+    - ``tile``: the same program, the reduced elements ``RB`` at a time as ``[RB, XB]`` tiles (every
+      load of a chunk issued together), ``[RB, XB]`` accumulators summed across the ``RB`` rows at the
+      end; an input whose strides along the reduced dims are all 0 (``INV<k>``) is read once per chunk
+      as ``[1, XB]``.
+    - ``split``: ``loop`` with a second grid axis over the reductions: program ``(b, i)`` computes only
+      reduction ``i`` (the inputs and lines it needs: few registers, many programs per SM) and stores
+      it in a float32 buffer of partials ``[n_reductions, n_kept]`` (written and read once more:
+      t5's 12 x 3.1M floats, 7% over its 4.2 GB); ``reduce_epilogue_kernel`` reads them back and runs
+      the epilogue.
+    """
     kept = [d for d in range(pl.rank) if d not in pl.reduced]
+    params = _wrap(_params(pl, consts))
+    out = []
+    for name, body in (("loop", _loop_body(pl, kept)), ("tile", _tile_body(pl, kept)),
+                       ("split", _split_body(pl, kept)), ("epilogue", _epilogue_body(pl, kept))):
+        out.append(f"@triton.jit\ndef {KERNEL_NAMES[name]}(\n{params}\n):\n" + "\n".join("    " + b for b in body) + "\n")
+    return "\n\n".join(out)
+
+
+def _params(pl: Plan, consts: list[int]) -> list[str]:
     ins = sorted(set(pl.f_inputs) | set(pl.k_inputs))
-    params = [f"x{k}_ptr" for k in ins] + [f"o{i}_ptr" for i in range(len(pl.stores))] + ["n_kept"]
+    params = [f"x{k}_ptr" for k in ins] + [f"o{i}_ptr" for i in range(len(pl.stores))] + ["p_ptr", "n_kept"]
     params += [f"c{c}: tl.constexpr" for c in consts]
     params += [f"N{d}: tl.constexpr" for d in range(pl.rank)]
     params += [f"SX{k}_{d}: tl.constexpr" for k in ins for d in range(pl.rank)]
     params += [f"SO{i}_{d}: tl.constexpr" for i in range(len(pl.stores)) for d in range(pl.rank)]
-    params += ["BLOCK: tl.constexpr", "WIDE: tl.constexpr"]
-    body = ["kid = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)", "if WIDE:", "    kid = kid.to(tl.int64)",
-            "km = kid < n_kept", "rest = kid"]
+    params += [f"INV{k}: tl.constexpr" for k in sorted(pl.f_inputs)]
+    return params + ["RB: tl.constexpr", "XB: tl.constexpr", "ONE_ROW: tl.constexpr", "WIDE: tl.constexpr"]
+
+
+def _n_red(pl: Plan) -> str:
+    return " * ".join(f"N{d}" for d in pl.reduced)
+
+
+def _kept_coords(kept: list[int], two_d: bool, suffix: str = "") -> list[str]:
+    """``kid`` (this program's kept elements, ``[1, XB]`` when ``two_d``), its mask and coordinates."""
+    ar = "tl.arange(0, XB)[None, :]" if two_d else "tl.arange(0, XB)"
+    out = [f"kid{suffix} = tl.program_id(0) * XB + {ar}", "if WIDE:", f"    kid{suffix} = kid{suffix}.to(tl.int64)",
+           f"km{suffix} = kid{suffix} < n_kept"]
+    if suffix:
+        return out
+    out.append("rest = kid")
     for d in reversed(kept[1:]):
-        body += [f"k{d} = rest % N{d}", f"rest = rest // N{d}"]
-    body.append(f"k{kept[0]} = rest")
-    body += [f"acc_{n} = tl.full([BLOCK], {_INIT[kind]}, tl.float32)" for n, kind, _, _, _ in pl.accs]
-    n_red = " * ".join(f"N{d}" for d in pl.reduced)
-    body.append(f"for r in range({n_red}):  # the reduced elements")
-    rest = "r"
-    loop = []
-    for d in reversed(pl.reduced[1:]):
-        loop += [f"k{d} = {rest} % N{d}", f"rr = {rest} // N{d}"]
+        out += [f"k{d} = rest % N{d}", f"rest = rest // N{d}"]
+    out.append(f"k{kept[0]} = rest")
+    if two_d:
+        return out
+    # the row of the program's first element: its coordinates when ONE_ROW (XB divides the last dim)
+    out += ["base = tl.program_id(0) * XB", "if WIDE:", "    base = base.to(tl.int64)", f"rest = base // N{kept[-1]}"]
+    for d in reversed(kept[1:-1]):
+        out += [f"k{d}s = rest % N{d}", f"rest = rest // N{d}"]
+    return out + ([f"k{kept[0]}s = rest"] if len(kept) > 1 else [])
+
+
+def _reduced_coords(reduced: tuple[int, ...], r: str) -> list[str]:
+    out, rest = [], r
+    for d in reversed(reduced[1:]):
+        out += [f"k{d} = {rest} % N{d}", f"rr = {rest} // N{d}"]
         rest = "rr"
-    loop.append(f"k{pl.reduced[0]} = {rest}")
-    for k in sorted(pl.f_inputs):
-        loop.append(f"a{k} = {_load(k, pl.input_kind[k], list(range(pl.rank)))}")
-    loop += [f"{n} = {e}  # {op}" for n, e, op in pl.loop]
-    for n, kind, x, _, op in pl.accs:
-        masked = f"tl.where(km, {x}, {_INIT[kind]})"
-        loop.append(f"acc_{n} = {_COMBINE[kind].format(a=f'acc_{n}', x=masked)}  # {op}")
-    body += ["    " + line for line in loop]
-    for n, _, _, mean, _ in pl.accs:
-        body.append(f"{n} = acc_{n}" + (f" / ({n_red})" if mean else ""))
-    for k in sorted(pl.k_inputs):
-        body.append(f"a{k} = {_load(k, pl.input_kind[k], kept)}")
-    body += [f"{n} = {e}  # {op}" for n, e, op in pl.post]
+    return out + [f"k{reduced[0]} = {rest}"]
+
+
+def _needed(pl: Plan, accs: list) -> tuple[list[int], list]:
+    """The inputs and loop lines the reductions ``accs`` read (the lines in their order)."""
+    want = {x for _, _, x, _, _ in accs}
+    lines = []
+    for line in reversed(pl.loop):
+        if line[0] in want:
+            lines.append(line)
+            want |= set(re.findall(r"\b[av]\d+\b", line[1]))
+    loads = sorted(k for k in pl.f_inputs if f"a{k}" in want)
+    return loads, lines[::-1]
+
+
+def _acc_lines(pl: Plan, accs: list, tiled: bool) -> list[str]:
+    """Accumulator init, the loop over the reduced elements, and each reduction's value after it."""
+    shape = "[RB, XB]" if tiled else "[XB]"
+    out = [f"acc_{n} = tl.full({shape}, {_INIT[kind]}, tl.float32)" for n, kind, _, _, _ in accs]
+    loads, lines = _needed(pl, accs)
+    dims = list(range(pl.rank))
+    if tiled:
+        out.append(f"for r0 in range(0, {_n_red(pl)}, RB):  # the reduced elements, RB at a time")
+        body = ["r = r0 + tl.arange(0, RB)[:, None]", f"fm = km & (r < {_n_red(pl)})"]
+        body += _reduced_coords(pl.reduced, "r")
+        for k in loads:
+            kept_dims = [d for d in dims if d not in pl.reduced]
+            body += [f"if INV{k}:  # the same for every reduced element: read once per chunk",
+                     f"    a{k} = {_load(k, pl.input_kind[k], kept_dims, 'km')}", "else:",
+                     f"    a{k} = {_load(k, pl.input_kind[k], dims, 'fm')}"]
+    else:
+        out += [f"for r0 in range(0, {_n_red(pl)}, RB):  # the reduced elements, unrolled by RB",
+                "    for j in tl.static_range(RB):"]
+        body = ["r = r0 + j", f"fm = km & (kid * 0 + r < {_n_red(pl)})"] + _reduced_coords(pl.reduced, "r")
+        if loads:
+            body.append(f"sm = (base < n_kept) & (base * 0 + r < {_n_red(pl)})  # the mask of a per-row value")
+        last = pl.rank - 1
+        row = [d for d in dims if d != last]
+        for k in loads:
+            body += [f"if ONE_ROW and SX{k}_{last} == 0:  # the same along the row: one load per program",
+                     f"    a{k} = {_load(k, pl.input_kind[k], row, 'sm', scalar=[d for d in row if d not in pl.reduced])}",
+                     "else:", f"    a{k} = {_load(k, pl.input_kind[k], dims, 'fm')}"]
+    body += [f"{n} = {e}  # {op}" for n, e, op in lines]
+    for n, kind, x, _, op in accs:
+        masked = f"tl.where(fm, {x}, {_INIT[kind]})"
+        body.append(f"acc_{n} = {_COMBINE[kind].format(a=f'acc_{n}', x=masked)}  # {op}")
+    out += [("    " if tiled else "        ") + b for b in body]
+    for n, kind, _, mean, _ in accs:
+        total = f"tl.{kind}(acc_{n}, axis=0)" if tiled else f"acc_{n}"
+        out.append(f"{n} = {total}" + (f" / ({_n_red(pl)})" if mean else ""))
+    return out
+
+
+def _post(pl: Plan, kept: list[int]) -> list[str]:
+    """After the reductions: the per-kept-element loads, the epilogue's lines, the stores."""
+    out = [f"a{k} = {_load(k, pl.input_kind[k], kept, 'km')}" for k in sorted(pl.k_inputs)]
+    out += [f"{n} = {e}  # {op}" for n, e, op in pl.post]
     for i, (n, _, dtype, _) in enumerate(pl.stores):
         offs = " + ".join(f"k{d} * SO{i}_{d}" for d in kept)
-        body.append(f"tl.store(o{i}_ptr + ({offs}), {n}.to(tl.{dtype}), mask=km)")
-    sig = _wrap(params)
-    return ("@triton.jit\ndef reduce_kernel(\n" + sig + "\n):\n"
-            + "\n".join("    " + b for b in body) + "\n")
+        out.append(f"tl.store(o{i}_ptr + ({offs}), {n}.to(tl.{dtype}), mask=km)")
+    return out
 
 
-def _load(k: int, kind: str, dims: list[int]) -> str:
-    terms = " + ".join(f"k{d} * SX{k}_{d}" for d in dims)
-    load = f"tl.load(x{k}_ptr + ({terms}), mask=km, other=0)"
+def _loop_body(pl: Plan, kept: list[int]) -> list[str]:
+    return _kept_coords(kept, False) + _acc_lines(pl, pl.accs, False) + _post(pl, kept)
+
+
+def _tile_body(pl: Plan, kept: list[int]) -> list[str]:
+    out = _kept_coords(kept, True) + _acc_lines(pl, pl.accs, True)
+    return out + ["# the epilogue, per kept element"] + _kept_coords(kept, False) + _post(pl, kept)
+
+
+def _split_body(pl: Plan, kept: list[int]) -> list[str]:
+    out = _kept_coords(kept, False) + ["i = tl.program_id(1)"]
+    for i, acc in enumerate(pl.accs):
+        out.append(f"if i == {i}:  # reduction {acc[0]} ({acc[4]})")
+        body = _acc_lines(pl, [acc], False)
+        body.append(f"tl.store(p_ptr + ({i} * n_kept + kid), {acc[0]}, mask=km)")
+        out += ["    " + b for b in body]
+    return out
+
+
+def _epilogue_body(pl: Plan, kept: list[int]) -> list[str]:
+    out = _kept_coords(kept, False)
+    out += [f"{n} = tl.load(p_ptr + ({i} * n_kept + kid), mask=km, other=0)" for i, (n, *_) in enumerate(pl.accs)]
+    return out + _post(pl, kept)
+
+
+def _load(k: int, kind: str, dims: list[int], mask: str, scalar: tuple = ()) -> str:
+    """``tl.load`` of input ``k`` at the coordinates ``dims`` (``k<d>``, ``k<d>s`` for the ``scalar``
+    ones: the program's row)."""
+    terms = " + ".join(f"k{d}{'s' if d in scalar else ''} * SX{k}_{d}" for d in dims) or "0"
+    load = f"tl.load(x{k}_ptr + ({terms}), mask={mask}, other=0)"
     return load + ".to(tl.float32)" if kind == "float" else load
 
 
@@ -439,7 +560,8 @@ def kernel_consts(pl: Plan) -> list[int]:
 
 
 def launcher_source(pl: Plan, n_inputs: int, n_consts: int) -> str:
-    """``launch(x0, ..., c0, ..., *, config=None)``: the views, the kernel, the scatter."""
+    """``KERNELS``, ``VARIANT`` and ``launch(x0, ..., c0, ..., *, variant=None, config=None)``: the views,
+    the kernel(s), the scatter."""
     params = ", ".join([f"x{k}" for k in range(n_inputs)] + [f"c{c}" for c in range(n_consts)])
     consts = kernel_consts(pl)
     first = min(pl.f_inputs)
@@ -459,8 +581,9 @@ def launcher_source(pl: Plan, n_inputs: int, n_consts: int) -> str:
                         f"dtype=torch.{dtype}, device=x{first}.device)")
             stores.append(f"_reduce.kept_view(s{i}, kept, {chain!r})")
     cdict = "{" + ", ".join(f'"c{c}": c{c}' for c in consts) + "}"
-    body.append(f"_reduce.run(reduce_kernel, f_views=f_views, k_views=k_views, stores=[{', '.join(stores)}],")
-    body.append(f"            full=full, reduced=REDUCED, consts={cdict}, key=PATTERN_ID, config=config)")
+    body.append(f"_reduce.run(KERNELS, f_views=f_views, k_views=k_views, stores=[{', '.join(stores)}],")
+    body.append(f"            full=full, reduced=REDUCED, consts={cdict}, key=PATTERN_ID, n_acc={len(pl.accs)},")
+    body.append("            variant=variant or VARIANT, config=config)")
     outs = []
     for o in pl.outputs:
         if o[0] == "store":
@@ -473,8 +596,12 @@ def launcher_source(pl: Plan, n_inputs: int, n_consts: int) -> str:
         body.append(f"_reduce.index_put_acc(t{i}, x{k}{''.join(path)}, _reduce.apply_chain(s{i}, {chain!r}))")
         outs.append(f"t{i}")
     body.append(f"return ({', '.join(outs)},)")
-    return (f"def launch({params}, *, variant=None, config=None):\n"
-            '    """The pattern\'s outputs (fresh tensors); ``config=(1, BLOCK, num_warps)`` forces a tile."""\n'
+    kernels = ", ".join(f'"{v}": {KERNEL_NAMES[v]}' for v in VARIANTS)
+    return (f'KERNELS = {{{kernels}, "epilogue": {KERNEL_NAMES["epilogue"]}}}\n'
+            f'VARIANT = "{DEFAULT_VARIANT}"  # the default; launch(..., variant=...) picks another of {VARIANTS}\n\n\n'
+            f"def launch({params}, *, variant=None, config=None):\n"
+            '    """The pattern\'s outputs (fresh tensors); ``variant`` one of ``KERNELS`` (default ``VARIANT``),\n'
+            '    ``config=(RB, XB, num_warps)`` forces a tile (default: timed once per shape on a GPU)."""\n'
             + "\n".join("    " + b for b in body) + "\n")
 
 

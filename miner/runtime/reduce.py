@@ -1,13 +1,23 @@
 """Run-time half of the outer-reduction region kind (``miner.generate.reduce``, issue 30).
 
-A generated ``kernel.py`` of this kind has one ``@triton.jit`` ``reduce_kernel``: a program per
-``BLOCK`` contiguous *kept* elements (the reduction's result, in the order of the reduced input's
-dims, so loads along the last dim are coalesced), a loop over the *reduced* elements (outer or
-strided dims, e.g. t5's batch) accumulating in registers, then the pointwise epilogue and the
-stores. Its launcher builds the views the kernel reads and calls :func:`run`, which passes every
-size and stride as a ``tl.constexpr`` (one compile per shape, as Inductor's static shapes) and picks
-the tile by timing ``CONFIGS`` on the first call per shape (``miner.runtime.launch.pick``: cached;
-the first config on the CPU / under the interpreter).
+A generated ``kernel.py`` of this kind has three ``@triton.jit`` variants of one computation (the
+reductions over the *reduced* dims, e.g. t5's batch, then the pointwise epilogue and the stores, per
+*kept* element, in the order of the reduced input's dims so loads along the last dim are coalesced),
+all with the same parameters (:func:`kernel_args`), and ``KERNELS`` / ``VARIANT`` naming them:
+
+- ``loop``: a program per ``XB`` kept elements, a loop over the reduced elements unrolled by ``RB``,
+  every accumulator a ``[XB]`` register vector (each thread sums its own elements);
+- ``tile``: ``[RB, XB]`` tiles of reduced x kept elements (Inductor's layout), summed across rows;
+- ``split`` (the default): ``loop`` with one program per (block, reduction): each reads only its
+  reduction's inputs (few registers, full occupancy) and stores a float32 partial; an epilogue
+  kernel reads the partials back (t5: 0.3 GB more over 4.2 GB) and runs the epilogue.
+
+Its launcher builds the views the kernels read and calls :func:`run`, which passes every size and
+stride as a ``tl.constexpr`` (one compile per shape, as Inductor's static shapes) and picks the tile
+``(RB, XB, num_warps)`` by timing ``CONFIGS[variant]`` on the first call per (variant, shapes,
+strides, dtypes) (``miner.runtime.launch.pick``: cached for the process; inside a CUDA-graph capture,
+on the CPU and under the interpreter the first config, untimed and not cached). ``python3 -m
+miner.check.reduce`` times every variant x config on a GPU.
 
 A region that ends in an embedding's dense backward (``index_put(full(0), [idx], values,
 accumulate=True)``) stores ``values`` in the kept order and calls :func:`index_put_acc`: a program
@@ -25,6 +35,7 @@ the kept coordinates.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -33,7 +44,13 @@ import triton.language as tl
 
 from miner.runtime import launch as _launch
 
-CONFIGS = ((1, 1024, 4), (1, 512, 4), (1, 2048, 8), (1, 256, 2), (1, 1024, 8))  # (unused, BLOCK, num_warps)
+# (RB, XB, num_warps) per variant, the first the untimed default; RB is unused by ``loop``
+CONFIGS = {  # registers per thread on sm_90 (ptxas, triton 3.9) in the comments: none spills
+    "loop": ((1, 512, 4), (1, 256, 2), (2, 256, 2), (1, 512, 8)),  # 130, 128, 254, 64
+    "tile": ((16, 64, 4), (16, 32, 4), (16, 128, 8), (4, 256, 4), (2, 512, 4)),  # 162, 126, 172, 180, 182
+    "split": ((2, 512, 2), (1, 512, 2), (4, 512, 2), (1, 512, 4), (2, 512, 4), (1, 256, 1)),  # 48, 40, 78, 32, -, 51
+}
+EPILOGUE = (1, 1024, 4)  # the split variant's epilogue kernel
 ONE_HOT_MAX = 64  # table rows up to which index_put_acc sums per row inside a program
 
 
@@ -91,29 +108,22 @@ def _max_offset(t: torch.Tensor) -> int:
     return sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()) if s > 0)
 
 
-def run(kernel, *, f_views: dict, k_views: dict, stores: Sequence[torch.Tensor], full: Sequence[int],
-        reduced: Sequence[int], consts: dict, key: str, config: tuple[int, int, int] | None = None) -> None:
-    """Launch a generated ``reduce_kernel``.
+@dataclass(frozen=True)
+class Args:
+    """What every kernel of a region takes (one parameter list for all variants): the pointers in
+    order (inputs by index, then the stores), the kept count, and the ``tl.constexpr`` values."""
 
-    Parameters
-    ----------
-    kernel
-        The ``@triton.jit`` function; its pointer parameters are the inputs in increasing index
-        order, then the stores.
-    f_views, k_views : dict
-        Input index -> its view of the full shape (read per reduced element) / of the kept shape
-        (read once per kept element, after the loop).
-    stores : sequence of Tensor
-        Views of the kept shape the kernel writes.
-    full, reduced
-        The reduced operand's shape and the reduced dims.
-    consts : dict
-        The scalar slots the kernel reads (``c<i>``), compiled in.
-    key : str
-        The pattern id (with the shapes and strides, the tuning cache's key).
-    config : (int, int, int), optional
-        Force ``(1, BLOCK, num_warps)``; default: tuned once per key on a GPU, ``CONFIGS[0]`` otherwise.
-    """
+    ptrs: tuple
+    n_kept: int
+    cexpr: dict
+    wide: bool
+    last: int  # the size of the last dim (a program's XB kept elements lie in one row when XB divides it)
+
+
+def kernel_args(*, f_views: dict, k_views: dict, stores: Sequence[torch.Tensor], full: Sequence[int],
+                reduced: Sequence[int], consts: dict) -> Args:
+    """The :class:`Args` of a launch (see :func:`run` for the parameters): sizes ``N<d>``, strides
+    ``SX<k>_<d>`` / ``SO<i>_<d>``, ``INV<k>`` (input k has stride 0 along every reduced dim), ``c<i>``."""
     kept = kept_shape(full, reduced)
     n_kept = math.prod(kept)
     tensors = {**f_views, **k_views}
@@ -124,19 +134,75 @@ def run(kernel, *, f_views: dict, k_views: dict, stores: Sequence[torch.Tensor],
         cexpr.update({f"SX{k}_{d}": int(st) for d, st in enumerate(v.stride())})
     for i, v in enumerate(stores):
         cexpr.update({f"SO{i}_{d}": int(st) for d, st in enumerate(v.stride())})
-    ptrs = [tensors[k] for k in sorted(tensors)] + list(stores)
+    for k, v in f_views.items():
+        cexpr[f"INV{k}"] = all(v.stride(d) == 0 or v.shape[d] == 1 for d in reduced)
+    cexpr.update(consts)
+    ptrs = tuple(tensors[k] for k in sorted(tensors)) + tuple(stores)
     wide = max([_max_offset(v) for v in ptrs] + [n_kept]) >= 2 ** 31 - 4096
-    if n_kept == 0:
+    return Args(ptrs, n_kept, cexpr, wide, int(full[-1]))
+
+
+def run(kernels: dict, *, f_views: dict, k_views: dict, stores: Sequence[torch.Tensor], full: Sequence[int],
+        reduced: Sequence[int], consts: dict, key: str, n_acc: int, variant: str,
+        config: tuple[int, int, int] | None = None) -> None:
+    """Launch a generated region's kernel(s) of ``variant``.
+
+    Parameters
+    ----------
+    kernels : dict
+        Variant -> ``@triton.jit`` kernel (``loop``, ``tile``, ``split``, and ``epilogue``, which
+        ``split`` runs after it); all take the pointers of :func:`kernel_args`, then ``p_ptr`` (the
+        ``split`` partials, else unused) and ``n_kept``.
+    f_views, k_views : dict
+        Input index -> its view of the full shape (read per reduced element) / of the kept shape
+        (read once per kept element, after the reductions).
+    stores : sequence of Tensor
+        Views of the kept shape the kernel writes.
+    full, reduced
+        The reduced operand's shape and the reduced dims.
+    consts : dict
+        The scalar slots the kernel reads (``c<i>``), compiled in.
+    key : str
+        The pattern id (with the variant, shapes, strides and dtypes, the tuning cache's key).
+    n_acc : int
+        The region's reductions (rows of the ``split`` partials).
+    variant : str
+        A key of ``kernels`` other than ``epilogue``.
+    config : (int, int, int), optional
+        Force ``(RB, XB, num_warps)``; default: the fastest of ``CONFIGS[variant]``, timed once per
+        tuning key on a GPU outside CUDA-graph capture (``miner.runtime.launch.pick``), else the first.
+    """
+    if variant not in CONFIGS or variant not in kernels:
+        raise ValueError(f"{key}: variant {variant!r}, expected one of {sorted(CONFIGS)}")
+    a = kernel_args(f_views=f_views, k_views=k_views, stores=stores, full=full, reduced=reduced, consts=consts)
+    if a.n_kept == 0:
         return
+    partials = None
+    if variant == "split":
+        partials = torch.empty((n_acc, a.n_kept), dtype=torch.float32, device=a.ptrs[0].device)
+        if n_acc * a.n_kept >= 2 ** 31 - 4096:  # the partials' offsets need 64 bits
+            a = Args(a.ptrs, a.n_kept, a.cexpr, True, a.last)
+    launcher = _launcher(kernels, variant, a, partials, n_acc)
+    device = a.ptrs[0].device.type
+    tune_key = ("reduce", key, variant, tuple(full),
+                tuple((tuple(v.shape), tuple(v.stride()), str(v.dtype)) for v in a.ptrs))
+    launcher(config or _launch.pick(tune_key, list(CONFIGS[variant]), launcher, device))
+
+
+def _launcher(kernels: dict, variant: str, a: Args, partials, n_acc: int):
+    """``go(config)``: one launch of ``variant`` (for ``split``, the partials and then the epilogue)."""
+    p = partials if partials is not None else a.ptrs[-1]
 
     def go(cfg):
-        _, block, warps = cfg
-        kernel[(triton.cdiv(n_kept, block),)](*ptrs, n_kept, **consts, **cexpr, BLOCK=block, WIDE=wide,
-                                             num_warps=warps)
-
-    device = ptrs[0].device.type
-    tune_key = ("reduce", key, tuple(full), tuple((tuple(v.shape), tuple(v.stride()), str(v.dtype)) for v in ptrs))
-    go(config or _launch.pick(tune_key, list(CONFIGS), go, device))
+        rb, xb, warps = cfg
+        grid = (triton.cdiv(a.n_kept, xb), n_acc) if variant == "split" else (triton.cdiv(a.n_kept, xb),)
+        kernels[variant][grid](*a.ptrs, p, a.n_kept, **a.cexpr, RB=rb, XB=xb, ONE_ROW=a.last % xb == 0,
+                               WIDE=a.wide, num_warps=warps)
+        if variant == "split":
+            erb, exb, ewarps = EPILOGUE
+            kernels["epilogue"][(triton.cdiv(a.n_kept, exb),)](*a.ptrs, p, a.n_kept, **a.cexpr, RB=erb, XB=exb,
+                                                                ONE_ROW=False, WIDE=a.wide, num_warps=ewarps)
+    return go
 
 
 @triton.jit
@@ -293,5 +359,5 @@ def structure_of(nodes) -> list[tuple]:
     return out
 
 
-__all__ = ["trace_keeping_reshape", "define_list_op", "apply_chain", "invert_chain", "kept_shape", "kept_view", "full_shape", "run", "index_put_acc",
+__all__ = ["trace_keeping_reshape", "define_list_op", "apply_chain", "invert_chain", "kept_shape", "kept_view", "full_shape", "run", "index_put_acc", "kernel_args", "Args", "EPILOGUE",
            "match_ok", "structure_ok", "structure_reasons", "structure_of", "CONFIGS", "ONE_HOT_MAX"]
