@@ -116,12 +116,13 @@ def run_all(models: Sequence[str], *, modes: Sequence[str], compile_modes: Seque
             profile_steps: int,
             time_budget_s: float | None, model_budget_s: float | None = None, workspace: Any = ".", on_result: Callable[[ABResult], None] | None = None,
             candidates: Sequence[str] = (), log: Callable[[str], None] = print, knobs: str | None = None,
-            fusion_variants: Sequence[str] | None = None) -> list[ABResult]:
+            fusion_variants: Sequence[str] | None = None, parity_reference: bool = True) -> list[ABResult]:
     """The A/B of every model in every planned mode; a model that fails or is out of time is recorded.
 
     ``batch``, ``seq``: one size or a list each; every (batch, seq) of :func:`shape_grid` is its own A/B
     (own compiles, ``dynamic=False`` unless the compile mode says otherwise), in that order per model.
     ``candidates``: A/B these candidate ids (ungated) instead of the workspace's promoted fusions.
+    ``parity_reference``: compile the float32 reference step parity is judged against (``run_ab``).
     ``time_budget_s``: no model starts, and no variant compiles, after this many seconds of the run;
     ``model_budget_s``: no variant compiles after this many seconds of one model and mode.
     ``knobs``: the ``--knobs`` spec (``miner.check.knobs.parse``; a string, so Ray tasks carry it);
@@ -161,7 +162,8 @@ def run_all(models: Sequence[str], *, modes: Sequence[str], compile_modes: Seque
                            seq=seq, warmup=warmup, rounds=rounds, profile_steps=profile_steps,
                            deadline=min(ends) if ends else None,
                            env=env, log=log, knobs=chosen_knobs,
-                           fusion_variants=tuple(fusion_variants or ab.FUSION_VARIANTS))
+                           fusion_variants=tuple(fusion_variants or ab.FUSION_VARIANTS),
+                           parity_reference=parity_reference)
             except MinerError:
                 raise
             except Exception as e:  # one model failing must not lose the others

@@ -42,6 +42,10 @@ def add_arguments(p) -> None:
     ab.add_argument("--candidates", default=None, metavar="ID,...",
                     help="A/B these candidates (ungated) instead of the promoted fusions: the evidence "
                          "`miner promote` requires (with --record: candidates/<id>/in_model.json)")
+    ab.add_argument("--parity-reference", choices=("float32", "none"), default="float32",
+                    help="what parity is judged against: the same seeded step compiled in float32 (default: one "
+                         "compile more) or none (the fixed tolerances; dropout kernels of another stream are "
+                         "judged with their masks injected either way)")
     ab.add_argument("--knobs", default=None, metavar="K,...",
                     help="also measure these knobs, each alone (knob:<k>) and with the fusions (knob:<k>+fusions): "
                          "sdpa_reduced_math, reduce_overhead, max_autotune_no_cudagraphs, coordinate_descent, "
@@ -171,6 +175,7 @@ def _run_ab(args, ws, device: str, preset: str, modes, models, out_dir: Path | N
         kwargs = dict(modes=modes, compile_modes=compile_modes, preset=preset, device=device, batch=args.batch,
                       seq=args.seq, warmup=args.warmup, rounds=args.rounds, profile_steps=args.profile_steps,
                       model_budget_s=args.model_budget, knobs=args.knobs, fusion_variants=variants,
+                      parity_reference=args.parity_reference == "float32",
                       candidates=[c.strip() for c in (args.candidates or "").split(",") if c.strip()])
         _spread(args, models, ab=True, ws=ws, device=device, kwargs=kwargs, on_result=on_result)
     if args.peer:
