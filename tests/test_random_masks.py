@@ -182,3 +182,13 @@ def test_ab_judges_a_variant_with_a_philox4_fusion_by_injected_masks(tmp_path):
     assert p.judged == masks.METHOD and p.ok is True and p.error is not None, p
     other = types.SimpleNamespace(res=types.SimpleNamespace(fusions=["rms_norm"]))
     assert judge(default, other, before) is None
+    # a step with more dropout elements than the reference reproduces is not judged, and says where it
+    # is (a t5-base step's 2.4e9 elements stalled the H200 A/B past its 10-minute call)
+    old = masks.MAX_ELEMENTS
+    try:
+        masks.MAX_ELEMENTS = 1
+        big = masks.ab_judge(built, built.inputs, {"x4": module}, mode="train", device=DEVICE)
+        p = big(default, x4, before)
+        assert p.ok is False and "not judged" in p.judged and "miner validate" in p.reason, p
+    finally:
+        masks.MAX_ELEMENTS = old

@@ -403,6 +403,9 @@ def _meta_of(pattern_module) -> dict | None:
     return None
 
 
+MAX_ELEMENTS = 100_000_000  # Inductor's masks reproduced in int64 torch math: ~10 s per 1e8 on a GPU
+
+
 def ab_judge(built, inputs: dict, modules: dict[str, Any], *, mode: str, device: str,
              seed: int = 0) -> Callable | None:
     """For ``miner verify --ab``: None when no fusion in ``modules`` (name -> pattern module) draws
@@ -428,7 +431,8 @@ def ab_judge(built, inputs: dict, modules: dict[str, Any], *, mode: str, device:
             missing.append(f)
         else:
             slots[kernel(m).PATTERN_ID] = mask_slots(meta["pattern"])
-    count = len(dropout_calls(built, mode, device))
+    calls = dropout_calls(built, mode, device)
+    count, elements = len(calls), sum(math.prod(shape) for shape, _ in calls)
     floors: dict = {}
 
     def judge(default_live, live, parity):
@@ -436,6 +440,10 @@ def ab_judge(built, inputs: dict, modules: dict[str, Any], *, mode: str, device:
             return None
         if missing:
             r = MaskedParity(None, f"{', '.join(missing)}: no pattern nodes beside pattern.py to find the masks")
+        elif elements > MAX_ELEMENTS:
+            r = MaskedParity(None, f"{elements / 1e6:.0f}M dropout elements per step, beyond the {MAX_ELEMENTS / 1e6:.0f}M "
+                                   f"whose masks this reference reproduces in plain torch: judge the candidates' masks "
+                                   f"with `miner validate <id> --device cuda` (tiny model)")
         else:
             if "floor" not in floors:
                 floors["floor"] = floor_of(built, mode, device, autocast=True, seed=seed, count=count,
