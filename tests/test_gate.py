@@ -362,3 +362,12 @@ def test_records_of_other_shapes_do_not_replace_each_other():
     assert sorted(r["verdict"] for r in again["in_model"]["records"]) == ["loss", "win"]
     old = record("win", 1.0, model="t5")  # no batch/seq: the base preset's B16 S512
     assert gate.record_shape(old) == (16, 512)
+
+
+def test_a_parity_failure_declines_and_says_so_not_slower():
+    # seen on the H200: an _x4 variant 1.009x faster whose parity was not judged was reported by the
+    # gate as "step slower in ... 1.009x"
+    fire, reason = decide(SIG, wins_with(record("parity-fail", 1.009)), producer_fusable=True)
+    assert not fire and reason.startswith("parity failed or not judged in") and "slower" not in reason
+    fire, reason = decide(SIG, wins_with(record("loss", 0.97)), producer_fusable=True)
+    assert not fire and reason.startswith("step slower in")

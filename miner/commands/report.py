@@ -23,6 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from miner.core.errors import UsageError, unreadable
+    from miner.rank.decision import latest_ab
 
     if "/" in args.run_name or args.run_name in ("", ".", "..", "gpu"):
         raise UsageError(f"--run {args.run_name!r}: give a plain folder name (not 'gpu', which holds bench runs)")
@@ -31,9 +32,9 @@ def run(args: argparse.Namespace) -> int:
     review = rank.review(ws, only_model=args.model, scale=args.scale)
     if review.problems:  # a corrupt file is never ranked around
         raise unreadable(review.problems)
-    if not review.rows:
-        raise UsageError(f"nothing to report in {ws.root}: no mined patterns or candidates; run `miner scan "
-                         "--models ...`, then `miner mine`")
+    if not review.rows and not latest_ab(ws):  # an in-model A/B alone (knobs, say) is worth a report
+        raise UsageError(f"nothing to report in {ws.root}: no mined patterns, candidates or in-model A/B; run "
+                         "`miner scan --models ...`, then `miner mine`")
     from miner.report.terminal import next_step
 
     print(write_report(review, ws, args.run_name, detail_top=args.detail_top), flush=True)  # whole, for scripts

@@ -188,7 +188,11 @@ def decide_context(ctx: Context, records: list[dict], isolated: Sequence[tuple] 
     pool, note = (same, "") if same else (covering, f" (measured under other modes, not {ctx.mode})")
     losses = [r for r in pool if r["verdict"] in BLOCKING]
     if losses:
-        return False, "step slower in " + "; ".join(map(_describe, losses)) + note
+        slower = [r for r in losses if r["verdict"] == "loss"]
+        failed = [r for r in losses if r["verdict"] != "loss"]
+        return False, "; ".join(
+            [("step slower in " + "; ".join(map(_describe, slower))) if slower else ""]
+            + [("parity failed or not judged in " + "; ".join(map(_describe, failed))) if failed else ""]).strip("; ") + note
     wins = [r for r in pool if r["verdict"] == "win"]
     if not same and len(wins) < len(pool):
         return False, "other modes disagree: " + "; ".join(map(_describe, pool)) + note
