@@ -206,6 +206,7 @@ class ModelStep:
     source: str
     date: str
     setup: str = ""
+    parity_judged: str = ""  # how parity was judged (``Parity.judged``); "... (not judged)": it could not be
 
 
 def model_steps(results: Sequence[tuple[str, object]], names: dict[str, str] | None = None) -> list[ModelStep]:
@@ -227,7 +228,8 @@ def model_steps(results: Sequence[tuple[str, object]], names: dict[str, str] | N
                              v.step.median_ms, v.step.p20_ms, v.step.p80_ms, v.speedup or 1.0, v.speedup_p20,
                              v.speedup_p80, v.verdict, r.noise_band, d.step.peak_mem_bytes / 2**30,
                              v.step.peak_mem_bytes / 2**30, fired, None if v.parity is None else bool(v.parity.ok),
-                             v.name, source, str(r.env.get("date") or ""), setup_of(r)))
+                             v.name, source, str(r.env.get("date") or ""), setup_of(r),
+                             str(getattr(v.parity, "judged", "") or "")))
     order = {"default": 0, "dynamic": 1, "reduce-overhead": 2}
     return sorted(out, key=lambda m: (m.mode != "train", order.get(m.compile, 3), m.compile, m.model, m.setup))
 
@@ -268,7 +270,8 @@ def model_step_cells(m: ModelStep, headline: str = "") -> list[str]:
     diff = setup_diff(m.setup, headline)
     return [f"{m.model} {m.mode}/{m.compile}" + (f" [{diff}]" if diff else ""), f"{m.default_ms:.2f}", f"{m.fused_ms:.2f}",
             f"{m.speedup:.3f}x{rng}", verdict, peak, fired + ("" if m.variant == "gated" else " (gate open)"),
-            "ok" if m.parity else ("-" if m.parity is None else "FAIL")]
+            "ok" if m.parity else ("-" if m.parity is None else
+                                   "not judged" if "not judged" in m.parity_judged else "FAIL")]
 
 
 MODEL_STEP_HEADER = ("model", "default ms", "fused ms", "speedup [p20-p80]", "verdict ±band", "peak GiB",
