@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from miner.check.validate import Check
+from miner.check.validate import Check, outputs_check
 
 SMALL = (3, 2, 37, 5, 7, 11, 13)  # the CPU's stand-in sizes, in the order of the observed sizes' first use
 ODD = (2, 3, 19, 5, 7, 11, 13)
@@ -205,13 +205,7 @@ def check_case(cand, label: str, xs: list, scalars: list, variant: str | None = 
     except Exception as e:  # noqa: BLE001 - any failure of the kernel is a failed check
         return Check("numerics", label, False, f"{type(e).__name__}: {str(e).splitlines()[0][:300]}",
                      seconds=time.perf_counter() - t0)
-    worst_abs = worst_rel = 0.0
-    for i, (o, r, e) in enumerate(zip(outs, refs, expect)):
-        ok, a, rel, detail = compare_bounded(o, r, e.dtype)
-        worst_abs, worst_rel = max(worst_abs, a), max(worst_rel, rel)
-        if not ok:
-            return Check("numerics", label, False, f"output {i}: {detail}", a, rel, seconds=time.perf_counter() - t0)
-    return Check("numerics", label, True, "", worst_abs, worst_rel, seconds=time.perf_counter() - t0)
+    return outputs_check(label, outs, refs, expect, compare_bounded, t0)
 
 
 def numeric_checks(cand, device: str) -> list[Check]:

@@ -31,6 +31,7 @@ import datetime as _dt
 import math
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Callable
 
 from miner import __version__
 from miner.check.cases import numeric_cases
@@ -116,9 +117,16 @@ def check_numerics(cand: Candidate, label: str, entry: dict, variant: str | None
     except Exception as e:  # noqa: BLE001 - any failure of the kernel is a failed check
         return Check("numerics", label, False, f"{type(e).__name__}: {str(e).splitlines()[0][:300]}",
                      seconds=time.perf_counter() - t0)
+    return outputs_check(label, outs, ref, expect, _compare, t0)
+
+
+def outputs_check(label: str, outs, refs, expect, compare: Callable, t0: float) -> Check:
+    """The ``numerics`` check of a kernel's outputs against references: ``compare(out, ref, dtype) ->
+    (ok, abs error, rel error, detail)`` per output (``expect``: the pattern's outputs on meta tensors,
+    for their dtypes); the first failing output fails it, else the worst errors are reported."""
     worst_abs = worst_rel = 0.0
-    for i, (o, r, e) in enumerate(zip(outs, ref, expect)):
-        ok, a, rel, detail = _compare(o, r, e.dtype)
+    for i, (o, r, e) in enumerate(zip(outs, refs, expect)):
+        ok, a, rel, detail = compare(o, r, e.dtype)
         worst_abs, worst_rel = max(worst_abs, a), max(worst_rel, rel)
         if not ok:
             return Check("numerics", label, False, f"output {i}: {detail}", a, rel, seconds=time.perf_counter() - t0)

@@ -31,7 +31,6 @@ pattern, its fake implementation and the kernel follow the shapes they are calle
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -39,6 +38,7 @@ from typing import Any
 from miner.core import source
 from miner.core.pattern import Pattern, PatternNode
 from miner.generate.lower import Unsupported, Value, _lower_pointwise, normalize_args
+from miner.generate.region import tie_size
 
 KIND = "reduce_region"
 REDUCTIONS = {"sum": "sum", "mean": "sum", "amax": "max", "amin": "min"}
@@ -108,23 +108,11 @@ def tie_shapes(pattern: Pattern, input_shapes: list[list[int]]) -> Pattern:
         args, kwargs = list(node.args), dict(node.kwargs)
         pos = 0 if base == "full" else SHAPE_ARG.get(VIEWS.get(base, ""), None)
         if pos is not None and len(args) > pos and isinstance(args[pos], (list, tuple)):
-            args[pos] = [_tie(s, d, len(args[pos]), input_shapes) for d, s in enumerate(args[pos])]
+            args[pos] = [tie_size(s, d, len(args[pos]), input_shapes) for d, s in enumerate(args[pos])]
         if base == "full" and "device" in kwargs:
             kwargs["device"] = {"device_of": 0}
         nodes.append(replace(node, args=tuple(args), kwargs=kwargs))
     return replace(pattern, nodes=tuple(nodes))
-
-
-def _tie(s: Any, d: int, rank: int, shapes: list[list[int]]) -> Any:
-    if not isinstance(s, int) or isinstance(s, bool) or s <= 1:
-        return s
-    for k, shape in enumerate(shapes):
-        if len(shape) == rank and shape[d] == s:
-            return {"dim_of": [k, d]}
-    for k, shape in enumerate(shapes):
-        if s in shape:
-            return {"dim_of": [k, shape.index(s)]}
-    return s
 
 
 # --------------------------------------------------------------------------- the plan
@@ -568,7 +556,7 @@ def launcher_source(pl: Plan, n_inputs: int, n_consts: int) -> str:
     body = ["f_views = {" + ", ".join(f"{k}: x{k}{''.join(path)}" for k, path in sorted(pl.f_inputs.items())) + "}",
             "full = _reduce.full_shape(f_views)",
             "f_views = {k: v.expand(full) for k, v in f_views.items()}",
-            f"kept = _reduce.kept_shape(full, REDUCED)",
+            "kept = _reduce.kept_shape(full, REDUCED)",
             "k_views = {" + ", ".join(f"{k}: _reduce.kept_view(x{k}{''.join(path)}, kept, {chain!r})"
                                       for k, (path, chain) in sorted(pl.k_inputs.items())) + "}"]
     stores = []

@@ -104,13 +104,13 @@ def _tie_shape(node: PatternNode, shapes: list[list[int]]) -> PatternNode:
     if whole is not None:
         args[pos] = {"shape_of": whole}
     else:
-        args[pos] = [_tie_size(s, d, len(shape), shapes) for d, s in enumerate(shape)]
+        args[pos] = [tie_size(s, d, len(shape), shapes) for d, s in enumerate(shape)]
     if "device" in kwargs:
         kwargs["device"] = {"device_of": whole if whole is not None else 0}
     return replace(node, args=tuple(args), kwargs=kwargs)
 
 
-def _tie_size(s: Any, d: int, rank: int, shapes: list[list[int]]) -> Any:
+def tie_size(s: Any, d: int, rank: int, shapes: list[list[int]]) -> Any:
     """A size as ``{"dim_of": [k, e]}``: input ``k`` of the same rank with ``s`` at ``d``, else the
     first input dim of size ``s``; -1, 0, 1 and sizes no input has stay literal."""
     if not isinstance(s, int) or isinstance(s, bool) or s <= 1:
@@ -193,4 +193,4 @@ def _view_meta(metas: tuple, k: int, shape: list) -> tuple:
     return metas[:k] + (TensorSpec(new, m.dtype, stride, m.device),) + metas[k + 1:]
 
 
-__all__ = ["prepare", "is_region", "column_inputs", "VIEW_TARGETS"]
+__all__ = ["prepare", "is_region", "column_inputs", "tie_size", "VIEW_TARGETS"]
