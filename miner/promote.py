@@ -37,9 +37,10 @@ from miner.generate.generate import (KERNEL_IMPORT, example_shapes, header, rend
                             spec_from_pattern)
 from miner.check.cases import fusion_cases
 from miner.check.promotion import carry_into, require_in_model_win
-from miner.check.validate import pick_model
+from miner.check.checks import pick_model
 from miner.generate import upcast as gen_upcast
-from miner.mine import upcast as upcast_rule
+from miner.mine import upcast as upcast_mining
+from miner.rules import upcast as upcast_rule
 from miner.core.workspace import Workspace, read_json, write_json, write_text
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -98,7 +99,7 @@ def promote(workspace: Workspace, cid: str, name: str, root: Path | None = None)
         files = [write_text(folder / "pattern.py", realize.render_pattern(
             head, meta["id"], sorted({o["target"] for o in meta["observed"]}), fusion=name))]
         test = realize.render_fusion_test(test_head, name, meta, pick_model(meta))
-    elif kind == upcast_rule.LABEL:  # an aten rewrite (no Triton kernel): its own renderer
+    elif kind == upcast_mining.LABEL:  # an aten rewrite (no Triton kernel): its own renderer
         files = _upcast_sources(folder, name, meta, head)
         test = gen_upcast.render_fusion_test(test_head, name, meta, pick_model(meta))
     else:

@@ -5,7 +5,8 @@ import importlib
 import pytest
 import torch
 
-from miner.scan.capture import PRIVATE_SURFACE, capture_step, encode_arg, kernel_kind, module_path
+from miner.core.fxnode import encode_arg, module_path
+from miner.scan.capture import PRIVATE_SURFACE, capture_step, kernel_kind
 from miner.core.graph import to_networkx
 from miner.core.records import CapturedGraph, from_json, to_json
 

@@ -1,10 +1,10 @@
-"""The configuration rule (miner.rank.configs.recommend): ordered cases, each a rule of the docstring."""
+"""The configuration rule (miner.check.configs.recommend): ordered cases, each a rule of the docstring."""
 
 from __future__ import annotations
 
 import pytest
 
-from miner.rank.configs import Config, configurations, lines, markdown, recommend, recommendations
+from miner.check.configs import Config, configurations, lines, markdown, recommend, recommendations
 
 D = Config("default", speedup=1.0, parity_ok=None)
 

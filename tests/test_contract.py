@@ -1,4 +1,4 @@
-"""The generated kernel's shape contract (miner.runtime.launch.shape_contract), on its own.
+"""The generated kernel's shape contract (miner.rules.contract.shape_contract), on its own.
 
 What a row kernel can compute is checked before every launch (``ContractError``); mining's
 ``kernel`` rule and the compile-time match check apply the same function to metas.
@@ -9,19 +9,20 @@ from __future__ import annotations
 import pytest
 import torch
 
+from miner.rules import contract
 from miner.runtime import fusions, launch
 from tests.safety_harness import FUSIONS
 
 
 def test_row_shape_broadcasts_and_gives_scalars_one_row():
-    assert launch.row_shape([(2, 1, 8), (5, 8), (8,)]) == (2, 5, 8)
-    assert launch.row_shape([(), ()]) == (1,)
-    assert launch.row_shape([(2, 3), (4, 3)]) is None
+    assert contract.row_shape([(2, 1, 8), (5, 8), (8,)]) == (2, 5, 8)
+    assert contract.row_shape([(), ()]) == (1,)
+    assert contract.row_shape([(2, 3), (4, 3)]) is None
 
 
 def test_contract_accepts_full_per_row_per_column_and_scalar_inputs():
     ins = [((2, 5, 8), "float32"), ((2, 5, 1), "bfloat16"), ((8,), "float16"), ((), "float32"), ((2, 5, 8), "bool")]
-    assert launch.shape_contract(ins, [("sum", (2, 5, 8), [-1])],
+    assert contract.shape_contract(ins, [("sum", (2, 5, 8), [-1])],
                                  [("o", (2, 5, 8), "vec"), ("r", (2, 5, 1), "row"), ("r2", (2, 5), "row")]) == []
 
 
@@ -43,19 +44,19 @@ def test_contract_accepts_full_per_row_per_column_and_scalar_inputs():
     ([((4, 8), "float32")], [], [("r", (8,), "row")], "per row"),
 ])
 def test_contract_names_each_violation(inputs, reductions, outputs, clause):
-    reasons = launch.shape_contract(inputs, reductions, outputs)
+    reasons = contract.shape_contract(inputs, reductions, outputs)
     assert any(clause in r for r in reasons), reasons
 
 
 def test_contract_holds_for_symbolic_sizes():
     """Sizes as ``miner scan`` writes SymInts: equal symbols are equal, a symbol is never 1."""
-    assert launch.shape_contract([(("s0", "s1"), "float32"), (("s1",), "float32")],
+    assert contract.shape_contract([(("s0", "s1"), "float32"), (("s1",), "float32")],
                                  [("amax", ("s0", "s1"), [-1])], [("o", ("s0", "s1"), "vec"), ("r", ("s0", 1), "row")]) == []
-    assert launch.shape_contract([(("s0", 1), "float32"), (("s0", "s1"), "bool")], [("sum", ("s0", 1), [-1])], [])
+    assert contract.shape_contract([(("s0", 1), "float32"), (("s0", "s1"), "bool")], [("sum", ("s0", 1), [-1])], [])
 
 
 def test_reduction_over_size1_dims_besides_the_last_is_the_last_dim():
-    assert launch.shape_contract([((4, 1, 8), "float32")], [("sum", (4, 1, 8), [1, 2])], []) == []
+    assert contract.shape_contract([((4, 1, 8), "float32")], [("sum", (4, 1, 8), [1, 2])], []) == []
 
 
 def _kernel(name):

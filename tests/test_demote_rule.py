@@ -1,4 +1,4 @@
-"""The demoting upcast rule (``miner.mine.upcast.check(..., demote=True)``) and its candidate (candidates/d*/):
+"""The demoting upcast rule (``miner.rules.upcast.check(..., demote=True)``) and its candidate (candidates/d*/):
 a float32 bmm of one exact bf16/fp16 upcast and one float32 value whose output every user rounds to
 that bf16/fp16 (t5's PV under SDPA's math path) runs as ``aten.bmm.dtype`` on the float32 operand
 rounded. Rewrites run on graphs traced with fake CUDA tensors (no GPU needed), the rewritten graph

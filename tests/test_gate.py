@@ -185,11 +185,14 @@ def test_uuid_covers_the_evidence(tmp_path):
 
 
 def test_uuid_covers_the_shared_rules(tmp_path, monkeypatch):
-    """The extra checks apply miner/mine/safety.py, upcast.py and recompute.py: editing a rule changes the uuid
-    (Inductor's FX graph cache key), so a cached graph made under the old rule is not reused."""
+    """The extra checks apply the miner/rules/ package (safety, contract, upcast, recompute, graph): editing a
+    rule changes the uuid (Inductor's FX graph cache key), so a cached graph made under the old rule is not reused."""
+    from miner import rules
     from miner.runtime import rewrite
 
-    assert {Path(f).name for f in rewrite.RULE_FILES} == {"safety.py", "upcast.py", "recompute.py"}
+    package = Path(rules.__file__).parent
+    assert {Path(f).name for f in rewrite.RULE_FILES} == {p.name for p in package.glob("*.py")}
+    assert {"safety.py", "contract.py", "upcast.py", "recompute.py", "graph.py"} <= {Path(f).name for f in rewrite.RULE_FILES}
     assert all(Path(f).is_file() for f in rewrite.RULE_FILES)
     pattern = tmp_path / "f" / "pattern.py"
     pattern.parent.mkdir()

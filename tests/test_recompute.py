@@ -14,6 +14,8 @@ import torch
 
 from miner.core.workspace import Workspace
 from miner.mine import recompute
+from miner.rules import recompute as rule
+from miner.rules.graph import FxNodes
 
 REPO = Path(__file__).resolve().parents[1]
 RUN = REPO / "reports" / "gpu" / "2026-12-03-h200-profile"
@@ -85,7 +87,6 @@ def test_force_stride_order_makes_inductor_compute_a_shared_table_once():
 from miner.check import realize as checks  # noqa: E402
 from miner.core import candidate as candidates  # noqa: E402
 from miner.generate import realize as gen  # noqa: E402
-from miner.mine import upcast  # noqa: E402
 
 RID = gen.candidate_id()
 RECOMPUTED = RUN / "mined" / "recomputed.json"
@@ -99,7 +100,7 @@ def _decide(fn, *specs):
         args = [torch.empty(s, dtype=d) for s, d in specs]
     gm = make_fx(fn, tracing_mode="fake")(*args)
     node = next(n for n in gm.graph.nodes if n.target == torch.ops.aten.cos.default)
-    return recompute.check(upcast.FxNodes(gm.graph), node.name)
+    return rule.check(FxNodes(gm.graph), node.name)
 
 
 def test_the_rule_takes_a_small_table_with_two_broadcast_consumers_and_says_why_not_otherwise():
@@ -182,7 +183,7 @@ def test_property_fires_iff_shared_and_broadcast_and_changes_no_value(s, d, lead
     p(gm.graph)
     gm.recompile()
     # the candidate matches the ops it was mined with; symbolic sizes (lead >= RATIO > 1 is never specialized) never fire
-    fires = op in ("cos", "sin") and not symbolic and users >= 2 and lead >= recompute.RATIO
+    fires = op in ("cos", "sin") and not symbolic and users >= 2 and lead >= rule.RATIO
     assert p.counts[RID] == int(fires), (p.counts, p.declined)
     if op in ("cos", "sin") and not fires:
         assert p.declined.get(RID) and all(p.declined[RID]), p.declined

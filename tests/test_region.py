@@ -126,7 +126,8 @@ def test_mask_matches_reference_for_any_shape(cand, rows, cols, p):
 
 
 def test_launch_contract_refuses_a_random_shape_other_than_the_rows(cand):
-    from miner.runtime.launch import ContractError, shape_contract
+    from miner.rules.contract import shape_contract
+    from miner.runtime.launch import ContractError
 
     assert shape_contract([((8,), "int64"), ((2, 4), "float32")], seeds=[0], randoms=[("r", (2, 4))]) == []
     why = shape_contract([((8,), "int64"), ((2, 4), "float32")], seeds=[0], randoms=[("r", (3, 4))])
@@ -214,7 +215,7 @@ def _dropout_graph(again: bool):
 
 @pytest.mark.parametrize("again", [False, True])
 def test_randomness_rule_for_kernels_that_draw_their_own_numbers(again):
-    from miner.mine import safety
+    from miner.rules import safety
 
     g = _dropout_graph(again)
     names = [n.name for n in g.nodes if n.op == "call_function"][:4]
@@ -246,7 +247,7 @@ def test_the_random_numbers_cast_is_elided_as_inductor_computes_it(rps):
 
 
 def test_randomness_rule_declines_when_inductor_emulates_precision_casts():
-    from miner.mine import safety
+    from miner.rules import safety
 
     g = _dropout_graph(False)
     names = [n.name for n in g.nodes if n.op == "call_function"][:4]
@@ -370,7 +371,7 @@ def test_meta_rule_notes_dtype_mixes_inside_a_whole_region():
     a note for a region (the Inductor kernel it replaces computes in float32 too)."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from miner.mine import safety
+    from miner.rules import safety
 
     def f(a, b):
         return (torch.ops.aten.add.Tensor(a, torch.ops.aten.mul.Tensor(b, 2.0)),)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from miner.mine import safety
+from miner.rules import safety
 from miner.mine.mine import mine, pattern_at
 from miner.core.pattern import Occurrence
 from test_mine_helpers import fx_graph, rekey

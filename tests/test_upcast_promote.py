@@ -17,7 +17,7 @@ from miner.check.validate import validate
 from miner.core import candidate as candidates
 from miner.core.workspace import Workspace
 from miner.generate import upcast as gen
-from miner.mine import upcast
+from miner.rules import upcast
 
 REPO = Path(__file__).resolve().parents[1]
 CID = gen.candidate_id()

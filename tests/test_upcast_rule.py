@@ -1,5 +1,5 @@
-"""The upcast-matmul rule (miner/mine/upcast.py), its mining on the committed H200 t5 capture, the
-generated candidate (candidates/u*/), and its rewrite on graphs whose nodes carry fake CUDA values
+"""The upcast-matmul rule (miner/rules/upcast.py), its mining (miner/mine/upcast.py) on the committed H200 t5
+capture, the generated candidate (candidates/u*/), and its rewrite on graphs whose nodes carry fake CUDA values
 (FakeTensorMode: the graph transform runs without a GPU) and in torch.compile on the CPU (declines)."""
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from miner.core import candidate as candidates
 from miner.core.workspace import Workspace
 from miner.generate import upcast as gen
 from miner.mine import upcast
+from miner.rules import upcast as rule
+from miner.rules.graph import FxNodes
 from miner.runtime import rewrite
 
 aten = torch.ops.aten
@@ -53,7 +55,7 @@ def trace(fn, *specs, device="cuda"):
 
 def decide(gm, nth=0, target=aten.bmm.default):
     node = [n for n in gm.graph.nodes if n.target == target][nth]
-    return upcast.check(upcast.FxNodes(gm.graph), node.name)
+    return rule.check(FxNodes(gm.graph), node.name)
 
 
 QK = ([2, 8, 3, 4], bf16), ([2, 8, 3, 4], bf16)
@@ -99,7 +101,7 @@ def test_rule_declines_with_its_reason(fn, specs, reason):
 def test_rule_needs_cuda_and_the_overload(monkeypatch):
     d = decide(trace(qk, *QK, device="cpu"))
     assert d.reasons == ("out_dtype matmul needs CUDA (device cpu)",)
-    monkeypatch.setattr(upcast, "has_overload", lambda target: False)
+    monkeypatch.setattr(rule, "has_overload", lambda target: False)
     assert "torch has no aten.bmm.dtype" in decide(trace(qk, *QK)).reasons
 
 
@@ -242,7 +244,7 @@ def test_mine_and_generate_commands_write_the_candidate(t5_capture, capsys):
 def test_a_graph_the_rule_cannot_read_declines_instead_of_raising(monkeypatch):
     gm = trace(qk, *QK)
     node = next(n for n in gm.graph.nodes if n.target == aten.bmm.default)
-    monkeypatch.setattr(upcast, "check", lambda graph, name, demote=False: 1 / 0)
+    monkeypatch.setattr(rule, "check", lambda graph, name, demote=False: 1 / 0)
     d = rewrite.upcast_decision(node)
     assert not d.ok and d.applies and d.reasons == ("rule failed: ZeroDivisionError: division by zero",)
 

@@ -358,7 +358,7 @@ def markdown(results: Sequence[ABResult], peers: Sequence[dict] = ()) -> str:
         r, v = min(gated, key=lambda rv: rv[1].speedup)
         md.insert(2, f"With the gate on, the slowest step is {r.model} {r.mode}/{r.compile} at {v.speedup:.3f}x "
                      f"({'within' if v.speedup >= 0.99 else 'BELOW'} the 0.99x target).\n")
-    from miner.rank import configs
+    from miner.check import configs
 
     if any(v.knob for r in results for v in r.variants):
         md += ["\n## Configurations: knobs and fusions (the recommendation)\n", configs.markdown(results)]

@@ -239,7 +239,7 @@ def observe_compiled(built, mode: str, device: str, *, graph_pass=None, autocast
     step ``(step, model)`` to observe instead (the A/B's variants)."""
     import torch
 
-    from miner.check.validate import gate_context
+    from miner.check.checks import gate_context
     from miner.check.verify import make_step, observe_step
     from miner.runtime import launch, rewrite
 
@@ -363,10 +363,10 @@ def check_model(cand, model_name: str, mode: str, device: str):
     """``miner validate``'s model check for a candidate drawing its own stream: ``model_name``
     (tiny) compiled with only this candidate's pass under bf16 autocast (the patterns' casts come
     from it) on ``device``; the rewrite must fire and :func:`masked_parity` pass. Returns a
-    ``miner.check.validate.Check`` (kind ``rewrite``; ``ok=None`` when not judged)."""
+    ``miner.check.checks.Check`` (kind ``rewrite``; ``ok=None`` when not judged)."""
     import time
 
-    from miner.check.validate import Check, models_build
+    from miner.check.checks import Check, models_build
     from miner.runtime import rewrite
 
     t0 = time.perf_counter()

@@ -82,7 +82,7 @@ def observed_in(workspace: Any, cid: str) -> tuple[str, str]:
     """(``--models``, ``--mode``) of the graphs candidate ``cid`` was mined from (its
     ``candidate.json`` occurrences: a backward or forward graph is a training step); the four zoo
     models in both modes when it records none."""
-    from miner.check.validate import phase_modes
+    from miner.check.checks import phase_modes
     from miner.core import candidate as candidates
 
     try:

@@ -1,8 +1,8 @@
-"""``miner validate`` for a compute-once candidate (``miner.mine.recompute``, ``miner.generate.realize``).
+"""``miner validate`` for a compute-once candidate (``miner.rules.recompute``, ``miner.generate.realize``).
 
 The rewrite changes no value (it puts an identity after a value so that Inductor computes it once), so
 what needs proof is that it fires where it should, leaves the results unchanged, and does what it is for.
-Checks, each a ``miner.check.validate.Check``:
+Checks, each a ``miner.check.checks.Check``:
 
 - ``graph`` (any machine): a llama-like chain, a RoPE table (``cos``/``sin`` of positions times inverse
   frequencies) shared by three layers, traced on fake tensors of the validating device: the pass must
@@ -23,7 +23,7 @@ import re
 import time
 from typing import Callable
 
-from miner.check.validate import Check, Validation, _line, pick_model
+from miner.check.checks import Check, Validation, line, pick_model
 
 LAYERS = 3
 REF_SLACK = 2.0  # the rewrite's error vs float64 may be at most this times Inductor's own ...
@@ -61,7 +61,7 @@ def check_graph(module, name: str, device: str) -> Check:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from miner.mine.recompute import FORCE
+    from miner.rules.recompute import FORCE
 
     t0 = time.perf_counter()
     label = f"RoPE table shared by {LAYERS} layers (fake {device} tensors)"
@@ -152,13 +152,13 @@ def validate(cand, device: str, model: bool = True, log: Callable[[str], None] =
     """Every check of compute-once candidate ``cand`` on ``device``; ``validation.json`` is written by the caller."""
     v = Validation(cand.id, True, device, model)
     for c in (check_graph(cand.pattern_module, cand.id, device), check_compiled(cand.pattern_module, cand.id, device)):
-        log(_line(c))
+        log(line(c))
         v.checks.append(c)
     if model:
         pick = pick_model(cand.meta)
         c = (Check("rewrite", "model", False, "no model to prove the rewrite in", device=device) if pick is None
              else check_model(cand.pattern_module, cand.id, *pick, device=device))
-        log(_line(c))
+        log(line(c))
         v.checks.append(c)
     v.model = model and any(c.kind == "rewrite" and "/tiny/" in c.case and c.ok is not None for c in v.checks)
     return v

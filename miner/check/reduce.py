@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from miner.check.validate import Check, outputs_check
+from miner.check.checks import Check, Validation, line, outputs_check
 
 SMALL = (3, 2, 37, 5, 7, 11, 13)  # the CPU's stand-in sizes, in the order of the observed sizes' first use
 ODD = (2, 3, 19, 5, 7, 11, 13)
@@ -257,13 +257,11 @@ def rewrite_check(cand) -> Check:
 
 
 def validate(cand, device: str, model: bool, log):
-    """The checks of a reduce_region candidate, as ``miner.check.validate.Validation``."""
-    from miner.check.validate import Validation, _line
-
+    """The checks of a reduce_region candidate, as ``miner.check.checks.Validation``."""
     v = Validation(cand.id, True, device, model)
     for c in numeric_checks(cand, device) + ([rewrite_check(cand)] if model else []):
         c.device = c.device or (device if c.kind == "numerics" else "cpu")
-        log(_line(c))
+        log(line(c))
         v.checks.append(c)
     return v
 

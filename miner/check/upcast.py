@@ -1,8 +1,8 @@
-"""``miner validate`` for an upcast-matmul candidate (``miner.mine.upcast``), and the checks its fusion's tests run.
+"""``miner validate`` for an upcast-matmul candidate (``miner.rules.upcast``), and the checks its fusion's tests run.
 
 An upcast candidate has no generated kernel: its rewrite turns a float32 ``bmm``/``mm`` of exact
 bf16/fp16 upcasts into ``aten.bmm.dtype`` / ``aten.mm.dtype`` on the low-precision sources. Its
-checks, each a ``miner.check.validate.Check`` with the device it ran on (``device``); a check that
+checks, each a ``miner.check.checks.Check`` with the device it ran on (``device``); a check that
 cannot run where it is asked to has ``ok=None`` and says why (never an ``ok`` it did not earn):
 
 - ``numerics`` (CUDA only: the ``.dtype`` overload has no CPU kernel): ``kernel.launch`` (the
@@ -30,7 +30,7 @@ import math
 import time
 from typing import Any, Callable
 
-from miner.check.validate import Check, Validation, _compare, _line, gate_context, model_step, models_build, pick_model
+from miner.check.checks import Check, Validation, compare, gate_context, line, model_step, models_build, pick_model
 
 SLACK = 2.0  # the rewritten GEMM may be off float64 by at most this many times the float32 GEMM it replaces
 DROPOUT_SCALE = 1 / 0.9  # PV in t5's chain: probabilities times 1/(1-p), p = 0.1 (no exact upcast: declined)
@@ -91,7 +91,7 @@ def compare_gemm(out, fp32, ref) -> tuple[bool, float, float, str]:
     float32 element tolerance, or off by at most ``SLACK`` times the replaced float32 GEMM's (``fp32``) max abs error."""
     import torch
 
-    ok, max_abs, max_rel, detail = _compare(out, ref, torch.float32)
+    ok, max_abs, max_rel, detail = compare(out, ref, torch.float32)
     fp32_abs = float((fp32.double() - ref.double()).abs().max()) if fp32.numel() else 0.0
     if not ok and math.isfinite(max_abs) and out.shape == ref.shape and max_abs <= SLACK * fp32_abs:
         ok, detail = True, f"outside the float32 element tolerance, within {SLACK:g}x the replaced GEMM's error"
@@ -102,7 +102,7 @@ def compare_demoted(out, fp32, ref, low) -> tuple[bool, float, float, str]:
     """(ok, max abs, max rel, detail) of a demoted GEMM's ``out`` once rounded to ``low`` (what its
     users see) against the float64 ``ref``: within ``low``'s element tolerance, or off by at most
     ``SLACK`` times the replaced float32 GEMM's output rounded to ``low`` (both reported)."""
-    ok, max_abs, max_rel, detail = _compare(out.to(low), ref, low)
+    ok, max_abs, max_rel, detail = compare(out.to(low), ref, low)
     before = float((fp32.to(low).double() - ref.double()).abs().max()) if fp32.numel() else 0.0
     ratio = max_abs / before if before else math.inf
     if not ok and math.isfinite(max_abs) and out.shape == ref.shape and max_abs <= SLACK * before:
@@ -294,7 +294,7 @@ def check_emulated(module, name: str, entry: dict, *, gate_open: bool = False) -
     args = [torch.randn(s, generator=gen).to(d) for s, d in specs]
     worst, worst_rel, bad = 0.0, 0.0, ""
     for i, (w, g) in enumerate(zip(fn(*args), emulated_run(gm, args))):
-        ok, a, rel, detail = _compare(g, w.double(), w.dtype)
+        ok, a, rel, detail = compare(g, w.double(), w.dtype)
         worst, worst_rel = max(worst, a), max(worst_rel, rel)
         bad = bad or ("" if ok else f"output {i}: {detail}")
     return Check("graph", label, not bad, bad or "equals the original chain", worst, worst_rel, p.counts[name],
@@ -353,7 +353,7 @@ def validate(cand, device: str, model: bool = True, log: Callable[[str], None] =
     checks: list[Check] = []
 
     def add(c: Check) -> None:
-        log(_line(c))
+        log(line(c))
         checks.append(c)
 
     for label, entry in numeric_entries(cand.meta):

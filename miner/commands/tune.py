@@ -10,7 +10,7 @@ Stages, in order, each through the code of the verb that owns it:
 4. ``validate`` ``miner.check.validate`` on each new candidate (numerics, the rewrite fires in a model);
 5. ``ab``       ``miner verify --ab``: the validated candidates and the knobs (``--knobs``) in the
                 model step, alternating; ``--record`` on CUDA (the candidates' in-model evidence);
-then, always (cheap, no GPU): ``miner report`` and the decision (``miner.rank.configs``) printed.
+then, always (cheap, no GPU): ``miner report`` and the decision (``miner.check.configs``) printed.
 
 Resume: ``<out>/tune.json`` records each finished stage; a stage recorded there whose outputs still
 read back is skipped (said so), so a run cut short (Ctrl-C, a lost machine) goes on where it stopped
@@ -327,10 +327,10 @@ def run_stages(run: Run, stages: tuple[Stage, ...] | None = None) -> list[str]:
 
 
 def decision_lines(run: Run) -> list[str]:
-    """The recommendation per model and mode (``miner.rank.configs``) and each candidate's verdict alone."""
+    """The recommendation per model and mode (``miner.check.configs``) and each candidate's verdict alone."""
     from miner.check import abrun
     from miner.check.ab import alone_records
-    from miner.rank import configs
+    from miner.check import configs
 
     path = run.out / "ab" / "verify.json"
     if not path.is_file():

@@ -26,6 +26,7 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from miner.core.errors import UsageError, WorkspaceError
+from miner.core.modules import load_module, module_name
 from miner.core.workspace import read_json
 
 STATUSES = ("generated", "failed", "validated", "benchmarked", "promoted")
@@ -65,11 +66,9 @@ class Candidate:
         return self._module("kernel.py", "kernel")
 
     def _module(self, filename: str, role: str):
-        from miner.runtime import rewrite
-
         path = self.path / filename
         try:
-            return rewrite.load_module(path, rewrite.module_name(path, role))
+            return load_module(path, module_name(path, role))
         except FileNotFoundError:
             raise UsageError(f"{path}: missing; regenerate with `miner generate --only {self.id}`") from None
         except Exception as e:

@@ -104,7 +104,7 @@ class PatternNode:
 
 @dataclass(frozen=True)
 class Verdict:
-    """The safety verdict of one occurrence (``miner.mine.safety.check``).
+    """The safety verdict of one occurrence (``miner.rules.safety.check``).
 
     ``ok`` is False iff ``reasons`` is non-empty. A reason reads ``"<rule>: <text>"`` (rules:
     users, aliasing, mutation, meta, randomness) and names pattern nodes as ``n<j>`` rather
@@ -152,7 +152,7 @@ class Occurrence:
     phase : str
         ``forward``, ``backward`` or ``inference`` (from ``graph``).
     verdict : Verdict
-        ``miner.mine.safety.check``'s verdict.
+        ``miner.rules.safety.check``'s verdict.
     node_kernels : tuple[tuple[str, ...], ...]
         The Inductor kernels each pattern node landed in (empty for views and getitem).
     kernels : tuple[KernelRef, ...]

@@ -25,7 +25,7 @@ def render(name: str, meta: dict, head: str, train_matches: int, zoo: tuple[str,
     train_matches : int
         The matches the training test asserts (``miner.check.fusion_harness.train_matches``).
     zoo : tuple of str or None
-        ``(model, mode)`` for the slow in-model test (``miner.check.validate.pick_model``).
+        ``(model, mode)`` for the slow in-model test (``miner.check.checks.pick_model``).
 
     Returns
     -------

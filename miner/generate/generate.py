@@ -30,7 +30,8 @@ from miner.generate.lower import PatternSpec, Program, Unsupported
 from miner.core import dtypes, source
 from miner.core.pattern import canonical_nodes
 from miner.core.source import literal_value
-from miner.runtime.launch import LOOP_BLOCK, ONE_PASS_MAX, row_shape
+from miner.rules.contract import row_shape
+from miner.runtime.launch import LOOP_BLOCK, ONE_PASS_MAX
 from miner.core.workspace import Workspace, write_json, write_text
 
 

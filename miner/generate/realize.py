@@ -1,6 +1,6 @@
 """``miner generate --recomputed``: the compute-once candidate from ``mined/recomputed.json``.
 
-One candidate for the values ``miner.mine.recompute.check`` accepts (a small transcendental value that
+One candidate for the values ``miner.rules.recompute.check`` accepts (a small transcendental value that
 Inductor would inline, and recompute per element, into each of its broadcast consumers: llama's RoPE
 ``cos``/``sin``). There is no kernel: the rewrite puts ``prims.inductor_force_stride_order`` (same
 strides: an identity) after the value, so Inductor computes it into a buffer once and the consumers load
@@ -26,9 +26,13 @@ from miner import __version__
 from miner.core.workspace import Workspace, write_json, write_text
 from miner.generate.generate import Generated, gate_fields, header
 from miner.mine import recompute
+from miner.rules import recompute as rule
 
 LABEL = "compute_once"
 
+# The generated text names the rule ``miner.mine.recompute.check``, its path before issue 28 (it still
+# resolves: mining imports it from ``miner.rules.recompute``); renaming it would change the committed
+# candidate's sources digest and void its GPU validation.
 PATTERN_PY = string.Template('''${header}"""${title}: a small transcendental value computed once, not in each kernel that reads it.
 
 ``extra_check`` is ``miner.mine.recompute.check``, the rule mining applied: the value (${ops}) has a
@@ -80,7 +84,7 @@ def render_pattern(head: str, cid: str, targets, fusion: str | None = None) -> s
     """``pattern.py`` of candidate ``cid`` or, with ``fusion``, of the fusion promoted from it (decisions
     counted under ``miner::<fusion>``; ``extra_check`` = the rule and the in-model gate on ``WINS``)."""
     ops = ", ".join(t.split(".")[1] for t in targets)
-    return PATTERN_PY.substitute(header=head, id=cid, targets=repr(tuple(targets)), ops=ops, ratio=recompute.RATIO,
+    return PATTERN_PY.substitute(header=head, id=cid, targets=repr(tuple(targets)), ops=ops, ratio=rule.RATIO,
                                  **gate_fields(cid, LABEL, fusion))
 
 
@@ -138,7 +142,7 @@ def render_fusion_test(head: str, name: str, meta: dict, zoo: tuple[str, str] | 
 
 def candidate_id() -> str:
     """``r`` + 10 hex digits of the rule's constants (its ops, the broadcast ratio, the walk depth)."""
-    text = repr((sorted(recompute.HEAVY), recompute.RATIO, recompute.MAX_DEPTH, recompute.FORCE))
+    text = repr((sorted(rule.HEAVY), rule.RATIO, rule.MAX_DEPTH, rule.FORCE))
     return "r" + hashlib.sha1(text.encode()).hexdigest()[:10]
 
 
@@ -162,7 +166,7 @@ def generate(workspace: Workspace, recomputed_path: str | Path, command: str) ->
     keep = ("model", "preset", "phase", "graph", "node", "target", "shape", "consumer_numel")
     declined = Counter((f["model"], f["phase"], f["target"], tuple(f["reasons"])) for f in found if not f["ok"])
     meta = {
-        "id": cid, "miner_version": __version__, "regenerate": command, "op": recompute.FORCE, "label": LABEL,
+        "id": cid, "miner_version": __version__, "regenerate": command, "op": rule.FORCE, "label": LABEL,
         "ops": f"{ops} (small, broadcast into several kernels) => computed once, loaded by its consumers",
         "kind": "compute_once", "rule": "miner.mine.recompute.check",
         "observed": [dict({k: f[k] for k in keep}, kernels=len(f["kernels"])) for f in ok],

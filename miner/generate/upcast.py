@@ -1,6 +1,6 @@
 """``miner generate --upcasts``: the upcast-matmul candidate from ``mined/upcasts.json``.
 
-One candidate for every matmul that ``miner.mine.upcast.check`` accepts: a float32 ``bmm``/``mm``
+One candidate for every matmul that ``miner.rules.upcast.check`` accepts: a float32 ``bmm``/``mm``
 whose operands are exact upcasts of bf16 (or fp16) values becomes ``aten.bmm.dtype`` /
 ``aten.mm.dtype`` on the low-precision sources (a tensor-core GEMM with float32 output). Unlike a
 fusion candidate there is no Triton kernel: the rewrite calls cuBLAS through aten, and Inductor
@@ -32,6 +32,7 @@ from miner import __version__
 from miner.core.workspace import Workspace, write_json, write_text
 from miner.generate.generate import Generated, gate_fields, header
 from miner.mine import upcast
+from miner.rules import upcast as rule
 
 PATTERN_PY = string.Template('''${header}"""${title}: ${summary}
 
@@ -79,7 +80,10 @@ def register(pass_dict):
                                extra_check=extra_check, pass_dict=pass_dict)(replacement)
 ''')
 
-# what differs between the exact rule's pattern.py and the demoting rule's (one template, PATTERN_PY)
+# what differs between the exact rule's pattern.py and the demoting rule's (one template, PATTERN_PY).
+# The generated text names the rule ``miner.mine.upcast.check``, its path before issue 28 (it still
+# resolves: mining imports it from ``miner.rules.upcast``); renaming it would change every committed
+# candidate's sources digest and void its GPU validation.
 RULE_TEXT = {
     False: dict(
         label=upcast.LABEL, demote_arg="", decision_doc="``miner.mine.upcast.check``",
@@ -275,8 +279,8 @@ def _literal(value: list) -> str:
 def candidate_id(demote: bool = False) -> str:
     """``u`` (``d`` for the demoting rule) + 10 hex digits of the rule's op sets (targets, layout ops,
     unit multiplications, converts)."""
-    text = repr((sorted(upcast.MATMULS.items()), sorted(upcast.LAYOUT), sorted(upcast.UNIT_MULS),
-                 sorted(upcast.CONVERTS), upcast.LOW) + (("demote",) if demote else ()))
+    text = repr((sorted(rule.MATMULS.items()), sorted(rule.LAYOUT), sorted(rule.UNIT_MULS),
+                 sorted(rule.CONVERTS), rule.LOW) + (("demote",) if demote else ()))
     return ("d" if demote else "u") + hashlib.sha1(text.encode()).hexdigest()[:10]
 
 

@@ -29,7 +29,7 @@
    closed ones only by default: a pattern is dropped when every one of its embeddings lies
    inside an embedding of one larger pattern with the same support (models and graphs).
 5. Per reported pattern: greedy non-overlapping occurrences, their safety verdicts
-   (``miner.mine.safety.check``), shapes and dtypes, Inductor's view from the kernel map, and a
+   (``miner.rules.safety.check``), shapes and dtypes, Inductor's view from the kernel map, and a
    rank (:func:`_score`: natural blocks first, then the traffic a fusion could save).
 
 Cost: linear in the number of embeddings of frequent patterns (each is extended once) plus
@@ -424,7 +424,7 @@ def mine(graphs: Sequence[CapturedGraph], *, min_support: int = 2, min_models: i
         Keep only closed patterns (see the module docstring).
     max_extra_outputs : int
         Interior nodes used outside an occurrence become extra outputs of the fused op, up to
-        this many; beyond that the occurrence is rejected (``miner.mine.safety.check_users``).
+        this many; beyond that the occurrence is rejected (``miner.rules.safety.check_users``).
     max_stored : int
         Occurrences stored per pattern (plus one per distinct rejection reason); counts cover all.
     limit : int or None, default 400

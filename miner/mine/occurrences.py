@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from miner.core.pattern import InductorView, Occurrence, Pattern
 from miner.core.records import KernelRef
-from miner.mine import safety
+from miner.rules import safety
 
 if TYPE_CHECKING:
     from miner.mine.mine import GraphIndex

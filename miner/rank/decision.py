@@ -162,7 +162,7 @@ class Decisions:
     models: tuple["ModelStep", ...] = ()  # per (model, mode, compile): the step with the promoted fusions
     setup: str = ""  # the setup most rows were measured in (each row names its own where it differs)
     not_compared: tuple[str, ...] = ()  # A/B files of CPU-interpreter runs: never beside GPU rows
-    configs: tuple = ()  # miner.rank.configs.Recommendation per A/B result that measured knobs: what to run
+    configs: tuple = ()  # miner.check.configs.Recommendation per A/B result that measured knobs: what to run
 
     @property
     def adopt(self) -> list[Decision]:
@@ -363,6 +363,17 @@ def ab_files(ws: Workspace) -> list[tuple[str, str, Path, list]]:
     return found
 
 
+def recommendations(ws: Workspace) -> list:
+    """What to run per model and mode (``miner.check.configs.recommendations``) over every A/B file of ``ws``,
+    oldest first (by the files' environment dates, then path)."""
+    from miner.check import configs
+
+    found = sorted(((date, str(path.relative_to(ws.root)) if path.is_relative_to(ws.root) else str(path), results)
+                    for date, _, path, results in ab_files(ws)), key=lambda f: f[:2])
+    return configs.recommendations([r for _, _, results in found for r in results],
+                                   [src for _, src, results in found for _ in results])
+
+
 def cpu_runs(ws: Workspace) -> tuple[str, ...]:
     """The A/B files (relative to the workspace) holding CPU-interpreter results: listed apart, never compared."""
     return tuple(str(p.relative_to(ws.root)) for _, _, p, results in ab_files(ws)
@@ -560,9 +571,7 @@ def decide(review: Review, ws: Workspace) -> Decisions:
 
     steps = tuple(model_steps([(str(p.relative_to(ws.root)), r) for p, r in found[1]],
                               candidates.fusions_by_candidate(ws))) if found else ()
-    from miner.rank import configs
-
-    recs = tuple(configs.from_workspace(ws)) if found else ()
+    recs = tuple(recommendations(ws)) if found else ()
     setups = [m.setup for m in steps] + [x.setup for d in rows for x in d.steps if x.setup]
     setup = max(set(setups), key=setups.count) if setups else ""
     return Decisions(tuple(rows), ab_source, ab_date, together, tsource, models=steps, setup=setup,
@@ -573,7 +582,7 @@ def unranked_rows(ws: Workspace, ranked: set[str], only_model: str | None, measu
                   silent: dict[str, list[str]]) -> list[Decision]:
     """The decision on every candidate of ``ws`` the ranking has no row for (``ranked``: the ids it has).
 
-    Upcast-matmul candidates (``miner.mine.upcast``) and whole-region candidates (``miner generate
+    Upcast-matmul candidates (``miner.rules.upcast``) and whole-region candidates (``miner generate
     --regions``) come from no mined pattern, so the ranking has no row for them; their evidence is
     the same as any candidate's: in-model A/B files (``measured``, by candidate id or by the fusion's
     name), the gate's records (``candidates/<id>/in_model.json`` or, once promoted,

@@ -178,7 +178,7 @@ def apply(review: Any, ws: Any) -> Any:
     rows keep their predicted saving. Measured rows first, each group by saving.
     """
     from miner.rank import families
-    from miner.rank.rank import Estimate, Ranked
+    from miner.rank.records import Estimate, Ranked
 
     index, rps = load_index(ws)
     if not index:

@@ -304,8 +304,8 @@ def decision_html(dec: Decisions) -> str:
     head = setup + (f'<p class="headline good">Adopt: <b>{_e(", ".join(adopt))}</b>.</p>' if adopt else
             '<p class="headline">Adopt: <b>none</b>: no fusion or candidate has a measured in-model win without a '
             "measured loss.</p>")
-    if dec.configs:  # knobs measured beside the fusions: what to run comes first (miner.rank.configs)
-        from miner.rank import configs
+    if dec.configs:  # knobs measured beside the fusions: what to run comes first (miner.check.configs)
+        from miner.check import configs
 
         head = "".join(f"<p><b>{_e(c.where)}</b>: run <b>{_e(c.best.name)}</b>.</p><ul>"
                        + "".join(f"<li>{_e(x.strip())}</li>" for x in configs.lines(c, 10**6)[1:]) + "</ul>"

@@ -69,8 +69,8 @@ def decision_listing(dec: Decisions) -> Listing:
     adopt = [d.name or d.id for d in dec.adopt]
     before = [f"Adopt: {', '.join(adopt)}." if adopt else "Adopt: none (no fusion has a measured in-model win "
               "without a measured loss)."]
-    if dec.configs:  # knobs measured beside the fusions: what to run comes first (miner.rank.configs)
-        from miner.rank.configs import lines
+    if dec.configs:  # knobs measured beside the fusions: what to run comes first (miner.check.configs)
+        from miner.check.configs import lines
 
         before[:0] = ["What to run (knobs and fusions, latest in-model A/B):"] + [x for c in dec.configs
                                                                                  for x in lines(c)]

@@ -43,7 +43,7 @@ def count(n: float) -> str:
 
 
 def validation_rows(v: dict) -> list[tuple[str, bool | None, str]]:
-    """(what, ok, detail) for each check of a validation.json (``miner.check.validate.Validation.to_json``)."""
+    """(what, ok, detail) for each check of a validation.json (``miner.check.checks.Validation.to_json``)."""
     out = []
     for c in v.get("checks", ()) or ():
         if not isinstance(c, dict):

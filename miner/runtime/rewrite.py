@@ -31,10 +31,8 @@ from __future__ import annotations
 
 import hashlib
 import weakref
-import importlib.util
 import logging
 import os
-import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,8 +43,10 @@ import torch
 import torch._inductor.inductor_prims  # noqa: F401 - prims.inductor_random & co., which region patterns call
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
+from miner import rules
 from miner.core import dtypes
 from miner.core.errors import MinerError
+from miner.core.modules import load_module, module_name  # generated pattern.py files call them here too
 
 WINS_FILE = "wins.json"  # a fusion's measured verdicts, next to its pattern.py
 WINS_KIND, WINS_SCHEMA = "FusionWins", 1
@@ -136,30 +136,6 @@ def define_op(qualname: str, n_inputs: int, n_scalars: int, n_outputs: int,
     return _OPS[qualname]
 
 
-def module_name(path: str | Path, role: str) -> str:
-    """A module name for a candidate file, unique per folder (the same pattern id may live in two workspaces)."""
-    folder = Path(path).resolve().parent
-    digest = hashlib.sha1(str(folder).encode()).hexdigest()[:8]
-    return f"miner_candidates.{folder.name}_{digest}.{role}"
-
-
-def load_module(path: str | Path, name: str) -> ModuleType:
-    """Import ``path`` as module ``name`` once (later calls return the same module)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"{path}: cannot be imported")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return module
-
-
 def match_vals(match, n_inputs: int) -> list[torch.Tensor] | None:
     """The ``meta["val"]`` tensors of the match's inputs ``x0..x{n-1}``; None when one is not a tensor."""
     vals = []
@@ -193,10 +169,10 @@ def device_reasons(vals: Sequence[torch.Tensor], interpret: bool | None = None) 
 def match_reasons(match, n_inputs: int, input_kinds: Sequence[str], random: bool = False,
                   region: bool = False) -> list[str]:
     """Why the fused op must not replace this match ([] when it may): devices, then
-    ``miner.mine.safety.check_match`` (the rules mining applies, the kernel's shape contract
+    ``miner.rules.safety.check_match`` (the rules mining applies, the kernel's shape contract
     included; ``random``: the kernel draws the match's random numbers itself; ``region``: it replaces
     a whole Inductor kernel). Never raises."""
-    from miner.mine import safety
+    from miner.rules import safety
 
     vals = match_vals(match, n_inputs)
     if vals is None:
@@ -206,14 +182,15 @@ def match_reasons(match, n_inputs: int, input_kinds: Sequence[str], random: bool
 
 
 def upcast_decision(node: torch.fx.Node, demote: bool = False):
-    """``miner.mine.upcast.check`` on FX matmul ``node``: the rule mining applied to upcast matmuls
+    """``miner.rules.upcast.check`` on FX matmul ``node``: the rule mining applied to upcast matmuls
     (a ``Decision``: ``ok``, ``reasons``, ``applies``, per operand its source and layout nodes);
     ``demote``: the demoting rule. A graph the rule cannot read declines with the error as its
     reason: a compile never fails here."""
-    from miner.mine import upcast
+    from miner.rules import upcast
+    from miner.rules.graph import FxNodes
 
     try:
-        return upcast.check(upcast.FxNodes(node.graph), node.name, demote=demote)
+        return upcast.check(FxNodes(node.graph), node.name, demote=demote)
     except Exception as e:  # noqa: BLE001
         return upcast.Decision(node.name, str(node.target), None, (f"rule failed: {type(e).__name__}: {e}",))
 
@@ -240,12 +217,13 @@ def upcast_replace(match, d) -> None:
 
 
 def recompute_decision(node: torch.fx.Node):
-    """``miner.mine.recompute.check`` on FX node ``node`` (a ``Decision``); a graph the rule cannot
+    """``miner.rules.recompute.check`` on FX node ``node`` (a ``Decision``); a graph the rule cannot
     read declines with the error as its reason."""
-    from miner.mine import recompute, upcast
+    from miner.rules import recompute
+    from miner.rules.graph import FxNodes
 
     try:
-        return recompute.check(upcast.FxNodes(node.graph), node.name)
+        return recompute.check(FxNodes(node.graph), node.name)
     except Exception as e:  # noqa: BLE001
         return recompute.Decision(node.name, (f"rule failed: {type(e).__name__}: {e}",))
 
@@ -285,7 +263,7 @@ def match_ok(match, op_name: str, n_inputs: int, input_kinds: Sequence[str], ran
     """The safety part of every ``extra_check``: :func:`match_reasons`, each reason of a declined
     match counted (:func:`record_decline`). ``op_name`` is the pattern module's ``OP_NAME``;
     ``random``: a region kernel that draws its dropout numbers itself; ``region``: a kernel that
-    replaces a whole Inductor kernel (``miner.mine.safety.check_meta``)."""
+    replaces a whole Inductor kernel (``miner.rules.safety.check_meta``)."""
     reasons = match_reasons(match, n_inputs, input_kinds, random, region)
     record_declines(match, op_name, n_inputs, reasons)
     return not reasons
@@ -499,10 +477,10 @@ def decision_state(p: FusionPass) -> tuple:
             ("overlay", sorted((e.name, repr(overlay.get(e.name))) for e in p.entries if overlay.get(e.name))))
 
 
-# The rules every extra check applies (``match_ok`` -> safety, ``upcast_decision`` -> upcast,
-# ``recompute_decision`` -> recompute): a change
+# The rules every extra check applies (the ``miner.rules`` package: ``match_ok`` -> safety and contract,
+# ``upcast_decision`` -> upcast, ``recompute_decision`` -> recompute): a change
 # to them must change the pass's uuid, or Inductor's FX graph cache would serve graphs the old rule made.
-RULE_FILES = tuple(str(Path(__file__).resolve().parents[1] / "mine" / f) for f in ("safety.py", "upcast.py", "recompute.py"))
+RULE_FILES = rules.source_files()
 
 
 def inductor_options(graph_pass: FusionPass) -> dict[str, Any]:

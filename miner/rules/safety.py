@@ -33,7 +33,7 @@ randomness
     that draws them itself (a region with dropout), only ones no one else reads (see
     ``check_randomness``).
 kernel
-    The generated row kernel's shape contract (``miner.runtime.launch.shape_contract``, the
+    The generated row kernel's shape contract (``miner.rules.contract.shape_contract``, the
     precondition its launch checks): inputs broadcast and are fp32/bf16/fp16/bool; every
     reduction reduces a whole row of the inputs' broadcast shape (a size-1 last dim broadcast
     to wider rows later is rejected: the kernel would reduce the broadcast copies); every
@@ -42,7 +42,8 @@ kernel
 One rule set, two callers. Mining runs ``check(occurrence, graph)`` on a ``CapturedGraph``; the
 rewrite runs ``check_match(match, ...)`` at compile time, which views the FX graph through
 :class:`FxGraph` (the same ``node(name) -> NodeRecord`` / ``nodes`` interface, converted from
-``meta['val']`` on demand) and the match as an ``Occurrence``, then applies the same ``RULES``.
+``meta['val']`` on demand, ``miner.rules.graph``) and the match as an ``Occurrence``, then applies
+the same ``RULES``.
 """
 
 from __future__ import annotations
@@ -53,11 +54,11 @@ from typing import Any, Callable, Sequence
 
 from miner.core import ops
 from miner.core.dtypes import is_float
-from miner.core.ops import RANDOM_NAMES, resolve_target
+from miner.core.ops import RANDOM_NAMES, categorize, resolve_target, target_name
 from miner.core.pattern import Occurrence, Verdict, short_name
 from miner.core.records import CapturedGraph, GraphKey, NodeRecord
-from miner.runtime.launch import shape_contract
-
+from miner.rules.contract import shape_contract
+from miner.rules.graph import FxNodes
 
 
 @dataclass(frozen=True)
@@ -319,7 +320,7 @@ def check_randomness(occ: Occurrence, graph: CapturedGraph, *, ctx: _Ctx | None 
 
 
 def check_kernel(occ: Occurrence, graph: CapturedGraph, *, ctx: _Ctx | None = None, **_) -> Finding:
-    """The generated kernel's shape contract (``launch.shape_contract``) on the occurrence's metas."""
+    """The generated kernel's shape contract (``contract.shape_contract``) on the occurrence's metas."""
     c = ctx or _Ctx(occ, graph)
     if any(rec.category not in ("pointwise", "reduction", "random") and rec.target != "operator.getitem"
            for rec in c.recs):
@@ -525,20 +526,16 @@ def _row_broadcastable(t: tuple, s: tuple) -> bool:
 # --------------------------------------------------------------------------- the same rules at compile time
 
 
-class FxGraph:
+class FxGraph(FxNodes):
     """A ``torch.fx.Graph`` seen through ``CapturedGraph``'s interface, for the rules at compile time.
 
-    ``node(name)`` converts one FX node to a ``NodeRecord`` on demand (its ``meta['val']`` gives
-    the ``TensorSpec``); the per-graph facts (outputs, storages written in place, positions) are
+    ``node(name)`` converts one FX node to a ``NodeRecord`` on demand (:class:`FxNodes`); ``nodes``
+    lists them all; the per-graph facts (outputs, storages written in place, positions) are
     computed once from the FX nodes. Build one per match: the graph changes between matches.
     """
 
     def __init__(self, graph):
-        from miner.core.ops import categorize, target_name
-
-        self.fx = graph
-        self._fx = {n.name: n for n in graph.nodes}
-        self._recs: dict[str, NodeRecord] = {}
+        super().__init__(graph)
         out = [n for n in graph.nodes if n.op == "output"]
         outputs = [a.name for a in out[0].all_input_nodes] if out else []
         written: dict[str, str] = {}
@@ -553,22 +550,9 @@ class FxGraph:
         self._safety_facts = {"outputs": set(outputs), "out_bases": out_bases, "written": written, "bases": {},
                               "pos": {n: i for i, n in enumerate(self._fx)}}
 
-    def node(self, name: str) -> NodeRecord:
-        rec = self._recs.get(name)
-        if rec is None:
-            rec = self._recs[name] = fx_record(self._fx[name])
-        return rec
-
     @property
     def nodes(self) -> list[NodeRecord]:
         return [self.node(n) for n in self._fx]
-
-
-def fx_record(n) -> NodeRecord:
-    """The ``NodeRecord`` of one FX node, exactly as ``miner scan`` records it (kernels aside)."""
-    from miner.scan.capture import node_record
-
-    return node_record(n)
 
 
 MATCH_KEY = GraphKey("torch.compile", "-", "-", "-")

@@ -23,7 +23,6 @@ turns one such ``ABResult`` into :class:`Config` rows; ``recommend`` is the rule
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Any, Sequence
 
 DEFAULT, FUSIONS = "default", "fusions"
@@ -212,24 +211,6 @@ def recommendations(results: Sequence[Any], sources: Sequence[str] = ()) -> list
         srcs = sorted({c.source for c in confs.values() if c.source})
         out.append(replace(rec, source=", ".join(srcs), date=str(latest[key].env.get("date") or "")))
     return out
-
-
-def from_workspace(ws: Any) -> list[Recommendation]:
-    """:func:`recommendations` over every ``verify.json`` of kind VerifyAB under ``ws.reports``, oldest first
-    (by the files' environment dates, then path)."""
-    from miner.check import abrun
-
-    found = []
-    for path in sorted(Path(ws.reports).rglob("verify.json")):
-        try:
-            results, _ = abrun.load(path)
-        except Exception:  # noqa: BLE001  another kind of verify.json, or unreadable: not an A/B
-            continue
-        date = next((str(r.env.get("date")) for r in results if r.env.get("date")), "")
-        rel = str(path.relative_to(ws.root)) if path.is_relative_to(ws.root) else str(path)
-        found += [(date, rel, r) for r in results]
-    found.sort(key=lambda f: f[:2])
-    return recommendations([r for _, _, r in found], [src for _, src, _ in found])
 
 
 # --------------------------------------------------------------------------- text
