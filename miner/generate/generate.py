@@ -332,10 +332,38 @@ def render_pattern_py(prog: Program, head: str, op_name: str, kernel_import: str
         rank=repr(spec.rank if any(v.reduce for v in prog.values.values()) else None), examples=repr(examples),
         wins=wins, trace_values=trace_values, reference=emit.reference_source(spec, name="pattern"),
         kernel_import=kernel_import,
-        params=p, search_return=ret_search.format(p), op_attr=op_attr, check=check,
+        params=p, search=search_source(spec, ret_search.format(p)), replacement=replacement_source(spec, op_attr), check=check,
         # an embedding's index must be a valid row while the pattern is traced: zeros, not garbage
         example_fill="zeros" if prog.gathers else "empty",
         example_note="  # zeros: valid embedding indices" if prog.gathers else "")
+
+
+SHARED_DOC = """# Nodes another Inductor kernel also reads (it recomputes them): ``search`` returns them too, so
+# the matcher accepts their readers outside the region, and ``replacement`` recomputes them from the
+# region's inputs, outside the kernel, with the ops that computed them (``miner.generate.region.shared_outputs``).
+"""
+
+
+def search_source(spec: PatternSpec, returned: str) -> str:
+    """``search``: the pattern (``returned``), or with shared nodes (``spec.shared``) the pattern's
+    nodes returning its outputs and then the shared nodes."""
+    params = ", ".join(lower.signature_params(spec))
+    if not spec.shared:
+        return f"def search({params}):\n    return {returned}\n"
+    return SHARED_DOC + source.render(spec.nodes, spec.n_inputs, spec.n_consts, spec.outputs + spec.shared, "search")
+
+
+def replacement_source(spec: PatternSpec, op_attr: str) -> str:
+    """``replacement``: the custom op's call, then (``spec.shared``) the shared nodes recomputed by
+    ``shared``, a function of the region's inputs computing only them and what they depend on."""
+    params = ", ".join(lower.signature_params(spec))
+    call = f"torch.ops.miner.{op_attr}({params})"
+    if not spec.shared:
+        return f"def replacement({params}):\n    return {call}\n"
+    only = region.recomputed_nodes(spec.nodes, spec.shared)
+    ops = f"*{call}" if len(spec.outputs) > 1 else call
+    return (source.render(spec.nodes, spec.n_inputs, spec.n_consts, spec.shared, "shared", only=only)
+            + f"\n\ndef replacement({params}):\n    return ({ops}, *shared({params}))\n")
 
 
 KERNEL_IMPORT = '''_KERNEL = None
@@ -370,8 +398,10 @@ def generate_one(pattern, workspace: Workspace, command: str, source: dict | Non
 
             if reduce.wants(pattern):
                 return reduce.generate_one(pattern, workspace, command, source)
+            shared = region.shared_outputs(pattern)
             pattern = region.prepare(pattern)
-            spec = replace(spec_from_pattern(pattern), column_inputs=region.column_inputs(pattern), rng=rng)
+            spec = replace(spec_from_pattern(pattern), column_inputs=region.column_inputs(pattern), rng=rng,
+                           shared=shared)
         prog = lower.lower(spec)
     except Unsupported as e:
         return Skipped(pattern.id, pattern.ops, f"not generated: {e}")
