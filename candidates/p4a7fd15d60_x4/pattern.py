@@ -101,7 +101,7 @@ def search(x0, x1, x2, x3, x4, c0, c1, c2, c3, c4, c5):
     v22 = torch.ops.aten.where.self(v14, v15, v21)
     v23 = torch.ops.aten.mul.Tensor(v2, v22)
     v24 = torch.ops.aten.mul.Tensor(v23, c5)
-    return (v2, v22, v24, v7, v9, v15,)
+    return (v24, v2, v22, v7, v9, v15,)
 
 
 def shared(x0, x1, x2, x3, x4, c0, c1, c2, c3, c4, c5):
@@ -117,7 +117,8 @@ def shared(x0, x1, x2, x3, x4, c0, c1, c2, c3, c4, c5):
 
 
 def replacement(x0, x1, x2, x3, x4, c0, c1, c2, c3, c4, c5):
-    return (*torch.ops.miner.cp4a7fd15d60_x4(x0, x1, x2, x3, x4, c0, c1, c2, c3, c4, c5), *shared(x0, x1, x2, x3, x4, c0, c1, c2, c3, c4, c5))
+    out = torch.ops.miner.cp4a7fd15d60_x4(x0, x1, x2, x3, x4, c0, c1, c2, c3, c4, c5)
+    return (out[2], out[0], out[1], *shared(x0, x1, x2, x3, x4, c0, c1, c2, c3, c4, c5))
 
 
 def extra_check(match):

@@ -103,7 +103,7 @@ def search(x0, x1, x2, x3, x4, x5, c0, c1, c2, c3, c4, c5):
     v23 = torch.ops.aten.where.self(v15, v16, v22)
     v24 = torch.ops.aten.mul.Tensor(v2, v23)
     v25 = torch.ops.aten.mul.Tensor(v24, c5)
-    return (v2, v23, v25, v8, v10, v16,)
+    return (v25, v2, v23, v8, v10, v16,)
 
 
 def shared(x0, x1, x2, x3, x4, x5, c0, c1, c2, c3, c4, c5):
@@ -120,7 +120,8 @@ def shared(x0, x1, x2, x3, x4, x5, c0, c1, c2, c3, c4, c5):
 
 
 def replacement(x0, x1, x2, x3, x4, x5, c0, c1, c2, c3, c4, c5):
-    return (*torch.ops.miner.cp9836c8c870_x4(x0, x1, x2, x3, x4, x5, c0, c1, c2, c3, c4, c5), *shared(x0, x1, x2, x3, x4, x5, c0, c1, c2, c3, c4, c5))
+    out = torch.ops.miner.cp9836c8c870_x4(x0, x1, x2, x3, x4, x5, c0, c1, c2, c3, c4, c5)
+    return (out[2], out[0], out[1], *shared(x0, x1, x2, x3, x4, x5, c0, c1, c2, c3, c4, c5))
 
 
 def extra_check(match):

@@ -89,7 +89,7 @@ def search(x0, x1, x2, c0, c1, c2, c3, c4):
     v16 = torch.ops.aten.where.self(v8, v9, v15)
     v17 = torch.ops.aten.mul.Tensor(v2, v16)
     v18 = torch.ops.aten.mul.Tensor(v17, c4)
-    return (v2, v16, v18, v3, v9,)
+    return (v18, v2, v16, v3, v9,)
 
 
 def shared(x0, x1, x2, c0, c1, c2, c3, c4):
@@ -99,7 +99,8 @@ def shared(x0, x1, x2, c0, c1, c2, c3, c4):
 
 
 def replacement(x0, x1, x2, c0, c1, c2, c3, c4):
-    return (*torch.ops.miner.cpbb9b9d613b_x4(x0, x1, x2, c0, c1, c2, c3, c4), *shared(x0, x1, x2, c0, c1, c2, c3, c4))
+    out = torch.ops.miner.cpbb9b9d613b_x4(x0, x1, x2, c0, c1, c2, c3, c4)
+    return (out[2], out[0], out[1], *shared(x0, x1, x2, c0, c1, c2, c3, c4))
 
 
 def extra_check(match):

@@ -74,7 +74,8 @@ def shared(x0, x1, c0, c1, c2):
 
 
 def replacement(x0, x1, c0, c1, c2):
-    return (*torch.ops.miner.cpf4693d7449_x4(x0, x1, c0, c1, c2), *shared(x0, x1, c0, c1, c2))
+    out = torch.ops.miner.cpf4693d7449_x4(x0, x1, c0, c1, c2)
+    return (out[0], out[1], *shared(x0, x1, c0, c1, c2))
 
 
 def extra_check(match):
