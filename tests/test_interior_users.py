@@ -89,54 +89,85 @@ def test_relu_dropout_fires_when_relu_is_read_outside():
     assert torch.isfinite(loss) and all(torch.isfinite(g).all() for g in grads)
 
 
-class SharedBiasAttention(nn.Module):
-    """T5's encoder attention from its second layer on (region ``pbb9b9d613b``), twice: both layers
-    add the one bf16 cast of a position bias and both safe-softmaxes read the one ``full`` of zeros,
-    as in t5 (a ``prims.prepare_softmax_online`` written out: what Inductor makes of a softmax on
-    CUDA; on the CPU it leaves ``amax``/``sum``)."""
+def _attention_layers(model, qs, ks, bias16, b, h, s, d):
+    """Two attention layers reading the one ``bias16`` and the one ``full`` of zeros (t5's safe softmax,
+    with ``prims.prepare_softmax_online`` written out: what Inductor makes of a softmax on CUDA; on the
+    CPU it leaves ``amax``/``sum``), then dropout."""
+    zeros = torch.full((b, h, s, s), 0.0)
+    outs = []
+    for q, k in zip(qs, ks):
+        scores = torch.bmm(q.reshape(b * h, s, d), k.reshape(b * h, s, d).transpose(1, 2)).view(b, h, s, s)
+        x = scores + bias16
+        m, z = torch.ops.prims.prepare_softmax_online(x, -1)
+        probs = torch.exp(x - m) / z
+        empty = torch.logical_not(torch.logical_not(x == float("-inf")).any(-1, keepdim=True))
+        outs.append(F.dropout(torch.where(empty, zeros, probs), model.p, training=True))
+    return (*outs, bias16)  # bias16 returned: a reader outside every region
 
-    def __init__(self, p: float = 0.25):
-        super().__init__()
-        self.p = p
+
+class EncoderAttention(nn.Module):
+    """t5's encoder attention from its second layer on (region ``pbb9b9d613b``), in two layers sharing
+    the realized position bias's bf16 cast and the ``full``."""
+
+    p = 0.25
 
     def forward(self, qs, ks, bias):
-        bias16 = bias.to(torch.bfloat16)  # read by both layers and returned: readers outside each region
+        return _attention_layers(self, qs, ks, bias.to(torch.bfloat16), *qs[0].shape)
+
+    @staticmethod
+    def bias(bias):
+        return bias
+
+
+class DecoderAttention(nn.Module):
+    """t5's decoder self-attention (region ``p4a7fd15d60``), in two layers sharing the bias computed in
+    the region: the bucket gather, the causal mask's ``where`` with a ``full`` scalar, the bf16 cast."""
+
+    p = 0.25
+
+    def forward(self, qs, ks, mask, table, buckets):
         b, h, s, d = qs[0].shape
-        zeros = torch.full((b, h, s, s), 0.0)
-        outs = []
-        for q, k in zip(qs, ks):
-            scores = torch.bmm(q.reshape(b * h, s, d), k.reshape(b * h, s, d).transpose(1, 2)).view(b, h, s, s)
-            x = scores + bias16
-            m, z = torch.ops.prims.prepare_softmax_online(x, -1)
-            probs = torch.exp(x - m) / z
-            empty = torch.logical_not(torch.logical_not(x == float("-inf")).any(-1, keepdim=True))
-            outs.append(F.dropout(torch.where(empty, zeros, probs), self.p, training=True))
-        return (*outs, bias16)
+        bias16 = torch.where(mask.expand(b, -1, s, s), self.gathered(table, buckets),
+                             torch.finfo(torch.float32).min).to(torch.bfloat16)
+        return _attention_layers(self, qs, ks, bias16, b, h, s, d)
+
+    @staticmethod
+    def gathered(table, buckets):
+        return F.embedding(buckets, table).permute(2, 0, 1).unsqueeze(0)
+
+    @classmethod
+    def bias(cls, mask, table, buckets):
+        return torch.where(mask, cls.gathered(table, buckets), torch.finfo(torch.float32).min)
 
 
-def test_attention_fires_in_every_layer_reading_the_shared_bias_and_full():
+@pytest.mark.parametrize("cid,module", [("pbb9b9d613b_x4", EncoderAttention), ("p4a7fd15d60_x4", DecoderAttention)])
+def test_attention_fires_in_every_layer_reading_the_shared_bias_and_full(cid, module):
     from miner.runtime import rewrite
 
-    cid = "pbb9b9d613b_x4"
     gp = _pass(cid)
     g = torch.Generator().manual_seed(0)
     qs = [torch.randn(2, 2, 8, 4, generator=g) for _ in range(2)]
     ks = [torch.randn(2, 2, 8, 4, generator=g) for _ in range(2)]
-    bias = torch.randn(2, 2, 8, 8, generator=g)
-    model = SharedBiasAttention()
+    if module is EncoderAttention:
+        extra = (torch.randn(2, 2, 8, 8, generator=g),)
+    else:
+        extra = (torch.ones(8, 8, dtype=torch.bool).tril()[None, None], torch.randn(32, 2, generator=g),
+                 torch.randint(0, 32, (8, 8), generator=g))
+    model = module()
     torch._dynamo.reset()
     try:
         with torch.no_grad(), torch._inductor.config.patch(force_disable_caches=True):
-            *outs, bias16 = torch.compile(model, options=rewrite.inductor_options(gp), dynamic=False)(qs, ks, bias)
+            *outs, bias16 = torch.compile(model, options=rewrite.inductor_options(gp), dynamic=False)(qs, ks, *extra)
     finally:
         torch._dynamo.reset()
     assert gp.counts[cid] == 2, (gp.counts, gp.declined)
-    assert torch.equal(bias16, bias.to(torch.bfloat16))  # the outside reader's value, bit for bit
+    bias = module.bias(*extra)
+    assert torch.equal(bias16, bias.expand(2, 2, 8, 8).to(torch.bfloat16))  # the outside reader's value, bit for bit
     for q, k, out in zip(qs, ks, outs):  # the kernel's own mask: kept elements are softmax / (1 - p)
         # inside a kernel the bias's bf16 cast is elided, as Inductor elides it (emulate_precision_casts off)
         probs = torch.softmax(q @ k.transpose(-1, -2) + bias, -1)
         kept = out != 0
-        assert 0.5 < kept.float().mean() < 0.95
+        assert 0.5 < kept.float().sum() / (probs != 0).float().sum() < 0.95
         torch.testing.assert_close(out[kept], (probs / (1 - model.p))[kept], rtol=1e-5, atol=1e-6)
 
 
