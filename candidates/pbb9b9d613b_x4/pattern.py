@@ -66,12 +66,41 @@ OP = rewrite.define_op(OP_NAME, N_INPUTS, N_SCALARS, N_OUTPUTS,
                        impl=lambda *args: _kernel().launch(*args), fake=_fake)
 
 
+# Nodes another Inductor kernel also reads (it recomputes them): ``search`` returns them too, so
+# the matcher accepts their readers outside the region, and ``replacement`` recomputes them from the
+# region's inputs, outside the kernel, with the ops that computed them (``miner.generate.region.shared_outputs``).
 def search(x0, x1, x2, c0, c1, c2, c3, c4):
-    return pattern(x0, x1, x2, c0, c1, c2, c3, c4)
+    v0 = torch.ops.prims.inductor_lookup_seed.default(x0, int(c0))
+    v1 = torch.ops.prims.inductor_random.default(list(x1.shape), v0, 'rand')
+    v2 = torch.ops.aten.gt.Scalar(v1, c1)
+    v3 = torch.ops.prims.convert_element_type.default(x2, torch.bfloat16)
+    v4 = torch.ops.aten.add.Tensor(x1, v3)
+    v5 = torch.ops.aten.eq.Scalar(v4, c2)
+    v6 = torch.ops.aten.logical_not.default(v5)
+    v7 = torch.ops.aten.any.dim(v6, -1, True)
+    v8 = torch.ops.aten.logical_not.default(v7)
+    v9 = torch.ops.aten.full.default(list(x1.shape), c3, device=x1.device, dtype=torch.float32, layout=torch.strided, pin_memory=False)
+    v10 = torch.ops.prims.prepare_softmax_online.default(v4, -1)
+    v11 = v10[0]
+    v12 = torch.ops.aten.sub.Tensor(v4, v11)
+    v13 = torch.ops.aten.exp.default(v12)
+    v14 = v10[1]
+    v15 = torch.ops.aten.div.Tensor(v13, v14)
+    v16 = torch.ops.aten.where.self(v8, v9, v15)
+    v17 = torch.ops.aten.mul.Tensor(v2, v16)
+    v18 = torch.ops.aten.mul.Tensor(v17, c4)
+    return (v18, v2, v16, v3, v9,)
+
+
+def shared(x0, x1, x2, c0, c1, c2, c3, c4):
+    v3 = torch.ops.prims.convert_element_type.default(x2, torch.bfloat16)
+    v9 = torch.ops.aten.full.default(list(x1.shape), c3, device=x1.device, dtype=torch.float32, layout=torch.strided, pin_memory=False)
+    return (v3, v9,)
 
 
 def replacement(x0, x1, x2, c0, c1, c2, c3, c4):
-    return torch.ops.miner.cpbb9b9d613b_x4(x0, x1, x2, c0, c1, c2, c3, c4)
+    out = torch.ops.miner.cpbb9b9d613b_x4(x0, x1, x2, c0, c1, c2, c3, c4)
+    return (out[2], out[0], out[1], *shared(x0, x1, x2, c0, c1, c2, c3, c4))
 
 
 def extra_check(match):

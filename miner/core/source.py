@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Container, Iterable, Sequence
 
 
 def render(nodes: Sequence[Any], n_inputs: int, n_consts: int, outputs: Iterable[int], name: str = "pattern",
-           scalars: Sequence[Any] | None = None) -> str:
+           scalars: Sequence[Any] | None = None, only: Container[int] | None = None) -> str:
     """The source of a function computing ``outputs`` of the pattern ``nodes``.
 
     Parameters
@@ -39,6 +39,8 @@ def render(nodes: Sequence[Any], n_inputs: int, n_consts: int, outputs: Iterable
     scalars : sequence, optional
         Values for the const slots, inlined as literals; when None the slots are trailing
         parameters ``c0, c1, ...``.
+    only : container of int, optional
+        The nodes to compute (the ones ``outputs`` depend on); None: every node.
 
     Raises
     ------
@@ -50,6 +52,8 @@ def render(nodes: Sequence[Any], n_inputs: int, n_consts: int, outputs: Iterable
     params = [f"x{k}" for k in range(n_inputs)] + ([f"c{c}" for c in range(n_consts)] if scalars is None else [])
     lines = [f"def {name}({', '.join(params)}):"]
     for j, node in enumerate(nodes):
+        if only is not None and j not in only:
+            continue
         if node.target == "operator.getitem":
             lines.append(f"    v{j} = {arg_source(node.args[0], scalars)}[{node.args[1]}]")
             continue

@@ -333,10 +333,74 @@ def render_pattern_py(prog: Program, head: str, op_name: str, kernel_import: str
         rank=repr(spec.rank if any(v.reduce for v in prog.values.values()) else None), examples=repr(examples),
         wins=wins, trace_values=trace_values, reference=emit.reference_source(spec, name="pattern"),
         kernel_import=kernel_import,
-        params=p, search_return=ret_search.format(p), op_attr=op_attr, check=check,
+        params=p, search=search_source(spec, ret_search.format(p)), replacement=replacement_source(spec, op_attr), check=check,
         # an embedding's index must be a valid row while the pattern is traced: zeros, not garbage
         example_fill="zeros" if prog.gathers else "empty",
         example_note="  # zeros: valid embedding indices" if prog.gathers else "")
+
+
+SHARED_DOC = """# Nodes another Inductor kernel also reads (it recomputes them): ``search`` returns them too, so
+# the matcher accepts their readers outside the region, and ``replacement`` recomputes them from the
+# region's inputs, outside the kernel, with the ops that computed them (``miner.generate.region.shared_outputs``).
+"""
+
+
+def search_order(spec: PatternSpec) -> tuple[int, ...]:
+    """The order ``search`` returns the pattern's outputs and shared nodes in: ``spec.outputs`` then
+    ``spec.shared``, unless the matcher could not find an output from the ones before it.
+
+    ``register_replacement`` matches a multi-output pattern from its first output, then finds each
+    next output from the graph nodes matched so far (``MultiOutputPattern``: users of a matched
+    node); an output none of whose nodes was matched before is never found ("no anchor found").
+    The attention regions' first output, the dropout mask, shares no node with the softmax: then
+    the output that depends on the most pattern nodes comes first, the others after it in order.
+    """
+    order = tuple(spec.outputs) + tuple(spec.shared)
+    if _anchored(spec.nodes, order):
+        return order
+    first = max(order, key=lambda o: (len(region.recomputed_nodes(spec.nodes, [o])), o))
+    return (first,) + tuple(o for o in order if o != first)
+
+
+def _anchored(nodes, order: tuple[int, ...]) -> bool:
+    """Whether each output after the first depends on a pattern node an earlier output depends on."""
+    matched: set[int] = set()
+    for k, o in enumerate(order):
+        below = set(region.recomputed_nodes(nodes, [o]))
+        if k and not below & matched:
+            return False
+        matched |= below
+    return True
+
+
+def search_source(spec: PatternSpec, returned: str) -> str:
+    """``search``: the pattern (``returned``), or with shared nodes (``spec.shared``) or outputs in
+    another order (:func:`search_order`) the pattern's nodes returning them in that order."""
+    params = ", ".join(lower.signature_params(spec))
+    order = search_order(spec)
+    if order == tuple(spec.outputs):
+        return f"def search({params}):\n    return {returned}\n"
+    doc = SHARED_DOC if spec.shared else ""
+    return doc + source.render(spec.nodes, spec.n_inputs, spec.n_consts, order, "search")
+
+
+def replacement_source(spec: PatternSpec, op_attr: str) -> str:
+    """``replacement``: the custom op's call, its outputs in ``search``'s order, then (``spec.shared``)
+    the shared nodes recomputed by ``shared``, a function of the region's inputs computing only them
+    and what they depend on."""
+    params = ", ".join(lower.signature_params(spec))
+    call = f"torch.ops.miner.{op_attr}({params})"
+    order = search_order(spec)
+    if order == tuple(spec.outputs):
+        return f"def replacement({params}):\n    return {call}\n"
+    returned = [f"out[{spec.outputs.index(o)}]" if len(spec.outputs) > 1 else "out"
+                for o in order if o in spec.outputs]
+    text = f"\n\ndef replacement({params}):\n    out = {call}\n    return ({', '.join(returned)}, "
+    if not spec.shared:
+        return text.lstrip() + ")\n"
+    only = region.recomputed_nodes(spec.nodes, spec.shared)
+    return (source.render(spec.nodes, spec.n_inputs, spec.n_consts, spec.shared, "shared", only=only)
+            + text + f"*shared({params}))\n")
 
 
 KERNEL_IMPORT = '''_KERNEL = None
@@ -371,8 +435,10 @@ def generate_one(pattern, workspace: Workspace, command: str, source: dict | Non
 
             if reduce.wants(pattern):
                 return reduce.generate_one(pattern, workspace, command, source)
+            shared = region.shared_outputs(pattern)
             pattern = region.prepare(pattern)
-            spec = replace(spec_from_pattern(pattern), column_inputs=region.column_inputs(pattern), rng=rng)
+            spec = replace(spec_from_pattern(pattern), column_inputs=region.column_inputs(pattern), rng=rng,
+                           shared=shared)
         prog = lower.lower(spec)
     except Unsupported as e:
         return Skipped(pattern.id, pattern.ops, f"not generated: {e}")

@@ -59,6 +59,9 @@ class PatternSpec:
     rank: int | None = None
     column_inputs: tuple[int, ...] = ()  # observed as per-column vectors [N] only (read once per program)
     rng: str = "inductor"  # the random stream ``inductor_random`` draws: one of RNGS
+    # nodes another Inductor kernel also reads (``region.shared_outputs``): not the kernel's outputs; the
+    # pattern module's search returns them and its replacement recomputes them outside the kernel
+    shared: tuple[int, ...] = ()
 
 
 # the random streams a kernel can draw ``inductor_random(shape, seed, "rand")`` from, both a function

@@ -30,7 +30,7 @@ where it came from (``source``).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, Iterable, Sequence
 
 from miner.core.pattern import Pattern, PatternNode
 from miner.core.tensors import TensorSpec, contiguous_strides
@@ -64,8 +64,14 @@ def prepare(pattern: Pattern) -> Pattern:
     Unsupported
         A random op whose shape no input has.
     """
+    return _prepare(pattern)[0]
+
+
+def _prepare(pattern: Pattern) -> tuple[Pattern, dict[int, int]]:
+    """:func:`prepare`, and where each kept node of ``pattern`` went (old index -> new index)."""
     nodes = list(pattern.nodes)
     occs = list(pattern.occurrences)
+    index = {j: j for j in range(len(nodes))}
     for j in reversed(range(len(nodes))):
         k = _hoistable_view(nodes, j)
         if k is None:
@@ -73,6 +79,7 @@ def prepare(pattern: Pattern) -> Pattern:
         shape = nodes[j].args[1]
         occs = [replace(o, input_meta=_view_meta(o.input_meta, k, shape)) for o in occs]
         nodes, remap = _drop(nodes, j, {"input": k})
+        index = {old: remap[new] for old, new in index.items() if new in remap}
         pattern = replace(pattern, outputs=tuple(remap[o] for o in pattern.outputs),
                           extra_outputs=tuple(remap[o] for o in pattern.extra_outputs))
     metas = next((o.input_meta for o in occs if all(m is not None for m in o.input_meta)), ())
@@ -86,7 +93,94 @@ def prepare(pattern: Pattern) -> Pattern:
             nodes[j] = replace(node, args=({"shape_of": k},) + tuple(node.args[1:]))
         if node.target in SHAPED and metas:
             nodes[j] = _tie_shape(node, [list(m.shape) for m in metas])
-    return replace(pattern, nodes=tuple(nodes), occurrences=tuple(occs))
+    return replace(pattern, nodes=tuple(nodes), occurrences=tuple(occs)), index
+
+
+def shared_outputs(pattern: Pattern) -> tuple[int, ...]:
+    """The nodes of the prepared region (:func:`prepare`) that another Inductor kernel also reads.
+
+    Inductor recomputes a cheap producer in every kernel that reads it, so a node of one region
+    can be read outside it without leaving its kernel: t5's relu, read by its gradient mask
+    ``le(relu, 0)`` in another kernel; the attention regions' position-bias cast and ``full``
+    constants, read by every layer. In the FX graph such a node has users outside the region, and
+    ``register_replacement`` matches an interior pattern node only with exactly its traced users:
+    the candidate's ``search`` returns these nodes too (a pattern output may have any users) and
+    its ``replacement`` recomputes them from the region's inputs, outside the kernel, with the ops
+    that computed them (their outside readers see the same values, computed as Inductor did).
+
+    A node is shared when, in an occurrence, the kernel map (``Occurrence.node_kernels``) puts it
+    in a kernel other than the region's own that holds none of its readers inside the pattern. A
+    view (the fused op's outputs are no aliases), a node already an output and a node whose
+    recomputation needs a random op or a reduction (:func:`recomputed_nodes`) are not listed:
+    such a region still does not match where the node is read outside.
+
+    Parameters
+    ----------
+    pattern : Pattern
+        A region pattern (``RegionPattern.pattern``), not yet prepared.
+
+    Returns
+    -------
+    tuple of int
+        Indices into the prepared pattern's nodes, ascending.
+    """
+    prepared, index = _prepare(pattern)
+    out = []
+    for j in sorted(_read_elsewhere(pattern)):
+        if j not in index or j in pattern.all_outputs:
+            continue
+        k = index[j]
+        if prepared.nodes[k].category == "view" or not _recomputable(prepared.nodes, k):
+            continue
+        out.append(k)
+    return tuple(out)
+
+
+def recomputed_nodes(nodes: Sequence[PatternNode], roots: Iterable[int]) -> tuple[int, ...]:
+    """``roots`` and every pattern node they depend on (the nodes a recomputation of them runs), ascending."""
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        j = stack.pop()
+        if j in seen:
+            continue
+        seen.add(j)
+        stack.extend(r["node"] for r in _refs(nodes[j]) if set(r) == {"node"})
+    return tuple(sorted(seen))
+
+
+def _recomputable(nodes: Sequence[PatternNode], j: int) -> bool:
+    """Whether node ``j`` can be recomputed from the region's inputs by cheap ops: no random op (the
+    kernel draws those), no reduction and no multi-output op among the nodes it depends on."""
+    return not any(nodes[i].category in ("random", "reduction") or nodes[i].target in MULTI_OUTPUT_TARGETS
+                   or nodes[i].target == "operator.getitem" for i in recomputed_nodes(nodes, [j]))
+
+
+MULTI_OUTPUT_TARGETS = ("prims.prepare_softmax_online.default",)
+
+
+def _read_elsewhere(pattern: Pattern) -> set[int]:
+    """Pattern nodes that a kernel other than the region's own reads (see :func:`shared_outputs`)."""
+    users: dict[int, list[int]] = {j: [] for j in range(len(pattern.nodes))}
+    for u, node in enumerate(pattern.nodes):
+        for r in _refs(node):
+            if set(r) == {"node"}:
+                users[r["node"]].append(u)
+    out: set[int] = set()
+    for occ in pattern.occurrences:
+        if len(occ.node_kernels) != len(pattern.nodes):
+            continue
+        own = {k.name for k in occ.kernels}
+
+        def holders(u: int) -> set[str]:  # a view or getitem without a kernel lives where its readers do
+            ks = set(occ.node_kernels[u])
+            return ks if ks else set().union(*(holders(w) for w in users[u]))
+
+        for j in range(len(pattern.nodes)):
+            readers = set().union(*(holders(u) for u in users[j]))
+            if set(occ.node_kernels[j]) - own - readers:
+                out.add(j)
+    return out
 
 
 # ops whose literal shape argument is tied to the inputs' (position of the shape argument)
@@ -193,4 +287,5 @@ def _view_meta(metas: tuple, k: int, shape: list) -> tuple:
     return metas[:k] + (TensorSpec(new, m.dtype, stride, m.device),) + metas[k + 1:]
 
 
-__all__ = ["prepare", "is_region", "column_inputs", "tie_size", "VIEW_TARGETS"]
+__all__ = ["prepare", "is_region", "column_inputs", "recomputed_nodes", "shared_outputs", "tie_size",
+           "VIEW_TARGETS"]

@@ -244,7 +244,10 @@ def check_meta(occ: Occurrence, graph: CapturedGraph, *, ctx: _Ctx | None = None
 
     ``region``: the fused op replaces a whole Inductor kernel (``miner generate --regions``), which
     computes in float32 between its loads and stores exactly as the generated kernel does, so an op
-    mixing float dtypes is no difference from what it replaces (a note, not a reason).
+    mixing float dtypes is no difference from what it replaces (a note, not a reason); and the region
+    kernel reads every input through broadcasting strides and computes each pointwise value at the
+    inputs' full broadcast shape (``launch.shape_contract``'s model), so a pointwise op broadcasting
+    an operand (t5's decoder bias ``[1, H, S, S]`` and causal mask ``[B, 1, S, S]``) is a note too.
     """
     c = ctx or _Ctx(occ, graph)
     reasons, notes = [], []
@@ -260,7 +263,7 @@ def check_meta(occ: Occurrence, graph: CapturedGraph, *, ctx: _Ctx | None = None
             reasons += _reduction_reasons(c, j, rec)
         elif rec.category == "pointwise":
             found = _pointwise_reasons(c, j, rec)
-            mixed = [r for r in found if r.endswith("]") and " mixes dtypes " in r]
+            mixed = [r for r in found if (r.endswith("]") and " mixes dtypes " in r) or " broadcasts operand " in r]
             if region and mixed:
                 notes += mixed
                 found = [r for r in found if r not in mixed]
