@@ -28,6 +28,7 @@ from pathlib import Path
 
 from miner import __version__
 from miner.generate import fusion_test, lower
+from miner.generate.emit import fill_template
 from miner.runtime import rewrite
 from miner.core import candidate as candidates
 from miner.core.candidate import Candidate
@@ -119,7 +120,7 @@ def promote(workspace: Workspace, cid: str, name: str, root: Path | None = None)
     files.append(write_text(tests_root / f"test_{name}.py", test))
     if not any((d / "conftest.py").exists() for d in (tests_root, tests_root.parent)):
         # a user's workspace has no conftest: without one the GPU cases fail on a CPU instead of skipping
-        files.append(write_text(tests_root / "conftest.py", CONFTEST.format(version=__version__)))
+        files.append(write_text(tests_root / "conftest.py", fill_template("conftest.py.tmpl", version=__version__)))
     return Promoted(name, meta["id"], tuple(files))
 
 
@@ -143,33 +144,6 @@ def _upcast_sources(folder: Path, name: str, meta: dict, head: str) -> list[Path
         return [write_text(folder / "kernel.py", kernel), write_text(folder / "pattern.py", pattern)]
     return [write_text(folder / "kernel.py", gen_upcast.render_kernel(head, meta["id"])),
             write_text(folder / "pattern.py", gen_upcast.render_pattern(head, meta["id"], targets, fusion=name))]
-
-
-CONFTEST = '''# Written by miner {version} (`miner promote`) where no conftest.py was: the fusion tests' markers.
-"""``gpu`` tests skip without CUDA; ``slow`` ones (a zoo model compiled with the fusion) run with ``-m slow``."""
-
-import os
-
-import pytest
-import torch
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: kernels run on CPU tensors
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped without one")
-    config.addinivalue_line("markers", "slow: compiles a zoo model; run with -m slow")
-
-
-def pytest_collection_modifyitems(config, items):
-    wanted = config.getoption("-m") or ""
-    for item in items:
-        if "gpu" in item.keywords and not torch.cuda.is_available():
-            item.add_marker(pytest.mark.skip(reason="needs a CUDA device"))
-        elif "slow" in item.keywords and "slow" not in wanted:
-            item.add_marker(pytest.mark.skip(reason="slow: run with -m slow"))
-'''
 
 
 def measured_wins(workspace: Workspace, cid: str) -> dict | None:
@@ -210,37 +184,7 @@ def write_wins(workspace: Workspace, folder: Path, cid: str) -> Path | None:
 
 def write_registry(workspace: Workspace) -> Path:
     """Write ``fusions/__init__.py``: the folder as a package (the same file in every workspace)."""
-    return write_text(workspace.fusions / "__init__.py", REGISTRY_TEMPLATE.format(version=__version__))
-
-
-REGISTRY_TEMPLATE = '''# Written by miner {version} (`miner promote`); the same in every workspace.
-"""Promoted fusions: Inductor pattern rewrites whose replacement is a generated Triton kernel.
-
-Load them into torch.compile by path, with any ``mode``::
-
-    import miner.runtime.fusions
-    miner.runtime.fusions.install("path/to/workspace")      # every later torch.compile uses them
-    model = torch.compile(model, mode="max-autotune")
-
-or, for one compile, ``torch.compile(model, options=miner.runtime.fusions.inductor_options("path/to/workspace"))``.
-This folder imported as a package (the repository's own is installed as ``miner_fusions``) offers
-the same functions bound to it: ``names()``, ``load(name)``, ``graph_pass(names)``,
-``inductor_options(names)``, ``install(names)``. ``graph_pass().counts`` says how often each
-fusion matched. Each fusion ``<name>/`` has ``pattern.py`` (search pattern in aten ops,
-replacement by the custom op ``miner::<name>``, extra check), ``kernel.py`` (the Triton kernel and
-its launcher) and, once timed on a GPU, ``wins.json`` (where it beats Inductor: on CUDA the
-extra check fires only there). Kernels run on CUDA, or on CPU tensors under
-``TRITON_INTERPRET=1`` (elsewhere the extra check declines and the graph is left as it was).
-"""
-
-from pathlib import Path as _Path
-
-from miner.runtime.fusions import Fusions as _Fusions
-
-_FUSIONS = _Fusions(_Path(__file__).resolve().parent)
-names, load, graph_pass = _FUSIONS.names, _FUSIONS.load, _FUSIONS.graph_pass
-inductor_options, install = _FUSIONS.inductor_options, _FUSIONS.install
-'''
+    return write_text(workspace.fusions / "__init__.py", fill_template("fusions_init.py.tmpl", version=__version__))
 
 
 def render_test(workspace: Workspace, name: str, meta: dict, command: str) -> str:

@@ -24,64 +24,19 @@ from pathlib import Path
 
 from miner import __version__
 from miner.core.workspace import Workspace, write_json, write_text
+from miner.generate.emit import fill_template
 from miner.generate.generate import Generated, gate_fields, header
 from miner.mine import recompute
 
 LABEL = "compute_once"
-
-PATTERN_PY = string.Template('''${header}"""${title}: a small transcendental value computed once, not in each kernel that reads it.
-
-``extra_check`` is ``miner.mine.recompute.check``, the rule mining applied: the value (${ops}) has a
-static size and at least two pointwise consumers with ${ratio} times its elements or more, into each of
-which Inductor would inline it and recompute it per element. The rewrite (``rewrite.realize_once``) puts
-``prims.inductor_force_stride_order`` after it with its own strides (an identity): Inductor computes it
-into a buffer once and the consumers load it. The values are unchanged. A declined match counts its
-reasons and never raises.
-${gate_doc}"""
-
-${imports}from miner.runtime import rewrite
-
-PATTERN_ID = "${id}"
-OP_NAME = "miner::${op_name}"  # the name decisions are counted under (no custom op)
-LABEL = "compute_once"
-N_INPUTS = 1  # x0: the transcendental's input
-TARGETS = ${targets}
-${wins}
-
-def decision(match):
-    """``miner.mine.recompute.check`` on the matched value (a ``Decision``: ok, reasons, consumers)."""
-    return rewrite.recompute_decision(match.output_node())
-
-
-def extra_check(match):
-    d = decision(match)
-    if d.applies:  # a value already computed once (the pass's second slot) is no candidate
-        rewrite.record_declines(match, OP_NAME, N_INPUTS, d.reasons)
-    return d.ok${gate}
-
-
-def replacement(match, x0):
-    """Compute the value once: its consumers read it through ``prims.inductor_force_stride_order``."""
-    rewrite.realize_once(match.output_node())
-
-
-def register(pass_dict):
-    import torch
-    from torch._inductor.pattern_matcher import CallFunction, KeywordArg, register_graph_pattern
-
-    for target in TARGETS:
-        aten_op = getattr(torch.ops.aten, target.split(".")[1]).default
-        register_graph_pattern(CallFunction(aten_op, KeywordArg("x0")), extra_check=extra_check,
-                               pass_dict=pass_dict)(replacement)
-''')
 
 
 def render_pattern(head: str, cid: str, targets, fusion: str | None = None) -> str:
     """``pattern.py`` of candidate ``cid`` or, with ``fusion``, of the fusion promoted from it (decisions
     counted under ``miner::<fusion>``; ``extra_check`` = the rule and the in-model gate on ``WINS``)."""
     ops = ", ".join(t.split(".")[1] for t in targets)
-    return PATTERN_PY.substitute(header=head, id=cid, targets=repr(tuple(targets)), ops=ops, ratio=recompute.RATIO,
-                                 **gate_fields(cid, LABEL, fusion))
+    return fill_template("compute_once_pattern.py.tmpl", header=head, id=cid, targets=repr(tuple(targets)), ops=ops,
+                         ratio=recompute.RATIO, **gate_fields(cid, LABEL, fusion))
 
 
 FUSION_TEST_PY = string.Template('''${header}"""Fusion ${name} (compute_once, promoted from candidate ${id}): its tests, ``miner.check.realize``'s checks.
@@ -176,4 +131,4 @@ def generate(workspace: Workspace, recomputed_path: str | Path, command: str) ->
     return Generated(cid, LABEL, folder, len(ok))
 
 
-__all__ = ["FUSION_TEST_PY", "LABEL", "PATTERN_PY", "candidate_id", "generate", "render_fusion_test", "render_pattern"]
+__all__ = ["FUSION_TEST_PY", "LABEL", "candidate_id", "generate", "render_fusion_test", "render_pattern"]

@@ -30,56 +30,12 @@ from pathlib import Path
 
 from miner import __version__
 from miner.core.workspace import Workspace, write_json, write_text
+from miner.generate.emit import fill_template
 from miner.generate.generate import Generated, gate_fields, header
 from miner.mine import upcast
 
-PATTERN_PY = string.Template('''${header}"""${title}: ${summary}
 
-${rule_doc}
-
-A declined match counts its reasons (``FusionPass.declined``, ``rewrite.GATE_DECISIONS``) and never
-raises.
-${gate_doc}"""
-
-${imports}from miner.runtime import rewrite
-
-PATTERN_ID = "${id}"
-OP_NAME = "miner::${op_name}"  # the name decisions are counted under (no custom op: the rewrite calls aten)
-LABEL = "${label}"
-N_INPUTS = 2  # x0, x1: the float32 operands of the matmul
-TARGETS = ${targets}
-${wins}
-
-def decision(match):
-    """${decision_doc} on the match's matmul (a ``Decision``: ok, reasons, operands)."""
-    return rewrite.upcast_decision(match.output_node()${demote_arg})
-
-
-def extra_check(match):
-    d = decision(match)
-    if d.applies:  # ${applies}: not counted as declined
-        rewrite.record_declines(match, OP_NAME, N_INPUTS, d.reasons)
-    return d.ok${gate}
-
-
-def replacement(match, x0, x1):
-    """${replacement_doc}"""
-    d = decision(match)
-    if d.ok:  # extra_check declined it otherwise; never reached through the matcher
-        rewrite.upcast_replace(match, d)
-
-
-def register(pass_dict):
-    import torch
-    from torch._inductor.pattern_matcher import CallFunction, KeywordArg, register_graph_pattern
-
-    for target in TARGETS:
-        aten_op = getattr(torch.ops.aten, target.split(".")[1]).default
-        register_graph_pattern(CallFunction(aten_op, KeywordArg("x0"), KeywordArg("x1")),
-                               extra_check=extra_check, pass_dict=pass_dict)(replacement)
-''')
-
-# what differs between the exact rule's pattern.py and the demoting rule's (one template, PATTERN_PY)
+# what differs between the exact rule's pattern.py and the demoting rule's (one template, upcast_pattern.py.tmpl)
 RULE_TEXT = {
     False: dict(
         label=upcast.LABEL, demote_arg="", decision_doc="``miner.mine.upcast.check``",
@@ -109,68 +65,14 @@ way).""",
                         "``.dtype`` GEMM."),
 }
 
-KERNEL_PY = string.Template('''${header}"""Candidate ${id} (upcast_matmul): the GEMM the rewrite calls, for timing and numerics.
-
-``launch(x0, x1)``: ``aten.bmm.dtype`` (3-d) or ``aten.mm.dtype`` (2-d) of two bf16/fp16 tensors with a
-float32 output (CUDA only: torch has no CPU kernel for it). ``reference(x0, x1)``: the float32 matmul
-of the upcasts, what the rewrite replaces.
-"""
-
-import torch
-
-
-def _op(x):
-    return torch.ops.aten.bmm if x.dim() == 3 else torch.ops.aten.mm
-
-
-def launch(x0, x1, *, variant=None, config=None):
-    if x0.device.type != "cuda":
-        raise RuntimeError(f"upcast_matmul needs CUDA tensors (got {x0.device}): aten.bmm.dtype has no CPU kernel")
-    if x0.dtype != x1.dtype or x0.dtype not in (torch.bfloat16, torch.float16):
-        raise ValueError(f"upcast_matmul takes two bf16 or two fp16 operands, got {x0.dtype} and {x1.dtype}")
-    return (_op(x0).dtype(x0, x1, torch.float32),)
-
-
-def reference(x0, x1):
-    return (_op(x0).default(x0.float(), x1.float()),)
-''')
-
 
 def render_pattern(head: str, cid: str, targets, fusion: str | None = None, demote: bool = False) -> str:
     """``pattern.py`` of the candidate ``cid`` (``demote``: the demoting rule's) or, with ``fusion``, of the
     fusion promoted from it (its decisions counted under ``miner::<fusion>``, its ``extra_check`` = the
     rule and the in-model gate)."""
     text = RULE_TEXT[demote]
-    return PATTERN_PY.substitute(header=head, id=cid, targets=repr(tuple(targets)), **text,
-                                 **gate_fields(cid, text["label"], fusion))
-
-
-DEMOTE_KERNEL_PY = string.Template('''${header}"""Candidate ${id} (demote_matmul): the GEMM the rewrite calls, for timing and numerics.
-
-``launch(x0, x1)``: the float32 operand rounded to the other's bf16/fp16, then ``aten.bmm.dtype``
-(3-d) or ``aten.mm.dtype`` (2-d) with a float32 output (CUDA only). ``reference(x0, x1)``: the
-float32 matmul it replaces (the low-precision operand upcast).
-"""
-
-import torch
-
-
-def _op(x):
-    return torch.ops.aten.bmm if x.dim() == 3 else torch.ops.aten.mm
-
-
-def launch(x0, x1, *, variant=None, config=None):
-    if x0.device.type != "cuda":
-        raise RuntimeError(f"demote_matmul needs CUDA tensors (got {x0.device}): aten.bmm.dtype has no CPU kernel")
-    low = x1.dtype if x0.dtype == torch.float32 else x0.dtype
-    if low not in (torch.bfloat16, torch.float16) or {x0.dtype, x1.dtype} != {torch.float32, low}:
-        raise ValueError(f"demote_matmul takes one float32 and one bf16/fp16 operand, got {x0.dtype} and {x1.dtype}")
-    return (_op(x0).dtype(x0.to(low), x1.to(low), torch.float32),)
-
-
-def reference(x0, x1):
-    return (_op(x0).default(x0.float(), x1.float()),)
-''')
+    return fill_template("upcast_pattern.py.tmpl", header=head, id=cid, targets=repr(tuple(targets)), **text,
+                         **gate_fields(cid, text["label"], fusion))
 
 
 def render_demoted(head: str, cid: str, targets, fusion: str | None = None, kernel_head: str | None = None
@@ -178,12 +80,12 @@ def render_demoted(head: str, cid: str, targets, fusion: str | None = None, kern
     """(pattern.py, kernel.py) of the demoting candidate ``cid`` (or, with ``fusion``, the fusion promoted
     from it); ``kernel_head``: kernel.py's header when it differs from pattern.py's."""
     return (render_pattern(head, cid, targets, fusion, demote=True),
-            DEMOTE_KERNEL_PY.substitute(header=kernel_head or head, id=cid))
+            fill_template("demote_kernel.py.tmpl", header=kernel_head or head, id=cid))
 
 
 def render_kernel(head: str, cid: str) -> str:
     """``kernel.py``: the GEMM the rewrite calls (``launch``) and the float32 one it replaces (``reference``)."""
-    return KERNEL_PY.substitute(header=head, id=cid)
+    return fill_template("upcast_kernel.py.tmpl", header=head, id=cid)
 
 
 FUSION_TEST_PY = string.Template('''${header}"""Fusion ${name} (${label}, promoted from candidate ${id}): its tests, ``miner.check.upcast``'s checks.
