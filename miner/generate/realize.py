@@ -18,7 +18,6 @@ Files (``candidates/<id>/``, ``<id>`` = ``r`` + a hash of the rule's constants):
 from __future__ import annotations
 
 import hashlib
-import string
 from collections import Counter
 from pathlib import Path
 
@@ -39,56 +38,11 @@ def render_pattern(head: str, cid: str, targets, fusion: str | None = None) -> s
                          ratio=recompute.RATIO, **gate_fields(cid, LABEL, fusion))
 
 
-FUSION_TEST_PY = string.Template('''${header}"""Fusion ${name} (compute_once, promoted from candidate ${id}): its tests, ``miner.check.realize``'s checks.
-
-CPU: the pass on a traced three-layer RoPE chain (both tables computed once, a second run takes
-nothing); with ``-m slow`` the chain compiled by Inductor with and without it (equal outputs, the
-table's kernel runs once). CUDA (``-m "gpu and slow"``): the fusion inside ``torch.compile`` of the
-tiny zoo model (gate held open: the tiny shapes are not the measured ones).
-"""
-
-from pathlib import Path
-
-import pytest
-import torch
-
-from miner.check import realize as checks
-from miner.runtime import fusions, gate
-
-FUSION = "${name}"
-ROOT = Path(__file__).resolve().parents[2]  # the workspace holding fusions/${name}/
-ZOO = ${zoo}  # (model, mode) it was found in
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-
-
-def _module():
-    return fusions.load(ROOT, FUSION)
-
-
-def test_computes_the_shared_tables_once_in_the_traced_chain():
-    c = checks.check_graph(_module(), FUSION, "cpu")
-    assert c.ok, c.detail
-
-
-@pytest.mark.slow
-def test_compiled_chain_is_unchanged_and_runs_the_table_kernel_once():
-    c = checks.check_compiled(_module(), FUSION, "cpu")
-    assert c.ok, c.detail
-
-
-@pytest.mark.gpu
-@pytest.mark.slow
-@cuda
-def test_fires_in_its_zoo_model():
-    with gate.forced_open():
-        c = checks.check_model(_module(), FUSION, *ZOO, "cuda")
-    assert c.ok, c.detail
-''')
-
-
-def render_fusion_test(head: str, name: str, meta: dict, zoo: tuple[str, str] | None) -> str:
-    """``tests/fusions/test_<name>.py`` of the fusion promoted from compute-once candidate ``meta``."""
-    return FUSION_TEST_PY.substitute(header=head, name=name, id=meta["id"], zoo=repr(zoo))
+def render_fusion(folder: Path, name: str, meta: dict, head: str) -> list[Path]:
+    """pattern.py of the fusion ``name`` promoted from compute-once candidate ``meta`` (the rule and the
+    in-model gate on ``WINS``; no kernel)."""
+    targets = sorted({o["target"] for o in meta["observed"]})
+    return [write_text(folder / "pattern.py", render_pattern(head, meta["id"], targets, fusion=name))]
 
 
 def candidate_id() -> str:
@@ -131,4 +85,4 @@ def generate(workspace: Workspace, recomputed_path: str | Path, command: str) ->
     return Generated(cid, LABEL, folder, len(ok))
 
 
-__all__ = ["FUSION_TEST_PY", "LABEL", "candidate_id", "generate", "render_fusion_test", "render_pattern"]
+__all__ = ["LABEL", "candidate_id", "generate", "render_fusion", "render_pattern"]

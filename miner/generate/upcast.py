@@ -24,7 +24,6 @@ the rule):
 from __future__ import annotations
 
 import hashlib
-import string
 from collections import Counter
 from pathlib import Path
 
@@ -88,90 +87,22 @@ def render_kernel(head: str, cid: str) -> str:
     return fill_template("upcast_kernel.py.tmpl", header=head, id=cid)
 
 
-FUSION_TEST_PY = string.Template('''${header}"""Fusion ${name} (${label}, promoted from candidate ${id}): its tests, ``miner.check.upcast``'s checks.
-
-CPU: t5's attention chain at each observed shape, traced on fake CUDA tensors: with the in-model gate
-held open the fusion rewrites QK^T into the ``.dtype`` GEMM and declines PV (a dropout's scale is no
-exact upcast); with the gate on, it fires exactly where ``miner.runtime.gate.decide_context`` says
-for its ``wins.json``; the rewritten chain run on the CPU (the GEMM emulated) equals the original.
-CUDA (``-m gpu``): the GEMM against float64 per observed shape; with ``-m "gpu and slow"`` the fusion
-inside ``torch.compile`` of the tiny zoo model (gate held open: the tiny shapes are not the measured ones).
-"""
-
-from collections import Counter
-from pathlib import Path
-
-import pytest
-import torch
-
-from miner.check import upcast as checks
-from miner.runtime import fusions, gate, rewrite
-
-FUSION = "${name}"
-ROOT = Path(__file__).resolve().parents[2]  # the workspace holding fusions/${name}/
-OBSERVED = ${observed}  # what the rule accepted where it was mined (candidate.json ``observed``)
-ZOO = ${zoo}  # (model, mode) it was found in
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def render_fusion(folder: Path, name: str, meta: dict, head: str) -> list[Path]:
+    """kernel.py (the GEMM) and pattern.py (the rule, the rewrite and the in-model gate) of the fusion
+    ``name`` promoted from the exact upcast candidate ``meta``."""
+    return [write_text(folder / "kernel.py", render_kernel(head, meta["id"])),
+            write_text(folder / "pattern.py", render_pattern(head, meta["id"], _fusion_targets(meta), fusion=name))]
 
 
-def _module():
-    return fusions.load(ROOT, FUSION)
+def render_demoted_fusion(folder: Path, name: str, meta: dict, head: str) -> list[Path]:
+    """kernel.py and pattern.py of the fusion ``name`` promoted from the demoting candidate ``meta`` (``d...``)."""
+    pattern, kernel = render_demoted(head, meta["id"], _fusion_targets(meta), fusion=name)
+    return [write_text(folder / "kernel.py", kernel), write_text(folder / "pattern.py", pattern)]
 
 
-@pytest.mark.parametrize("entry", OBSERVED)
-def test_rewrites_the_mined_chain_and_declines_pv(entry):
-    c = checks.check_graph(_module(), FUSION, entry, gate_open=True)
-    assert c.ok, c.detail
-
-
-@pytest.mark.parametrize("entry", OBSERVED)
-def test_the_gate_decides_from_its_in_model_evidence(entry):
-    module = _module()
-    before = Counter(gate.OBSERVED)
-    _, graph_pass, _, _ = checks.rewrite_chain(module, FUSION, entry)
-    seen = [(ctx, fire) for (name, ctx, fire), n in gate.OBSERVED.items() if name == FUSION and n > before[(name, ctx, fire)]]
-    assert len(seen) == 1, seen  # QK^T reaches the gate; PV was declined by the rule before it
-    ctx, fire = seen[0]
-    assert fire == gate.decide_context(ctx, gate.in_model_records(module.WINS))[0]
-    assert graph_pass.counts[FUSION] == int(fire)
-
-
-@pytest.mark.parametrize("entry", OBSERVED[:1])
-def test_rewritten_chain_equals_the_original_on_cpu(entry):
-    c = checks.check_emulated(_module(), FUSION, entry, gate_open=True)
-    assert c.ok, c.detail
-
-
-@pytest.mark.gpu
-@cuda
-@pytest.mark.parametrize("label, entry", checks.numeric_entries({"observed": OBSERVED}))
-def test_gemm_matches_float64(label, entry):
-    path = ROOT / "fusions" / FUSION / "kernel.py"
-    c = checks.check_numerics(rewrite.load_module(path, rewrite.module_name(path, "kernel")), label, entry, "cuda")
-    assert c.ok, c.detail
-
-
-@pytest.mark.gpu
-@pytest.mark.slow
-@cuda
-def test_fires_in_its_zoo_model():
-    c = checks.check_model(_module(), FUSION, *ZOO, "cuda", gate_open=True)
-    assert c.ok, c.detail
-''')
-
-
-def render_fusion_test(head: str, name: str, meta: dict, zoo: tuple[str, str] | None) -> str:
-    """``tests/fusions/test_<name>.py`` of the fusion promoted from upcast candidate ``meta``; ``zoo``: the
-    (model, mode) its in-model test compiles."""
-    keep = ("model", "preset", "phase", "target", "inputs", "float32_inputs", "sources")
-    observed = [{k: o[k] for k in keep if k in o} for o in meta["observed"]]
-    return FUSION_TEST_PY.substitute(header=head, name=name, label=upcast.LABEL, id=meta["id"],
-                                     observed=_literal(observed), zoo=repr(zoo))
-
-
-def _literal(value: list) -> str:
-    """``value`` as a Python list literal, one entry per line."""
-    return "[\n" + "".join(f"    {v!r},\n" for v in value) + "]"
+def _fusion_targets(meta: dict) -> list[str]:
+    """The matmul targets a fusion registers: the observed ones and every one the rule takes."""
+    return sorted({o["target"] for o in meta["observed"]} | set(upcast.MATMULS))
 
 
 def candidate_id(demote: bool = False) -> str:
@@ -285,5 +216,5 @@ def generate(workspace: Workspace, upcasts_path: str | Path, command: str, *, de
     return Generated(cid, meta["label"], folder, len(fired))
 
 
-__all__ = ["as_demoted", "candidate_id", "declined", "generate", "observed", "render_demoted", "render_fusion_test",
-           "render_kernel", "render_pattern"]
+__all__ = ["as_demoted", "candidate_id", "declined", "generate", "observed", "render_demoted", "render_demoted_fusion",
+           "render_fusion", "render_kernel", "render_pattern"]
