@@ -7,6 +7,7 @@ Triton kernel in its interpreter) unless marked ``gpu`` (skipped without a CUDA 
 ones run with ``-m slow``.
 """
 
+import miner  # noqa: F401  first: imported from a checkout, miner_testing is its tests/harness/
 from miner_testing import bind
 
 FUSION = "log_softmax"
