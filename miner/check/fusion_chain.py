@@ -141,7 +141,8 @@ def fusion_test_cases(workspace, name: str, meta: dict) -> list[tuple[str, str, 
             + [("test_looped_kernel_matches_one_pass", first_id, first),
                ("test_torch_compile_uses_the_fusion_and_matches_eager", first_id, first),
                ("test_training_step_matches_eager_with_the_expected_matches", first_id, {**first, "matches": matches})]
-            + ([("test_fusion_fires_in_its_zoo_model", "/".join(zoo), {"model": zoo[0], "mode": zoo[1]})] if zoo else [])
+            + ([("test_fusion_fires_in_its_zoo_model", "/".join(zoo), {"model": zoo[0], "mode": zoo[1]})]
+               if zoo else [])
             + [("test_registry_is_loud_about_unknown_names", "no_such_fusion", {"unknown": "no_such_fusion"})])
 
 
