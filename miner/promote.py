@@ -11,11 +11,10 @@ its latest run in ``candidates/<id>/bench.json``); the fusion's extra check read
 Without a bench.json there is no wins.json and the fusion fires as unmeasured;
 ``miner promote`` again refreshes it (``miner bench --import`` says when).
 
-An upcast-matmul candidate (``kind: upcast_matmul``, an aten rewrite with no Triton kernel) is
-rendered by ``miner.generate.upcast`` instead: its pattern.py is the candidate's rule and rewrite with
-the in-model gate added to ``extra_check`` (``rewrite.wins_gate`` on ``WINS``), its kernel.py the GEMM,
-its test ``miner.check.upcast``'s checks. Its validation must have proven the rewrite in a model on
-CUDA, and the same in-model promotion rule applies.
+The candidate's kind (``miner.kinds``) renders the fusion's own files (``fusion_files``: a Triton
+kernel's pattern.py and kernel.py from the row generator; an upcast's rule, rewrite and GEMM; a
+compute-once rule) and the rows of its test module (``test_cases``, for the kind's ``harness``); a kind
+with no ``fusion_files`` is refused. The same in-model promotion rule applies to every kind.
 """
 
 from __future__ import annotations
@@ -26,21 +25,15 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from miner import __version__
-from miner.generate import fusion_test, lower
+from miner import __version__, kinds
+from miner.generate import fusion_test
+from miner.generate.emit import fill_template
 from miner.runtime import rewrite
 from miner.core import candidate as candidates
 from miner.core.candidate import Candidate
 from miner.core.errors import UsageError
-from miner.generate.generate import (KERNEL_IMPORT, example_shapes, header, render_kernel_py,
-                                     render_pattern_py,
-                            spec_from_pattern)
-from miner.check.cases import fusion_cases
+from miner.generate.generate import header
 from miner.check.promotion import carry_into, require_in_model_win
-from miner.check.checks import pick_model
-from miner.generate import upcast as gen_upcast
-from miner.mine import upcast as upcast_mining
-from miner.rules import upcast as upcast_rule
 from miner.core.workspace import Workspace, read_json, write_json, write_text
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -76,6 +69,10 @@ def promote(workspace: Workspace, cid: str, name: str, root: Path | None = None)
     """Write fusions/<name>/ and tests/fusions/test_<name>.py (``root``: repo root for tests, default workspace)."""
     if not NAME_RE.match(name) or keyword.iskeyword(name):
         raise UsageError(f"fusion name {name!r}: use lower_snake_case (e.g. softmax_like)")
+    kind = kinds.kind_of(candidates.load(workspace, cid).meta)
+    if kind.fusion_files is None:
+        raise UsageError(f"candidate {cid} is a {kind.name} ({kind.about}): `miner promote` cannot render its "
+                         f"fusion yet")
     cand, validation = check_promotable(workspace, cid)
     existing = candidates.promoted_as(workspace, cand.id)
     if existing is not None and existing != name:  # one candidate, one fusion: two would both rewrite the graph
@@ -90,21 +87,8 @@ def promote(workspace: Workspace, cid: str, name: str, root: Path | None = None)
     meta = cand.meta
     command = f"miner promote {meta['id']} --name {name}"
     folder = workspace.fusions / name
-    what = f"fusion {name}, promoted from a validated candidate"
-    kind = meta.get("kind")
-    head, test_head = header(meta["id"], command, what), header(meta["id"], command, f"test of fusion {name}")
-    if kind == "compute_once":  # an identity put after a value (no kernel): miner.generate.realize renders it
-        from miner.generate import realize
-
-        files = [write_text(folder / "pattern.py", realize.render_pattern(
-            head, meta["id"], sorted({o["target"] for o in meta["observed"]}), fusion=name))]
-        test = realize.render_fusion_test(test_head, name, meta, pick_model(meta))
-    elif kind == upcast_mining.LABEL:  # an aten rewrite (no Triton kernel): its own renderer
-        files = _upcast_sources(folder, name, meta, head)
-        test = gen_upcast.render_fusion_test(test_head, name, meta, pick_model(meta))
-    else:
-        files = _sources(folder, name, meta, head)
-        test = None  # rendered once the fusion's folder is complete: it compiles the fusion (render_test)
+    head = header(meta["id"], command, f"fusion {name}, promoted from a validated candidate")
+    files = kind.call("fusion_files", folder, name, meta, head)
     files += [
         write_json(folder / "fusion.json", {
             "name": name, "pattern_id": meta["id"], "ops": meta["ops"], "miner_version": __version__,
@@ -116,61 +100,11 @@ def promote(workspace: Workspace, cid: str, name: str, root: Path | None = None)
     carried = carry_into(folder / rewrite.WINS_FILE, name, evidence)  # the gate's in-model evidence
     files += [] if wins else [carried]
     files.append(write_registry(workspace))
-    test = test if test is not None else render_test(workspace, name, meta, command)
-    files.append(write_text(tests_root / f"test_{name}.py", test))
+    files.append(write_text(tests_root / f"test_{name}.py", render_test(workspace, kind, name, meta, command)))
     if not any((d / "conftest.py").exists() for d in (tests_root, tests_root.parent)):
         # a user's workspace has no conftest: without one the GPU cases fail on a CPU instead of skipping
-        files.append(write_text(tests_root / "conftest.py", CONFTEST.format(version=__version__)))
+        files.append(write_text(tests_root / "conftest.py", fill_template("conftest.py.tmpl", version=__version__)))
     return Promoted(name, meta["id"], tuple(files))
-
-
-def _sources(folder: Path, name: str, meta: dict, head: str) -> list[Path]:
-    """kernel.py and pattern.py of a fusion, rendered from the candidate's pattern by the Triton generator."""
-    from miner.core.pattern import pattern_from_json
-
-    spec = spec_from_pattern(pattern_from_json(meta["pattern"]))
-    prog = lower.lower(spec)
-    return [write_text(folder / "kernel.py", render_kernel_py(prog, head)),
-            write_text(folder / "pattern.py", render_pattern_py(
-                prog, head, f"miner::{name}", KERNEL_IMPORT, example_shapes(meta["observed"], spec.n_inputs),
-                f"Fusion {name}: {meta['ops']}.", gated=True))]
-
-
-def _upcast_sources(folder: Path, name: str, meta: dict, head: str) -> list[Path]:
-    """kernel.py (the GEMM) and pattern.py (the rule, the rewrite and the in-model gate) of an upcast fusion."""
-    targets = sorted({o["target"] for o in meta["observed"]} | set(upcast_rule.MATMULS))
-    if meta.get("demote"):  # the demoting rule's candidate (d...): its own templates
-        pattern, kernel = gen_upcast.render_demoted(head, meta["id"], targets, fusion=name)
-        return [write_text(folder / "kernel.py", kernel), write_text(folder / "pattern.py", pattern)]
-    return [write_text(folder / "kernel.py", gen_upcast.render_kernel(head, meta["id"])),
-            write_text(folder / "pattern.py", gen_upcast.render_pattern(head, meta["id"], targets, fusion=name))]
-
-
-CONFTEST = '''# Written by miner {version} (`miner promote`) where no conftest.py was: the fusion tests' markers.
-"""``gpu`` tests skip without CUDA; ``slow`` ones (a zoo model compiled with the fusion) run with ``-m slow``."""
-
-import os
-
-import pytest
-import torch
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: kernels run on CPU tensors
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped without one")
-    config.addinivalue_line("markers", "slow: compiles a zoo model; run with -m slow")
-
-
-def pytest_collection_modifyitems(config, items):
-    wanted = config.getoption("-m") or ""
-    for item in items:
-        if "gpu" in item.keywords and not torch.cuda.is_available():
-            item.add_marker(pytest.mark.skip(reason="needs a CUDA device"))
-        elif "slow" in item.keywords and "slow" not in wanted:
-            item.add_marker(pytest.mark.skip(reason="slow: run with -m slow"))
-'''
 
 
 def measured_wins(workspace: Workspace, cid: str) -> dict | None:
@@ -211,45 +145,13 @@ def write_wins(workspace: Workspace, folder: Path, cid: str) -> Path | None:
 
 def write_registry(workspace: Workspace) -> Path:
     """Write ``fusions/__init__.py``: the folder as a package (the same file in every workspace)."""
-    return write_text(workspace.fusions / "__init__.py", REGISTRY_TEMPLATE.format(version=__version__))
+    return write_text(workspace.fusions / "__init__.py", fill_template("fusions_init.py.tmpl", version=__version__))
 
 
-REGISTRY_TEMPLATE = '''# Written by miner {version} (`miner promote`); the same in every workspace.
-"""Promoted fusions: Inductor pattern rewrites whose replacement is a generated Triton kernel.
-
-Load them into torch.compile by path, with any ``mode``::
-
-    import miner.runtime.fusions
-    miner.runtime.fusions.install("path/to/workspace")      # every later torch.compile uses them
-    model = torch.compile(model, mode="max-autotune")
-
-or, for one compile, ``torch.compile(model, options=miner.runtime.fusions.inductor_options("path/to/workspace"))``.
-This folder imported as a package (the repository's own is installed as ``miner_fusions``) offers
-the same functions bound to it: ``names()``, ``load(name)``, ``graph_pass(names)``,
-``inductor_options(names)``, ``install(names)``. ``graph_pass().counts`` says how often each
-fusion matched. Each fusion ``<name>/`` has ``pattern.py`` (search pattern in aten ops,
-replacement by the custom op ``miner::<name>``, extra check), ``kernel.py`` (the Triton kernel and
-its launcher) and, once timed on a GPU, ``wins.json`` (where it beats Inductor: on CUDA the
-extra check fires only there). Kernels run on CUDA, or on CPU tensors under
-``TRITON_INTERPRET=1`` (elsewhere the extra check declines and the graph is left as it was).
-"""
-
-from pathlib import Path as _Path
-
-from miner.runtime.fusions import Fusions as _Fusions
-
-_FUSIONS = _Fusions(_Path(__file__).resolve().parent)
-names, load, graph_pass = _FUSIONS.names, _FUSIONS.load, _FUSIONS.graph_pass
-inductor_options, install = _FUSIONS.inductor_options, _FUSIONS.install
-'''
-
-
-def render_test(workspace: Workspace, name: str, meta: dict, command: str) -> str:
-    """tests/fusions/test_<name>.py: the fusion's cases table (``miner.generate.fusion_test``), with the
-    training step's matches measured here on the CPU (``miner.check.fusion_harness.train_matches``)."""
-    from miner.check import fusion_harness
-
-    cases = fusion_cases(meta)
-    matches = fusion_harness.train_matches(workspace.fusions, name, meta["signature"]["input_kinds"], cases[0][:2])
-    return fusion_test.render(name, meta, header(meta["id"], command, f"test of fusion {name}"), matches,
-                              pick_model(meta))
+def render_test(workspace: Workspace, kind: kinds.Kind, name: str, meta: dict, command: str) -> str:
+    """tests/fusions/test_<name>.py: the fusion's cases table (``miner.generate.fusion_test``), its rows the
+    kind's ``test_cases`` (a kernel fusion's training matches measured here, on the CPU); called once the
+    fusion's folder is complete, since they may compile it."""
+    rows = kind.call("test_cases", workspace, name, meta)
+    return fusion_test.render(name=name, ops=meta["ops"], harness=kind.harness, rows=rows,
+                              head=header(meta["id"], command, f"test of fusion {name}"))

@@ -23,16 +23,27 @@ def test_every_package_folder_under_miner_is_listed():
 
 def test_generic_folders_install_under_names_of_ours():
     config = _config()
-    assert config["package-dir"] == {"miner_models": "models", "miner_fusions": "fusions"}
-    assert {p.split(".")[0] for p in config["packages"]} == {"miner", "miner_models", "miner_fusions"}
+    assert config["package-dir"] == {"miner_models": "models", "miner_fusions": "fusions",
+                                     "miner_testing": "tests/harness"}
+    assert {p.split(".")[0] for p in config["packages"]} == {"miner", "miner_models", "miner_fusions", "miner_testing"}
 
 
 def test_the_checkout_resolves_its_own_zoo_and_fusions():
     import miner_fusions
     import miner_models
+    import miner_testing
 
     assert Path(miner_models.__file__).parent == REPO / "models"
     assert Path(miner_fusions.__file__).parent == REPO / "fusions"
+    assert Path(miner_testing.__file__).parent == REPO / "tests" / "harness"
+
+
+def test_the_product_package_imports_no_test_framework():
+    # the fusions' test harness is miner_testing (tests/harness/); promote counts matches without pytest
+    found = [str(p.relative_to(REPO)) for p in (REPO / "miner").rglob("*.py")
+             if any(ln.strip().startswith(("import pytest", "from pytest", "from _pytest"))
+                    for ln in p.read_text().splitlines())]
+    assert not found, found
 
 
 @pytest.mark.slow
@@ -42,6 +53,6 @@ def test_the_wheel_holds_only_our_top_level_names(tmp_path):
     (wheel,) = tmp_path.glob("miner-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
-    assert tops == {"miner", "miner_models", "miner_fusions"}
-    assert "miner/report/style.css" in names
+    assert tops == {"miner", "miner_models", "miner_fusions", "miner_testing"}
+    assert "miner/report/style.css" in names and "miner_testing/row_kernel.py" in names
     assert "miner_fusions/softmax_like/pattern.py" in names and "miner_fusions/softmax_like/wins.json" in names

@@ -85,12 +85,15 @@ def test_promote_writes_fusion_test_and_registry(ws):
     registry = (ws.fusions / "__init__.py").read_text()
     assert "_Fusions(_Path(__file__).resolve().parent)" in registry  # the folder's fusions, whatever it holds
     test = (ws.root / "tests" / "fusions" / "test_softmax_like.py").read_text()
-    # the test module is its cases table; the tests are the shared harness's
-    assert "from miner.check.fusion_harness import *" in test and 'FUSION = "softmax_like"' in test
+    # the test module is its cases table; the tests are its kind's harness's (miner_testing.row_kernel)
+    assert 'FUSION = "softmax_like"' in test and 'globals().update(bind("row_kernel", CASES))' in test
     table = {}
-    exec(compile(test.replace("from miner.check.fusion_harness import *", ""), "test_softmax_like.py", "exec"), table)
-    assert table["INPUT_KINDS"] == ["float"] and table["CASES"][0][0] == [[6, 20]]
-    assert table["TRAIN_MATCHES"] == 0  # measured: backward keeps exp and sum, so the matcher leaves the chain
+    exec(compile(test, "test_softmax_like.py", "exec"), table)
+    assert table["CASES"][0][:2] == ("test_kernel_matches_float64_reference", "bert/forward")
+    assert table["CASES"][0][2]["shapes"] == [[6, 20]]
+    train = [args for name, _, args in table["CASES"] if name == "test_training_step_matches_eager_with_the_expected_matches"]
+    assert train[0]["matches"] == 0  # measured: backward keeps exp and sum, so the matcher leaves the chain
+    assert callable(table["test_training_step_matches_eager_with_the_expected_matches"])  # bound by the table
     assert "def test_" not in test
     assert candidates.status(ws, candidates.load(ws, r.id)) == "promoted"
     assert "promoted_as" not in json.loads((r.path / "candidate.json").read_text())  # promote writes fusions/ only

@@ -164,4 +164,14 @@ def validate(cand, device: str, model: bool = True, log: Callable[[str], None] =
     return v
 
 
-__all__ = ["LAYERS", "check_compiled", "check_graph", "check_model", "rope_chain", "validate"]
+def fusion_test_cases(workspace, name: str, meta: dict) -> list[tuple[str, str, dict]]:
+    """The rows of a compute-once fusion's test table (``miner_testing.compute_once``): ``(test, case id,
+    arguments)``: the RoPE chain traced and compiled on the CPU, the zoo model it was found in."""
+    zoo = pick_model(meta)
+    chain = {"device": "cpu"}
+    return ([("test_computes_the_shared_tables_once_in_the_traced_chain", "rope_chain", chain),
+             ("test_compiled_chain_is_unchanged_and_runs_the_table_kernel_once", "rope_chain", chain)]
+            + ([("test_fires_in_its_zoo_model", "/".join(zoo), {"model": zoo[0], "mode": zoo[1]})] if zoo else []))
+
+
+__all__ = ["LAYERS", "check_compiled", "check_graph", "check_model", "fusion_test_cases", "rope_chain", "validate"]

@@ -372,6 +372,26 @@ def validate(cand, device: str, model: bool = True, log: Callable[[str], None] =
     return v
 
 
+def fusion_test_cases(workspace, name: str, meta: dict) -> list[tuple[str, str, dict]]:
+    """The rows of an upcast fusion's test table (``miner_testing.upcast``): ``(test, case id, arguments)``.
+
+    The chain's checks at each observed entry (the emulated run at the first), the GEMM at
+    :func:`numeric_entries`, the zoo model it was found in.
+    """
+    keep = ("model", "preset", "phase", "target", "inputs", "float32_inputs", "sources")
+    observed = [{k: o[k] for k in keep if k in o} for o in meta["observed"]]
+    ids = [f"{o['model']}/{o['phase']}" for o in observed]
+    zoo = pick_model(meta)
+    return ([(test, cid, o) for test in ("test_rewrites_the_mined_chain_and_declines_pv",
+                                         "test_the_gate_decides_from_its_in_model_evidence")
+             for cid, o in zip(ids, observed)]
+            + [("test_rewritten_chain_equals_the_original_on_cpu", cid, o) for cid, o in zip(ids[:1], observed)]
+            + [("test_gemm_matches_float64", label, {"label": label, **entry})
+               for label, entry in numeric_entries({"observed": observed})]
+            + ([("test_fires_in_its_zoo_model", "/".join(zoo), {"model": zoo[0], "mode": zoo[1]})] if zoo else []))
+
+
 __all__ = ["CUDA_ONLY", "DROPOUT_SCALE", "SHRUNK", "SLACK", "attention_chain", "check_emulated", "check_graph",
-           "check_model", "check_numerics", "compare_demoted", "model_check", "compare_gemm", "emulated_run", "numeric_entries",
+           "check_model", "check_numerics", "compare_demoted", "model_check", "compare_gemm", "emulated_run", "fusion_test_cases",
+           "numeric_entries",
            "rewrite_chain", "shrunk", "trace", "validate"]

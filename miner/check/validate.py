@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import time
 
+from miner import kinds
 from miner.check.cases import numeric_cases
 from miner.check.checks import Check, Validation, compare, line, model_step, models_build, outputs_check, pick_model
 from miner.core import candidate as candidates
@@ -191,26 +192,18 @@ def validate(workspace: Workspace, cid: str, device: str | None = None, model: b
              log=lambda s: None) -> Validation:
     """Run every check of one candidate; writes validation.json (nothing else).
 
-    An upcast-matmul candidate (``kind: upcast_matmul``) runs ``miner.check.upcast.validate``'s checks
-    instead, a compute-once candidate (``kind: compute_once``) ``miner.check.realize.validate``'s; the
-    file has the same format.
+    The checks are the candidate's kind's (``miner.kinds``: :func:`validate_kernel` for a row or region
+    kernel, ``miner.check.upcast.validate`` for an upcast, ...); the file has the same format for all.
     """
     import torch
 
     cand = candidates.load(workspace, cid)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if cand.meta.get("kind") == "upcast_matmul":
-        from miner.check import upcast
+    return _finish(cand, kinds.kind_of(cand.meta).call("checks", cand, device, model, log))
 
-        return _finish(cand, upcast.validate(cand, device, model, log))
-    if cand.meta.get("kind") == "compute_once":
-        from miner.check import realize
 
-        return _finish(cand, realize.validate(cand, device, model, log))
-    if cand.meta.get("kind") == "reduce_region":
-        from miner.check import reduce
-
-        return _finish(cand, reduce.validate(cand, device, model, log))
+def validate_kernel(cand: Candidate, device: str, model: bool = True, log=lambda s: None) -> Validation:
+    """The checks of a Triton kernel candidate (a row or region kernel): numerics, stream, rewrite."""
     v = Validation(cand.id, True, device, model)
     for label, entry, variant in numeric_cases(cand.meta, on_cpu=device == "cpu"):
         c = check_numerics(cand, label, entry, variant, device)
@@ -237,7 +230,7 @@ def validate(workspace: Workspace, cid: str, device: str | None = None, model: b
             v.checks.append(c)
     for c in v.checks:
         c.device = c.device or (device if c.kind in ("numerics", "stream") else "cpu")
-    return _finish(cand, v)
+    return v
 
 
 def _finish(cand: Candidate, v: Validation) -> Validation:

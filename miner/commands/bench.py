@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from miner import kinds
 from miner.core import candidate as candidates
 from miner.core import executor
 from miner.core.dtypes import CAST_FLOATS
@@ -76,10 +77,10 @@ def run(args) -> int:
     ws = Workspace(args.workspace)
     ids = [c.strip() for c in args.candidates.split(",")] if args.candidates else None
     cands = candidates.load_all(ws, ids)
-    from miner.mine.upcast import LABEL
-    for c in [c for c in cands if c.meta.get("kind") == LABEL]:  # an aten rewrite: no kernel of its own to time
-        print(f"skipping {c.id} ({LABEL}): tests/test_upcast_matmul_gpu.py times its GEMM, `miner verify --ab` its step")
-    cands = [c for c in cands if c.meta.get("kind") != LABEL]
+    untimed = {c.id: kinds.kind_of(c.meta) for c in cands if kinds.kind_of(c.meta).bench}
+    for cid, kind in untimed.items():  # e.g. an aten rewrite: no kernel of its own to time
+        print(f"skipping {cid} ({kind.name}): {kind.bench}")
+    cands = [c for c in cands if c.id not in untimed]
     if not cands:
         raise UsageError(f"no candidates in {ws.candidates} (run `miner generate` first)")
     if not args.include_failed:

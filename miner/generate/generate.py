@@ -28,7 +28,7 @@ from miner.generate import emit, lower, region
 from miner.generate.emit import render_kernel_py
 from miner.generate.lower import PatternSpec, Program, Unsupported
 from miner.core import dtypes, source
-from miner.core.pattern import canonical_nodes
+from miner.core.pattern import canonical_nodes, pattern_from_json
 from miner.core.source import literal_value
 from miner.rules.contract import row_shape
 from miner.runtime.launch import LOOP_BLOCK, ONE_PASS_MAX
@@ -484,6 +484,19 @@ def generate_one(pattern, workspace: Workspace, command: str, source: dict | Non
         meta["rng"] = RNG_NOTE
     write_json(old, meta)  # written once, here: later stages write files of their own
     return Generated(cid, label, folder, len(observed))
+
+
+def render_fusion(folder: Path, name: str, meta: dict, head: str) -> list[Path]:
+    """kernel.py and pattern.py of the fusion ``name`` promoted from row-kernel candidate ``meta``, rendered
+    again from its pattern (the same generator: the validated kernel) with the fusion's names and gate."""
+    from miner.core.pattern import pattern_from_json
+
+    spec = spec_from_pattern(pattern_from_json(meta["pattern"]))
+    prog = lower.lower(spec)
+    return [write_text(folder / "kernel.py", render_kernel_py(prog, head)),
+            write_text(folder / "pattern.py", render_pattern_py(
+                prog, head, f"miner::{name}", KERNEL_IMPORT, example_shapes(meta["observed"], spec.n_inputs),
+                f"Fusion {name}: {meta['ops']}.", gated=True))]
 
 
 RNG_SUFFIX = "_x4"  # a candidate drawing the four-per-call stream: <pattern id>_x4 (Inductor's stream: <pattern id>)

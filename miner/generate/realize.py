@@ -18,126 +18,32 @@ Files (``candidates/<id>/``, ``<id>`` = ``r`` + a hash of the rule's constants):
 from __future__ import annotations
 
 import hashlib
-import string
 from collections import Counter
 from pathlib import Path
 
 from miner import __version__
 from miner.core.workspace import Workspace, write_json, write_text
+from miner.generate.emit import fill_template
 from miner.generate.generate import Generated, gate_fields, header
 from miner.mine import recompute
 from miner.rules import recompute as rule
 
 LABEL = "compute_once"
 
-# The generated text names the rule ``miner.mine.recompute.check``, its path before issue 28 (it still
-# resolves: mining imports it from ``miner.rules.recompute``); renaming it would change the committed
-# candidate's sources digest and void its GPU validation.
-PATTERN_PY = string.Template('''${header}"""${title}: a small transcendental value computed once, not in each kernel that reads it.
-
-``extra_check`` is ``miner.mine.recompute.check``, the rule mining applied: the value (${ops}) has a
-static size and at least two pointwise consumers with ${ratio} times its elements or more, into each of
-which Inductor would inline it and recompute it per element. The rewrite (``rewrite.realize_once``) puts
-``prims.inductor_force_stride_order`` after it with its own strides (an identity): Inductor computes it
-into a buffer once and the consumers load it. The values are unchanged. A declined match counts its
-reasons and never raises.
-${gate_doc}"""
-
-${imports}from miner.runtime import rewrite
-
-PATTERN_ID = "${id}"
-OP_NAME = "miner::${op_name}"  # the name decisions are counted under (no custom op)
-LABEL = "compute_once"
-N_INPUTS = 1  # x0: the transcendental's input
-TARGETS = ${targets}
-${wins}
-
-def decision(match):
-    """``miner.mine.recompute.check`` on the matched value (a ``Decision``: ok, reasons, consumers)."""
-    return rewrite.recompute_decision(match.output_node())
-
-
-def extra_check(match):
-    d = decision(match)
-    if d.applies:  # a value already computed once (the pass's second slot) is no candidate
-        rewrite.record_declines(match, OP_NAME, N_INPUTS, d.reasons)
-    return d.ok${gate}
-
-
-def replacement(match, x0):
-    """Compute the value once: its consumers read it through ``prims.inductor_force_stride_order``."""
-    rewrite.realize_once(match.output_node())
-
-
-def register(pass_dict):
-    import torch
-    from torch._inductor.pattern_matcher import CallFunction, KeywordArg, register_graph_pattern
-
-    for target in TARGETS:
-        aten_op = getattr(torch.ops.aten, target.split(".")[1]).default
-        register_graph_pattern(CallFunction(aten_op, KeywordArg("x0")), extra_check=extra_check,
-                               pass_dict=pass_dict)(replacement)
-''')
-
 
 def render_pattern(head: str, cid: str, targets, fusion: str | None = None) -> str:
     """``pattern.py`` of candidate ``cid`` or, with ``fusion``, of the fusion promoted from it (decisions
     counted under ``miner::<fusion>``; ``extra_check`` = the rule and the in-model gate on ``WINS``)."""
     ops = ", ".join(t.split(".")[1] for t in targets)
-    return PATTERN_PY.substitute(header=head, id=cid, targets=repr(tuple(targets)), ops=ops, ratio=rule.RATIO,
-                                 **gate_fields(cid, LABEL, fusion))
+    return fill_template("compute_once_pattern.py.tmpl", header=head, id=cid, targets=repr(tuple(targets)), ops=ops,
+                         ratio=rule.RATIO, **gate_fields(cid, LABEL, fusion))
 
 
-FUSION_TEST_PY = string.Template('''${header}"""Fusion ${name} (compute_once, promoted from candidate ${id}): its tests, ``miner.check.realize``'s checks.
-
-CPU: the pass on a traced three-layer RoPE chain (both tables computed once, a second run takes
-nothing); with ``-m slow`` the chain compiled by Inductor with and without it (equal outputs, the
-table's kernel runs once). CUDA (``-m "gpu and slow"``): the fusion inside ``torch.compile`` of the
-tiny zoo model (gate held open: the tiny shapes are not the measured ones).
-"""
-
-from pathlib import Path
-
-import pytest
-import torch
-
-from miner.check import realize as checks
-from miner.runtime import fusions, gate
-
-FUSION = "${name}"
-ROOT = Path(__file__).resolve().parents[2]  # the workspace holding fusions/${name}/
-ZOO = ${zoo}  # (model, mode) it was found in
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-
-
-def _module():
-    return fusions.load(ROOT, FUSION)
-
-
-def test_computes_the_shared_tables_once_in_the_traced_chain():
-    c = checks.check_graph(_module(), FUSION, "cpu")
-    assert c.ok, c.detail
-
-
-@pytest.mark.slow
-def test_compiled_chain_is_unchanged_and_runs_the_table_kernel_once():
-    c = checks.check_compiled(_module(), FUSION, "cpu")
-    assert c.ok, c.detail
-
-
-@pytest.mark.gpu
-@pytest.mark.slow
-@cuda
-def test_fires_in_its_zoo_model():
-    with gate.forced_open():
-        c = checks.check_model(_module(), FUSION, *ZOO, "cuda")
-    assert c.ok, c.detail
-''')
-
-
-def render_fusion_test(head: str, name: str, meta: dict, zoo: tuple[str, str] | None) -> str:
-    """``tests/fusions/test_<name>.py`` of the fusion promoted from compute-once candidate ``meta``."""
-    return FUSION_TEST_PY.substitute(header=head, name=name, id=meta["id"], zoo=repr(zoo))
+def render_fusion(folder: Path, name: str, meta: dict, head: str) -> list[Path]:
+    """pattern.py of the fusion ``name`` promoted from compute-once candidate ``meta`` (the rule and the
+    in-model gate on ``WINS``; no kernel)."""
+    targets = sorted({o["target"] for o in meta["observed"]})
+    return [write_text(folder / "pattern.py", render_pattern(head, meta["id"], targets, fusion=name))]
 
 
 def candidate_id() -> str:
@@ -180,4 +86,4 @@ def generate(workspace: Workspace, recomputed_path: str | Path, command: str) ->
     return Generated(cid, LABEL, folder, len(ok))
 
 
-__all__ = ["FUSION_TEST_PY", "LABEL", "PATTERN_PY", "candidate_id", "generate", "render_fusion_test", "render_pattern"]
+__all__ = ["LABEL", "candidate_id", "generate", "render_fusion", "render_pattern"]

@@ -24,63 +24,18 @@ the rule):
 from __future__ import annotations
 
 import hashlib
-import string
 from collections import Counter
 from pathlib import Path
 
 from miner import __version__
 from miner.core.workspace import Workspace, write_json, write_text
+from miner.generate.emit import fill_template
 from miner.generate.generate import Generated, gate_fields, header
 from miner.mine import upcast
 from miner.rules import upcast as rule
 
-PATTERN_PY = string.Template('''${header}"""${title}: ${summary}
 
-${rule_doc}
-
-A declined match counts its reasons (``FusionPass.declined``, ``rewrite.GATE_DECISIONS``) and never
-raises.
-${gate_doc}"""
-
-${imports}from miner.runtime import rewrite
-
-PATTERN_ID = "${id}"
-OP_NAME = "miner::${op_name}"  # the name decisions are counted under (no custom op: the rewrite calls aten)
-LABEL = "${label}"
-N_INPUTS = 2  # x0, x1: the float32 operands of the matmul
-TARGETS = ${targets}
-${wins}
-
-def decision(match):
-    """${decision_doc} on the match's matmul (a ``Decision``: ok, reasons, operands)."""
-    return rewrite.upcast_decision(match.output_node()${demote_arg})
-
-
-def extra_check(match):
-    d = decision(match)
-    if d.applies:  # ${applies}: not counted as declined
-        rewrite.record_declines(match, OP_NAME, N_INPUTS, d.reasons)
-    return d.ok${gate}
-
-
-def replacement(match, x0, x1):
-    """${replacement_doc}"""
-    d = decision(match)
-    if d.ok:  # extra_check declined it otherwise; never reached through the matcher
-        rewrite.upcast_replace(match, d)
-
-
-def register(pass_dict):
-    import torch
-    from torch._inductor.pattern_matcher import CallFunction, KeywordArg, register_graph_pattern
-
-    for target in TARGETS:
-        aten_op = getattr(torch.ops.aten, target.split(".")[1]).default
-        register_graph_pattern(CallFunction(aten_op, KeywordArg("x0"), KeywordArg("x1")),
-                               extra_check=extra_check, pass_dict=pass_dict)(replacement)
-''')
-
-# what differs between the exact rule's pattern.py and the demoting rule's (one template, PATTERN_PY).
+# what differs between the exact rule's pattern.py and the demoting rule's (one template, upcast_pattern.py.tmpl).
 # The generated text names the rule ``miner.mine.upcast.check``, its path before issue 28 (it still
 # resolves: mining imports it from ``miner.rules.upcast``); renaming it would change every committed
 # candidate's sources digest and void its GPU validation.
@@ -113,68 +68,14 @@ way).""",
                         "``.dtype`` GEMM."),
 }
 
-KERNEL_PY = string.Template('''${header}"""Candidate ${id} (upcast_matmul): the GEMM the rewrite calls, for timing and numerics.
-
-``launch(x0, x1)``: ``aten.bmm.dtype`` (3-d) or ``aten.mm.dtype`` (2-d) of two bf16/fp16 tensors with a
-float32 output (CUDA only: torch has no CPU kernel for it). ``reference(x0, x1)``: the float32 matmul
-of the upcasts, what the rewrite replaces.
-"""
-
-import torch
-
-
-def _op(x):
-    return torch.ops.aten.bmm if x.dim() == 3 else torch.ops.aten.mm
-
-
-def launch(x0, x1, *, variant=None, config=None):
-    if x0.device.type != "cuda":
-        raise RuntimeError(f"upcast_matmul needs CUDA tensors (got {x0.device}): aten.bmm.dtype has no CPU kernel")
-    if x0.dtype != x1.dtype or x0.dtype not in (torch.bfloat16, torch.float16):
-        raise ValueError(f"upcast_matmul takes two bf16 or two fp16 operands, got {x0.dtype} and {x1.dtype}")
-    return (_op(x0).dtype(x0, x1, torch.float32),)
-
-
-def reference(x0, x1):
-    return (_op(x0).default(x0.float(), x1.float()),)
-''')
-
 
 def render_pattern(head: str, cid: str, targets, fusion: str | None = None, demote: bool = False) -> str:
     """``pattern.py`` of the candidate ``cid`` (``demote``: the demoting rule's) or, with ``fusion``, of the
     fusion promoted from it (its decisions counted under ``miner::<fusion>``, its ``extra_check`` = the
     rule and the in-model gate)."""
     text = RULE_TEXT[demote]
-    return PATTERN_PY.substitute(header=head, id=cid, targets=repr(tuple(targets)), **text,
-                                 **gate_fields(cid, text["label"], fusion))
-
-
-DEMOTE_KERNEL_PY = string.Template('''${header}"""Candidate ${id} (demote_matmul): the GEMM the rewrite calls, for timing and numerics.
-
-``launch(x0, x1)``: the float32 operand rounded to the other's bf16/fp16, then ``aten.bmm.dtype``
-(3-d) or ``aten.mm.dtype`` (2-d) with a float32 output (CUDA only). ``reference(x0, x1)``: the
-float32 matmul it replaces (the low-precision operand upcast).
-"""
-
-import torch
-
-
-def _op(x):
-    return torch.ops.aten.bmm if x.dim() == 3 else torch.ops.aten.mm
-
-
-def launch(x0, x1, *, variant=None, config=None):
-    if x0.device.type != "cuda":
-        raise RuntimeError(f"demote_matmul needs CUDA tensors (got {x0.device}): aten.bmm.dtype has no CPU kernel")
-    low = x1.dtype if x0.dtype == torch.float32 else x0.dtype
-    if low not in (torch.bfloat16, torch.float16) or {x0.dtype, x1.dtype} != {torch.float32, low}:
-        raise ValueError(f"demote_matmul takes one float32 and one bf16/fp16 operand, got {x0.dtype} and {x1.dtype}")
-    return (_op(x0).dtype(x0.to(low), x1.to(low), torch.float32),)
-
-
-def reference(x0, x1):
-    return (_op(x0).default(x0.float(), x1.float()),)
-''')
+    return fill_template("upcast_pattern.py.tmpl", header=head, id=cid, targets=repr(tuple(targets)), **text,
+                         **gate_fields(cid, text["label"], fusion))
 
 
 def render_demoted(head: str, cid: str, targets, fusion: str | None = None, kernel_head: str | None = None
@@ -182,98 +83,30 @@ def render_demoted(head: str, cid: str, targets, fusion: str | None = None, kern
     """(pattern.py, kernel.py) of the demoting candidate ``cid`` (or, with ``fusion``, the fusion promoted
     from it); ``kernel_head``: kernel.py's header when it differs from pattern.py's."""
     return (render_pattern(head, cid, targets, fusion, demote=True),
-            DEMOTE_KERNEL_PY.substitute(header=kernel_head or head, id=cid))
+            fill_template("demote_kernel.py.tmpl", header=kernel_head or head, id=cid))
 
 
 def render_kernel(head: str, cid: str) -> str:
     """``kernel.py``: the GEMM the rewrite calls (``launch``) and the float32 one it replaces (``reference``)."""
-    return KERNEL_PY.substitute(header=head, id=cid)
+    return fill_template("upcast_kernel.py.tmpl", header=head, id=cid)
 
 
-FUSION_TEST_PY = string.Template('''${header}"""Fusion ${name} (${label}, promoted from candidate ${id}): its tests, ``miner.check.upcast``'s checks.
-
-CPU: t5's attention chain at each observed shape, traced on fake CUDA tensors: with the in-model gate
-held open the fusion rewrites QK^T into the ``.dtype`` GEMM and declines PV (a dropout's scale is no
-exact upcast); with the gate on, it fires exactly where ``miner.runtime.gate.decide_context`` says
-for its ``wins.json``; the rewritten chain run on the CPU (the GEMM emulated) equals the original.
-CUDA (``-m gpu``): the GEMM against float64 per observed shape; with ``-m "gpu and slow"`` the fusion
-inside ``torch.compile`` of the tiny zoo model (gate held open: the tiny shapes are not the measured ones).
-"""
-
-from collections import Counter
-from pathlib import Path
-
-import pytest
-import torch
-
-from miner.check import upcast as checks
-from miner.runtime import fusions, gate, rewrite
-
-FUSION = "${name}"
-ROOT = Path(__file__).resolve().parents[2]  # the workspace holding fusions/${name}/
-OBSERVED = ${observed}  # what the rule accepted where it was mined (candidate.json ``observed``)
-ZOO = ${zoo}  # (model, mode) it was found in
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def render_fusion(folder: Path, name: str, meta: dict, head: str) -> list[Path]:
+    """kernel.py (the GEMM) and pattern.py (the rule, the rewrite and the in-model gate) of the fusion
+    ``name`` promoted from the exact upcast candidate ``meta``."""
+    return [write_text(folder / "kernel.py", render_kernel(head, meta["id"])),
+            write_text(folder / "pattern.py", render_pattern(head, meta["id"], _fusion_targets(meta), fusion=name))]
 
 
-def _module():
-    return fusions.load(ROOT, FUSION)
+def render_demoted_fusion(folder: Path, name: str, meta: dict, head: str) -> list[Path]:
+    """kernel.py and pattern.py of the fusion ``name`` promoted from the demoting candidate ``meta`` (``d...``)."""
+    pattern, kernel = render_demoted(head, meta["id"], _fusion_targets(meta), fusion=name)
+    return [write_text(folder / "kernel.py", kernel), write_text(folder / "pattern.py", pattern)]
 
 
-@pytest.mark.parametrize("entry", OBSERVED)
-def test_rewrites_the_mined_chain_and_declines_pv(entry):
-    c = checks.check_graph(_module(), FUSION, entry, gate_open=True)
-    assert c.ok, c.detail
-
-
-@pytest.mark.parametrize("entry", OBSERVED)
-def test_the_gate_decides_from_its_in_model_evidence(entry):
-    module = _module()
-    before = Counter(gate.OBSERVED)
-    _, graph_pass, _, _ = checks.rewrite_chain(module, FUSION, entry)
-    seen = [(ctx, fire) for (name, ctx, fire), n in gate.OBSERVED.items() if name == FUSION and n > before[(name, ctx, fire)]]
-    assert len(seen) == 1, seen  # QK^T reaches the gate; PV was declined by the rule before it
-    ctx, fire = seen[0]
-    assert fire == gate.decide_context(ctx, gate.in_model_records(module.WINS))[0]
-    assert graph_pass.counts[FUSION] == int(fire)
-
-
-@pytest.mark.parametrize("entry", OBSERVED[:1])
-def test_rewritten_chain_equals_the_original_on_cpu(entry):
-    c = checks.check_emulated(_module(), FUSION, entry, gate_open=True)
-    assert c.ok, c.detail
-
-
-@pytest.mark.gpu
-@cuda
-@pytest.mark.parametrize("label, entry", checks.numeric_entries({"observed": OBSERVED}))
-def test_gemm_matches_float64(label, entry):
-    path = ROOT / "fusions" / FUSION / "kernel.py"
-    c = checks.check_numerics(rewrite.load_module(path, rewrite.module_name(path, "kernel")), label, entry, "cuda")
-    assert c.ok, c.detail
-
-
-@pytest.mark.gpu
-@pytest.mark.slow
-@cuda
-def test_fires_in_its_zoo_model():
-    c = checks.check_model(_module(), FUSION, *ZOO, "cuda", gate_open=True)
-    assert c.ok, c.detail
-''')
-
-
-def render_fusion_test(head: str, name: str, meta: dict, zoo: tuple[str, str] | None) -> str:
-    """``tests/fusions/test_<name>.py`` of the fusion promoted from upcast candidate ``meta``; ``zoo``: the
-    (model, mode) its in-model test compiles."""
-    keep = ("model", "preset", "phase", "target", "inputs", "float32_inputs", "sources")
-    observed = [{k: o[k] for k in keep if k in o} for o in meta["observed"]]
-    return FUSION_TEST_PY.substitute(header=head, name=name, label=upcast.LABEL, id=meta["id"],
-                                     observed=_literal(observed), zoo=repr(zoo))
-
-
-def _literal(value: list) -> str:
-    """``value`` as a Python list literal, one entry per line."""
-    return "[\n" + "".join(f"    {v!r},\n" for v in value) + "]"
+def _fusion_targets(meta: dict) -> list[str]:
+    """The matmul targets a fusion registers: the observed ones and every one the rule takes."""
+    return sorted({o["target"] for o in meta["observed"]} | set(upcast.MATMULS))
 
 
 def candidate_id(demote: bool = False) -> str:
@@ -387,5 +220,5 @@ def generate(workspace: Workspace, upcasts_path: str | Path, command: str, *, de
     return Generated(cid, meta["label"], folder, len(fired))
 
 
-__all__ = ["as_demoted", "candidate_id", "declined", "generate", "observed", "render_demoted", "render_fusion_test",
-           "render_kernel", "render_pattern"]
+__all__ = ["as_demoted", "candidate_id", "declined", "generate", "observed", "render_demoted", "render_demoted_fusion",
+           "render_fusion", "render_kernel", "render_pattern"]
