@@ -144,11 +144,10 @@ def test_fails_when_the_mask_output_is_another_draw(tmp_path, floor):
 def test_fails_when_the_backward_reads_another_mask(tmp_path, floor):
     # planted: the replacement hands the backward a mask Inductor draws again (its own stream, the same
     # seed), not the one the kernel applied: the recompute bug of pytorch/pytorch#198333
-    old = "    return torch.ops.miner.cpf4693d7449_x4b1(x0, x1, c0, c1, c2)\n"
-    new = ("    out = torch.ops.miner.cpf4693d7449_x4b1(x0, x1, c0, c1, c2)\n"
-           "    seed = torch.ops.prims.inductor_lookup_seed.default(x0, int(c0))\n"
+    old = "    return (out[0], out[1], *shared(x0, x1, c0, c1, c2))\n"
+    new = ("    seed = torch.ops.prims.inductor_lookup_seed.default(x0, int(c0))\n"
            "    again = torch.ops.prims.inductor_random.default(list(x1.shape), seed, 'rand')\n"
-           "    return (torch.ops.aten.gt.Scalar(again, c1), out[1])\n")
+           "    return (torch.ops.aten.gt.Scalar(again, c1), out[1], *shared(x0, x1, c0, c1, c2))\n")
     bad = _candidate(tmp_path, "pf4693d7449_x4", "b1", {"pattern.py": [(old, new)]})
     r = _parity([bad], floor)
     assert r.ok is False and "grads" in r.reason.split(";")[0], r
