@@ -5,11 +5,13 @@ kernel is the validated one) with the fusion's own names: the op is ``miner::<na
 is imported as ``fusions.<name>.kernel``. ``fusions/__init__.py`` (the registry) is rewritten
 from the folders under ``fusions/``. A candidate that is not validated is refused.
 
-``fusions/<name>/wins.json`` holds the candidate's GPU verdicts (``miner.bench.results.wins_table`` of
-its latest run in ``candidates/<id>/bench.json``); the fusion's extra check reads it
-(``miner.runtime.rewrite.wins_gate``) so that on CUDA it fires only where it was measured to win.
-Without a bench.json there is no wins.json and the fusion fires as unmeasured;
-``miner promote`` again refreshes it (``miner bench --import`` says when).
+``fusions/<name>/wins.json`` holds the candidate's isolated GPU timings (``miner.bench.results.wins_table``
+of its latest run in ``candidates/<id>/bench.json``) and, carried over from the candidate, the in-model
+A/B records promotion required (``in_model``). The fusion's extra check reads it
+(``miner.runtime.rewrite.wins_gate``): on CUDA it fires only where in-model records measured the step
+faster (``miner.runtime.evidence.RULE``); an isolated row never enables a firing alone, it can only
+keep a bracketed shape off. Without in-model records the fusion declines every CUDA match;
+``miner promote`` again refreshes the file (``miner bench --import`` says when).
 
 An upcast-matmul candidate (``kind: upcast_matmul``, an aten rewrite with no Triton kernel) is
 rendered by ``miner.generate.upcast`` instead: its pattern.py is the candidate's rule and rewrite with
@@ -228,8 +230,9 @@ the same functions bound to it: ``names()``, ``load(name)``, ``graph_pass(names)
 ``inductor_options(names)``, ``install(names)``. ``graph_pass().counts`` says how often each
 fusion matched. Each fusion ``<name>/`` has ``pattern.py`` (search pattern in aten ops,
 replacement by the custom op ``miner::<name>``, extra check), ``kernel.py`` (the Triton kernel and
-its launcher) and, once timed on a GPU, ``wins.json`` (where it beats Inductor: on CUDA the
-extra check fires only there). Kernels run on CUDA, or on CPU tensors under
+its launcher) and ``wins.json``: its in-model A/B records (on CUDA the extra check fires only
+where they measured the model's step faster; an isolated benchmark never enables it alone) and its
+isolated GPU timings. Kernels run on CUDA, or on CPU tensors under
 ``TRITON_INTERPRET=1`` (elsewhere the extra check declines and the graph is left as it was).
 """
 

@@ -33,7 +33,6 @@ from miner.core import dtypes  # noqa: E402
 from miner.core.errors import UsageError  # noqa: E402
 from miner.core.tensors import make_inputs  # noqa: E402
 from miner.runtime.fusions import Fusions  # noqa: E402
-from miner.runtime import gate  # noqa: E402
 
 DTYPES = ("float32", "bfloat16", "float16")
 CUDA = pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
@@ -89,9 +88,10 @@ class FusionUnderTest:
         float_input = self.input_kinds.index("float")
         return ChainModel(self.pattern, float_input, self.shapes[float_input][-1], self.scalars).to(device)
 
-    def compile_and_run(self, model, xs, train: bool):
-        """``model(*xs)`` compiled with this fusion alone (one backward when ``train``): (outputs, matches)."""
-        graph_pass = self.fusions.graph_pass([self.name])
+    def compile_and_run(self, model, xs, train: bool, gate: str = "on"):
+        """``model(*xs)`` compiled with this fusion alone (one backward when ``train``; ``gate``: the
+        pass's, ``"open"`` holds the in-model gate open): (outputs, matches)."""
+        graph_pass = self.fusions.graph_pass([self.name], gate=gate)
         torch._dynamo.reset()
         with torch._inductor.config.patch(force_disable_caches=True):
             compiled = torch.compile(model, options=self.fusions.inductor_options(graph_pass_=graph_pass),
@@ -209,13 +209,12 @@ def test_looped_kernel_matches_one_pass(fusion):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_torch_compile_uses_the_fusion_and_matches_eager(fusion, device, monkeypatch):
+def test_torch_compile_uses_the_fusion_and_matches_eager(fusion, device):
     # The rewrite itself, gate held open: on CUDA the in-model gate (tests/test_gate.py) declines
     # every context no in-model A/B measured, these small shapes included.
-    monkeypatch.setitem(gate.FORCE_OPEN, "on", True)
     xs = fusion.inputs(fusion.shapes, "float32", device)
     model = fusion.chain_model(device)
-    got, matches = fusion.compile_and_run(model, xs, train=False)
+    got, matches = fusion.compile_and_run(model, xs, train=False, gate="open")
     assert matches == 1, f"the chain appears once; the fusion matched {matches} times"
     with torch.no_grad():
         expected = model(*xs)
@@ -223,14 +222,13 @@ def test_torch_compile_uses_the_fusion_and_matches_eager(fusion, device, monkeyp
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
-def test_training_step_matches_eager_with_the_expected_matches(fusion, device, monkeypatch):
+def test_training_step_matches_eager_with_the_expected_matches(fusion, device):
     # In a training graph the chain's interior values may be saved for backward (extra users); then
     # the matcher must leave it alone (TRAIN_MATCHES = 0), else it must fire. Gradients equal eager's.
-    monkeypatch.setitem(gate.FORCE_OPEN, "on", True)
     module_expected = fusion.train_matches
     xs = fusion.inputs(fusion.shapes, "float32", device)
     model = fusion.chain_model(device)
-    got, matches = fusion.compile_and_run(model, xs, train=True)
+    got, matches = fusion.compile_and_run(model, xs, train=True, gate="open")
     assert matches == module_expected, f"expected {module_expected} matches in the training step, got {matches}"
     grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()

@@ -4,20 +4,19 @@
 
 CPU: t5's attention chain at each observed shape, traced on fake CUDA tensors: with the in-model gate
 held open the fusion rewrites QK^T into the ``.dtype`` GEMM and declines PV (a dropout's scale is no
-exact upcast); with the gate on, it fires exactly where ``miner.runtime.gate.decide_context`` says
+exact upcast); with the gate on, it fires exactly where ``miner.runtime.evidence.decide`` says
 for its ``wins.json``; the rewritten chain run on the CPU (the GEMM emulated) equals the original.
 CUDA (``-m gpu``): the GEMM against float64 per observed shape; with ``-m "gpu and slow"`` the fusion
 inside ``torch.compile`` of the tiny zoo model (gate held open: the tiny shapes are not the measured ones).
 """
 
-from collections import Counter
 from pathlib import Path
 
 import pytest
 import torch
 
 from miner.check import upcast as checks
-from miner.runtime import fusions, gate, rewrite
+from miner.runtime import evidence, fusions, gate, rewrite
 
 FUSION = "upcast_matmul"
 ROOT = Path(__file__).resolve().parents[2]  # the workspace holding fusions/upcast_matmul/
@@ -41,12 +40,11 @@ def test_rewrites_the_mined_chain_and_declines_pv(entry):
 @pytest.mark.parametrize("entry", OBSERVED)
 def test_the_gate_decides_from_its_in_model_evidence(entry):
     module = _module()
-    before = Counter(gate.OBSERVED)
     _, graph_pass, _, _ = checks.rewrite_chain(module, FUSION, entry)
-    seen = [(ctx, fire) for (name, ctx, fire), n in gate.OBSERVED.items() if name == FUSION and n > before[(name, ctx, fire)]]
+    seen = graph_pass.log.seen(FUSION)
     assert len(seen) == 1, seen  # QK^T reaches the gate; PV was declined by the rule before it
     ctx, fire = seen[0]
-    assert fire == gate.decide_context(ctx, gate.in_model_records(module.WINS))[0]
+    assert fire == evidence.decide(ctx, gate.in_model_records(module.WINS), evidence.isolated_rows(module.WINS))[0]
     assert graph_pass.counts[FUSION] == int(fire)
 
 
