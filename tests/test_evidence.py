@@ -105,3 +105,13 @@ def test_two_passes_in_one_process_keep_their_own_logs():
     assert firing.counts == {"layer_norm": 1} and firing.declined == {}
     assert not any(rewrite.CPU_NOT_ASKED in line for line in firing.log.lines)
     assert decisions.current() is None  # nothing is left applying after a compile
+
+
+def test_a_passs_cache_key_covers_its_gate_mode_and_its_records_of_this_run():
+    entries = fusions.graph_pass(REPO, ["layer_norm"]).entries
+    base = rewrite.FusionPass(entries).uuid()
+    rec = evidence.InModelRecord.from_json(_record())
+    assert rewrite.FusionPass(entries, gate="open").uuid() != base
+    assert rewrite.FusionPass(entries, records={"layer_norm": [rec]}).uuid() != base
+    assert rewrite.FusionPass(entries, records={"rms_norm": [rec]}).uuid() == base  # not one of its fusions
+    assert rewrite.FusionPass(entries).uuid() == base
