@@ -128,7 +128,7 @@ class Decision:
     steps: tuple[StepChange, ...] = ()
     kernel: KernelRange | None = None
     status: str = ""  # the candidate's status where no ranked row has it (an upcast candidate), else ""
-    coverage: tuple[str, ...] = ()  # where the gate fires, per class of measured sites (gate.coverage)
+    coverage: tuple[str, ...] = ()  # where the gate fires, per class of measured sites (evidence.coverage)
 
     @property
     def label(self) -> str:
