@@ -13,8 +13,9 @@ the same functions bound to it: ``names()``, ``load(name)``, ``graph_pass(names)
 ``inductor_options(names)``, ``install(names)``. ``graph_pass().counts`` says how often each
 fusion matched. Each fusion ``<name>/`` has ``pattern.py`` (search pattern in aten ops,
 replacement by the custom op ``miner::<name>``, extra check), ``kernel.py`` (the Triton kernel and
-its launcher) and, once timed on a GPU, ``wins.json`` (where it beats Inductor: on CUDA the
-extra check fires only there). Kernels run on CUDA, or on CPU tensors under
+its launcher) and ``wins.json``: its in-model A/B records (on CUDA the extra check fires only
+where they measured the model's step faster; an isolated benchmark never enables it alone) and its
+isolated GPU timings. Kernels run on CUDA, or on CPU tensors under
 ``TRITON_INTERPRET=1`` (elsewhere the extra check declines and the graph is left as it was).
 """
 

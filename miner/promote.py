@@ -5,11 +5,13 @@ kernel is the validated one) with the fusion's own names: the op is ``miner::<na
 is imported as ``fusions.<name>.kernel``. ``fusions/__init__.py`` (the registry) is rewritten
 from the folders under ``fusions/``. A candidate that is not validated is refused.
 
-``fusions/<name>/wins.json`` holds the candidate's GPU verdicts (``miner.bench.results.wins_table`` of
-its latest run in ``candidates/<id>/bench.json``); the fusion's extra check reads it
-(``miner.runtime.rewrite.wins_gate``) so that on CUDA it fires only where it was measured to win.
-Without a bench.json there is no wins.json and the fusion fires as unmeasured;
-``miner promote`` again refreshes it (``miner bench --import`` says when).
+``fusions/<name>/wins.json`` holds the candidate's isolated GPU timings (``miner.bench.results.wins_table``
+of its latest run in ``candidates/<id>/bench.json``) and, carried over from the candidate, the in-model
+A/B records promotion required (``in_model``). The fusion's extra check reads it
+(``miner.runtime.rewrite.wins_gate``): on CUDA it fires only where in-model records measured the step
+faster (``miner.runtime.evidence.RULE``); an isolated row never enables a firing alone, it can only
+keep a bracketed shape off. Without in-model records the fusion declines every CUDA match;
+``miner promote`` again refreshes the file (``miner bench --import`` says when).
 
 The candidate's kind (``miner.kinds``) renders the fusion's own files (``fusion_files``: a Triton
 kernel's pattern.py and kernel.py from the row generator; an upcast's rule, rewrite and GEMM; a

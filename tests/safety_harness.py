@@ -39,6 +39,7 @@ class Run:
     declined: dict
     grads: tuple = ()
     reasons: list = field(default_factory=list)
+    lines: dict = field(default_factory=dict)  # the pass's log in words (``DecisionLog.lines``)
 
     def fired(self, name: str) -> int:
         return self.counts.get(name, 0)
@@ -77,14 +78,13 @@ def fx_run(fn: Callable, args: Sequence, where: Path, name: str) -> Run:
     """``fn`` traced with fake tensors, ``name``'s pass applied to the graph, the graph run on ``args``."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from miner.runtime import gate
-
     gm = make_fx(fn, tracing_mode="fake")(*clone_args(args))
     p = graph_pass(where, name)
-    with gate.forced_open():  # on CUDA: the kernels under test, not the in-model gate (it passes CPU matches)
+    with p.gate_held("open"):  # on CUDA: the kernels under test, not the in-model gate (it passes CPU matches)
         p(gm.graph)
     gm.recompile()
-    return Run(_tuple(gm(*clone_args(args))), dict(p.counts), {k: dict(v) for k, v in p.declined.items()})
+    return Run(_tuple(gm(*clone_args(args))), dict(p.counts), {k: dict(v) for k, v in p.declined.items()},
+               lines=dict(p.log.lines))
 
 
 def compiled_run(fn: Callable, args: Sequence, where: Path, name: str, *, backward: bool = True,
@@ -94,14 +94,13 @@ def compiled_run(fn: Callable, args: Sequence, where: Path, name: str, *, backwa
     p = graph_pass(where, name)
     args = clone_args(args)
     leaves = [a.detach().requires_grad_(True) if _wants_grad(a, backward) else a for a in args]
-    from miner.runtime import gate
-
     compiled = torch.compile(fn, options=fusions.inductor_options(where, graph_pass_=p), dynamic=dynamic)
-    with torch._inductor.config.patch(force_disable_caches=True), gate.forced_open():  # a cache hit would skip
+    with torch._inductor.config.patch(force_disable_caches=True), p.gate_held("open"):  # a cache hit would skip
         # the pass; the gate held open: on CUDA the kernels under test fire where the in-model gate would not
         outs = _tuple(compiled(*leaves))
         grads = _grads(outs, leaves) if backward else ()
-    return Run(tuple(o.detach() for o in outs), dict(p.counts), {k: dict(v) for k, v in p.declined.items()}, grads)
+    return Run(tuple(o.detach() for o in outs), dict(p.counts), {k: dict(v) for k, v in p.declined.items()}, grads,
+               lines=dict(p.log.lines))
 
 
 def eager_run(fn: Callable, args: Sequence, *, backward: bool = False) -> Run:

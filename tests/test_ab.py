@@ -114,9 +114,9 @@ def test_alone_records_carry_the_contexts_and_the_numbers():
     recs = ab.alone_records(result())
     assert set(recs) == {"layer_norm", "log_softmax"}  # rms_norm does not fire: no record
     ln = recs["layer_norm"]
-    assert ln["verdict"] == "win" and ln["contexts"] == {SITE: 25} and ln["speedup"] == pytest.approx(1.03)
-    assert ln["band"] == 0.005 and ln["matches"] == 25
-    assert recs["log_softmax"]["verdict"] == "loss"
+    assert ln.verdict == "win" and ln.contexts == {SITE: 25} and ln.speedup == pytest.approx(1.03)
+    assert ln.band == 0.005 and ln.matches == 25
+    assert recs["log_softmax"].verdict == "loss"
 
 
 def test_results_round_trip_and_markdown(tmp_path):
@@ -187,27 +187,22 @@ def test_promotion_needs_a_measured_in_model_win(tmp_path):
     gpt2 = result(0.97)
     gpt2.model = "gpt2"
     promotion.write_evidence(ws, "pabc", [ab.alone_records(gpt2)["layer_norm"]])
-    with pytest.raises(UsageError, match=r"slower where it fires: gpt2 train/default: 0\.970x"):
+    with pytest.raises(UsageError, match=r"slower where it fires: gpt2 train/default B16 S512 0\.970x"):
         promotion.require_in_model_win(ws, "pabc")
 
 
 def test_gate_verdicts_and_the_gated_shortcut_follow_the_evidence():
-    from miner.runtime import gate
-
     r = result()
     r.variants = [v for v in r.variants if v.name != "alone:log_softmax"]
     r.gate = ab.gate_verdicts(r, {}, "default")
     assert r.gate["layer_norm"][SITE].startswith("decline: unmeasured in a model")
     assert ab._gated_shortcut(r) == "default"  # no evidence: nothing fires
-    gate.OVERLAY["layer_norm"] = [ab.alone_records(r)["layer_norm"]]
-    try:
-        r.gate = ab.gate_verdicts(r, {}, "default")
-        assert r.gate["layer_norm"][SITE].startswith("fire: step faster in bert train/default B16 S512 1.030x")
-        assert ab._gated_shortcut(r) == "all"
-        r.gate = ab.gate_verdicts(r, {}, "reduce-overhead")  # other modes agree: fires, saying so
-        assert "not reduce-overhead" in r.gate["layer_norm"][SITE]
-    finally:
-        gate.OVERLAY.pop("layer_norm")
+    this_run = {"layer_norm": [ab.alone_records(r)["layer_norm"]]}
+    r.gate = ab.gate_verdicts(r, {}, "default", this_run)
+    assert r.gate["layer_norm"][SITE].startswith("fire: step faster in bert train/default B16 S512 1.030x")
+    assert ab._gated_shortcut(r) == "all"
+    r.gate = ab.gate_verdicts(r, {}, "reduce-overhead", this_run)  # other modes agree: fires, saying so
+    assert "not reduce-overhead" in r.gate["layer_norm"][SITE]
     r.gate = {"a": {"s1": "fire: x", "s2": "decline: y"}}
     assert ab._gated_shortcut(r) is None  # mixed: compile it
 
@@ -236,7 +231,7 @@ def test_candidate_set_counts_each_match_context_for_ungated_candidates():
     import torch
     from torch._subclasses import FakeTensorMode
 
-    from miner.runtime import gate
+    from miner.runtime import decisions
 
     root = Path(__file__).resolve().parents[1]
     cid = json.loads((root / "fusions" / "log_softmax" / "fusion.json").read_text())["pattern_id"]
@@ -253,11 +248,12 @@ def test_candidate_set_counts_each_match_context_for_ungated_candidates():
     out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
     match = SimpleNamespace(kwargs={"x0": x0}, graph=gm.graph,
                             nodes=[n for n in gm.graph.nodes if n.op == "call_function"], output_nodes=lambda: [out])
-    before = gate.OBSERVED.copy()
-    assert module.extra_check(match)
-    (ctx,) = gate.observed_since(before)[cid]
+    p = cands.graph_pass()
+    with decisions.applying(p, cid):  # as FusionPass.__call__ runs each entry's patterns
+        assert module.extra_check(match)
+    (ctx,) = p.log.contexts[cid]
     assert ctx.signature == (((4, 8), "float32"),)
-    assert cands.graph_pass().entries[0].name == cid
+    assert p.entries[0].name == cid
 
 
 def test_model_steps_take_the_gated_variant_else_all_and_name_promoted_candidates():

@@ -2,7 +2,7 @@
 small model under ``dynamic=False``, ``dynamic=True``, ``mode="reduce-overhead"`` (CUDA graphs)
 and ``mode="max-autotune"`` works (equal to eager within the dtype tolerance, forward and
 backward) or declines with its reason, never raises, and no tile tuning runs inside a CUDA-graph
-capture. The in-model gate is held open (``gate.forced_open``): with it on, every match in this
+capture. The in-model gate is held open (the pass's ``gate_held("open")``): with it on, every match in this
 unmeasured model declines for want of evidence and the kernels would never run; a case where the
 pattern neither fired nor declined fails (it tested nothing).
 
@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from miner.check.realize import rope_chain
-from miner.runtime import fusions, gate, launch
+from miner.runtime import fusions, launch
 from miner.core.dtypes import ELEMENT_TOL, MODEL_TOL, NORM_TOL
 from tests.safety_harness import FUSIONS
 
@@ -114,7 +114,7 @@ def test_fusion_under_compile_mode_works_or_declines(name, cfg, no_tuning_in_cap
     model = Chains(name, 256).to(DEVICE)
     gp = fusions.install(FUSIONS, [name])
     try:
-        with torch._inductor.config.patch(force_disable_caches=True), gate.forced_open():
+        with torch._inductor.config.patch(force_disable_caches=True), gp.gate_held("open"):
             compiled = torch.compile(model, **cfg)
             for step, (train, b, s) in enumerate([(False, 4, 64), (False, 4, 64), (False, 2, 96),  # warmup, replay,
                                                   (True, 4, 64), (True, 4, 64), (True, 2, 96)]):  # a new size

@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch._subclasses import FakeTensorMode
 
-from miner.runtime import gate
-from miner.runtime.rewrite import GATE_DECISIONS, decide, device_reasons, match_reasons, match_vals, wins_gate
+from miner.runtime import decisions, evidence, gate, rewrite
+from miner.runtime.rewrite import decide, device_reasons, match_reasons, match_vals, wins_gate
 
 F32, BF16 = "float32", "bfloat16"
 SIG = (((8192, 768), F32),)
@@ -63,30 +63,33 @@ def test_the_mode_decides_where_it_was_measured_and_other_modes_must_agree():
     assert not decide(SIG, mixed, producer_fusable=True, mode="reduce-overhead")[0]
 
 
-def test_this_runs_overlay_counts_as_evidence_and_replaces_the_same_models_record():
-    gate.OVERLAY["layer_norm"] = [record("win", 1.03)]
-    try:
-        assert decide(SIG, wins_with(), producer_fusable=True)[0]
-        assert decide(SIG, wins_with(record("loss", 0.9)), producer_fusable=True)[0]  # bert re-measured
-        assert not decide(SIG, wins_with(record("loss", 0.9, model="t5")), producer_fusable=True)[0]
-    finally:
-        gate.OVERLAY.pop("layer_norm")
+def test_a_passs_records_of_this_run_count_as_evidence_and_replace_the_same_models_record():
+    p = rewrite.FusionPass([], records={"layer_norm": [record("win", 1.03)]})
+    ctx = evidence.Context(SIG, True, False)
+
+    def fires(wins):
+        return evidence.decide(ctx, gate.in_model_records(wins, p))[0]
+    assert fires(wins_with())
+    assert fires(wins_with(record("loss", 0.9)))  # bert re-measured
+    assert not fires(wins_with(record("loss", 0.9, model="t5")))
+    assert not evidence.decide(ctx, gate.in_model_records(wins_with()))[0]  # another pass: not its evidence
 
 
-def test_merge_records_replaces_the_same_model_and_mode():
-    merged = gate.merge_records(wins_with(record("loss", 0.9)), "layer_norm", [record("win", 1.05)])
+def test_merged_records_replace_the_same_model_and_mode():
+    merged = evidence.with_records(wins_with(record("loss", 0.9)), "layer_norm", [record("win", 1.05)])
     recs = merged["in_model"]["records"]
     assert len(recs) == 1 and recs[0]["verdict"] == "win" and merged["wins"]  # isolated rows kept
-    fresh = gate.merge_records(None, "rms_norm", [record("win", 1.05, model="llama")])
+    fresh = evidence.with_records(None, "rms_norm", [record("win", 1.05, model="llama")])
     assert fresh["kind"] == "FusionWins" and fresh["name"] == "rms_norm" and fresh["wins"] == []
 
 
-def test_merge_records_keeps_one_record_per_key_the_newest():
+def test_merge_keeps_one_record_per_key_the_newest():
     """A re-promotion passes the candidate's record and the fusion's copy of it: one survives."""
     old, new = dict(record("noise", 1.0), date="2026-12-02T10:00:00Z"), dict(record("win", 1.05), date="2026-12-03T10:00:00Z")
     for records in ([old, new], [new, old], [new, dict(new)]):
-        recs = gate.merge_records(wins_with(new), "layer_norm", records)["in_model"]["records"]
-        assert recs == [new], recs
+        recs = evidence.with_records(wins_with(new), "layer_norm", records)["in_model"]["records"]
+        assert [evidence.InModelRecord.from_json(r) for r in recs] == [evidence.InModelRecord.from_json(new)], recs
+        assert recs[0]["verdict"] == "win" and recs[0]["date"] == new["date"]
 
 
 # --------------------------------------------------------------------------- on FX graphs
@@ -131,22 +134,28 @@ def fake(shape, dtype, device):
 def test_gate_on_cuda_decides_and_counts_with_its_reason():
     m = match_of(fake((8192, 768), torch.float32, "cuda"))
     site = "float32[8192,768] | producer:none consumer:none"
-    before = dict(GATE_DECISIONS)
-    assert not wins_gate(m, wins_with(), 1)
-    assert wins_gate(m, wins_with(record("win", 1.02, sites=(site,))), 1)
-    new = {k: n - before.get(k, 0) for k, n in GATE_DECISIONS.items() if n != before.get(k, 0)}
+    p = rewrite.FusionPass([])
+    with decisions.applying(p, "layer_norm"):
+        assert not wins_gate(m, wins_with(), 1)
+        assert wins_gate(m, wins_with(record("win", 1.02, sites=(site,))), 1)
+    new = p.log.lines
     assert any(k.startswith("layer_norm decline ") and "unmeasured" in k for k in new)
     assert any(k.startswith("layer_norm fire ") and "step faster" in k for k in new)
 
 
-def test_forced_open_fires_and_still_counts_what_it_would_decide():
+def test_a_pass_with_its_gate_open_fires_and_still_counts_what_it_would_decide():
     m = match_of(fake((8192, 768), torch.float32, "cuda"))
-    before = gate.OBSERVED.copy()
-    with gate.forced_open():
+    opened, on = rewrite.FusionPass([], gate="open"), rewrite.FusionPass([])
+    with decisions.applying(opened, "layer_norm"):
         assert wins_gate(m, wins_with(), 1)
-    assert not wins_gate(m, wins_with(), 1)
-    seen = gate.observed_since(before)["layer_norm"]
-    assert sum(seen.values()) == 2 and all(not c.producer_fusable for c in seen)
+    with decisions.applying(on, "layer_norm"):
+        assert not wins_gate(m, wins_with(), 1)
+    for p in (opened, on):
+        seen = p.log.contexts["layer_norm"]
+        assert sum(seen.values()) == 1 and all(not c.producer_fusable for c in seen)
+    assert all(k.endswith("[gate forced open]") for k in opened.log.lines)
+    assert not any(k.endswith("[gate forced open]") for k in on.log.lines)
+    assert not wins_gate(m, wins_with(), 1)  # outside a pass: the gate is on, nothing is logged
 
 
 def test_gate_passes_on_cpu_where_the_timings_do_not_apply():
@@ -217,24 +226,18 @@ def symbolic_fake(device):
 
 def test_symbolic_sizes_on_cuda_decline_with_their_reason_and_fire_when_held_open():
     """dynamic=True on CUDA: no in-model evidence covers a symbolic context. The match declines with
-    a reason, counted in GATE_DECISIONS and the pass's ``declined`` (before: silently, no count)."""
-    from miner.runtime import rewrite
-
+    a reason, counted once in the pass's log (its ``declined`` and its lines) (before: silently, no count)."""
     v = symbolic_fake("cuda")
     assert not all(isinstance(s, int) for s in v.shape)
     node = SimpleNamespace(name="out", graph=object.__new__(torch.fx.Graph))
     m = match_of(v)
     m.output_node = lambda: node
     p = rewrite.FusionPass([])
-    rewrite._ACTIVE.append((p, "layer_norm"))
-    before = dict(GATE_DECISIONS)
-    try:
+    with decisions.applying(p, "layer_norm"):
         assert not wins_gate(m, wins_with(record("win", 1.5)), 1)
-        with gate.forced_open():
+        with p.gate_held("open"):
             assert wins_gate(m, wins_with(), 1)
-    finally:
-        rewrite._ACTIVE.pop()
-    new = {k: n - before.get(k, 0) for k, n in GATE_DECISIONS.items() if n != before.get(k, 0)}
+    new = p.log.lines
     assert any(k.startswith("layer_norm decline ") and gate.SYMBOLIC_REASON in k for k in new), new
     assert any(k.startswith("layer_norm fire symbolic") and "forced open" in k for k in new), new
     assert p.declined["layer_norm"][gate.SYMBOLIC_REASON] == 1
@@ -320,13 +323,14 @@ def test_a_slower_isolated_kernel_row_inside_the_bracket_declines():
 
 
 def test_bracket_is_pure_on_ranges():
-    q = gate.Query.of(t5_sig(16), True, True)
-    measured = [gate.Query.of(t5_sig(b), True, True) for b in (8, 32)]
-    assert gate.bracket(q, measured)[0]
-    wide = gate.Query(((((64, 512), (512, 512), (64, 64)), F32), (((64, 512), (64, 64), (512, 512)), F32)), True, True)
-    ok, reason = gate.bracket(wide, measured)
+    q = evidence.Query.of(t5_sig(16), True, True)
+    measured = [evidence.Query.of(t5_sig(b), True, True) for b in (8, 32)]
+    assert evidence.bracket(q, measured)[0]
+    wide = evidence.Query(((((64, 512), (512, 512), (64, 64)), F32), (((64, 512), (64, 64), (512, 512)), F32)),
+                          True, True)
+    ok, reason = evidence.bracket(wide, measured)
     assert not ok and reason == "x0 dim 0 = [64, 512] outside measured [96, 384]"
-    assert gate.parse_site(t5_site(16)) == q
+    assert evidence.parse_site(t5_site(16)) == q
 
 
 def test_symbolic_sizes_within_the_evidence_fire_and_unbounded_ones_decline():
@@ -343,28 +347,28 @@ def test_symbolic_sizes_within_the_evidence_fire_and_unbounded_ones_decline():
     assert gate.dim_range(7) == (7, 7)
     wins = t5_wins(shaped("win", 1.05, 8), shaped("win", 1.06, 32))
     records = gate.in_model_records(wins)
-    inside = gate.Query(((((96, 384), (512, 512), (64, 64)), F32), (((96, 384), (64, 64), (512, 512)), F32)),
-                        True, True)
-    assert gate.decide_range(inside, "default", records)[0]
-    beyond = gate.Query(((((96, 768), (512, 512), (64, 64)), F32), (((96, 768), (64, 64), (512, 512)), F32)),
-                        True, True)
-    assert not gate.decide_range(beyond, "default", records)[0]
+    inside = evidence.Query(((((96, 384), (512, 512), (64, 64)), F32), (((96, 384), (64, 64), (512, 512)), F32)),
+                            True, True, "default")
+    assert evidence.decide(inside, records)[0]
+    beyond = evidence.Query(((((96, 768), (512, 512), (64, 64)), F32), (((96, 768), (64, 64), (512, 512)), F32)),
+                            True, True, "default")
+    assert not evidence.decide(beyond, records)[0]
 
 
 def test_coverage_says_where_it_fires():
     wins = t5_wins(shaped("win", 1.05, 8, 256), shaped("win", 1.06, 32, 1024))
-    lines = gate.coverage(gate.in_model_records(wins))
+    lines = evidence.coverage(gate.in_model_records(wins))
     assert lines == ["fires at float32[96..384,256..1024,64] float32[96..384,64,256..1024] | "
                      "producer:fusable consumer:fusable | mode:default"], lines
 
 
 def test_records_of_other_shapes_do_not_replace_each_other():
-    merged = gate.merge_records(None, "upcast_matmul", [shaped("win", 1.05, 8), shaped("win", 1.06, 32)])
-    assert len(merged["in_model"]["records"]) == 2
-    again = gate.merge_records(merged, "upcast_matmul", [{**shaped("loss", 0.9, 8), "date": "z"}])
-    assert sorted(r["verdict"] for r in again["in_model"]["records"]) == ["loss", "win"]
+    merged = evidence.merge([], [shaped("win", 1.05, 8), shaped("win", 1.06, 32)])
+    assert len(merged) == 2
+    again = evidence.merge(merged, [{**shaped("loss", 0.9, 8), "date": "z"}])
+    assert sorted(r.verdict for r in again) == ["loss", "win"]
     old = record("win", 1.0, model="t5")  # no batch/seq: the base preset's B16 S512
-    assert gate.record_shape(old) == (16, 512)
+    assert evidence.InModelRecord.from_json(old).shape == (16, 512) == evidence.shape_of(old)
 
 
 def test_a_parity_failure_declines_and_says_so_not_slower():

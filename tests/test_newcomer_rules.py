@@ -9,7 +9,7 @@ import torch
 from miner.core.errors import UsageError
 from miner.mine.mine import _non_overlapping, mine
 from miner.check import ab
-from miner.runtime import gate
+from miner.runtime import evidence
 from test_mine_helpers import fx_graph, rekey
 
 
@@ -37,12 +37,12 @@ def _record(verdict, speedup, site):
 
 
 def test_one_loss_declines_even_beside_a_win_and_a_win_alone_fires():
-    ctx = gate.Context(((((64, 512)), "float32"),), False, False)
+    ctx = evidence.Context(((((64, 512)), "float32"),), False, False)
     win, loss = _record("win", 1.05, ctx.site), dict(_record("loss", 0.95, ctx.site), model="n")
-    assert gate.decide_context(ctx, [win])[0] is True
-    assert gate.decide_context(ctx, [win, loss])[0] is False
-    assert gate.decide_context(ctx, [dict(win, verdict="noise")])[0] is False
-    assert gate.decide_context(ctx, [])[0] is False  # unmeasured declines
+    assert evidence.decide(ctx, [win])[0] is True
+    assert evidence.decide(ctx, [win, loss])[0] is False
+    assert evidence.decide(ctx, [dict(win, verdict="noise")])[0] is False
+    assert evidence.decide(ctx, [])[0] is False  # unmeasured declines
 
 
 def test_non_overlapping_keeps_a_greedy_node_disjoint_set_per_graph():

@@ -68,6 +68,13 @@ def validated(ws):
 
 # an in-model A/B record: the fusion alone made bert's step faster beyond noise, at this context
 SITE = "float32[64,1024] | producer:none consumer:none"
+def _stored(record: dict) -> dict:
+    """A record as the evidence store writes it (every field, the unset ones null)."""
+    from miner.runtime.evidence import InModelRecord
+
+    return InModelRecord.from_json(record).to_json()
+
+
 IN_MODEL_WIN = {"model": "bert", "mode": "train", "compile": "default", "preset": "base", "speedup": 1.02,
                 "band": 0.004, "verdict": "win", "matches": 1, "contexts": {SITE: 1}}
 
@@ -98,7 +105,7 @@ def test_promote_writes_fusion_test_and_registry(ws):
     assert candidates.status(ws, candidates.load(ws, r.id)) == "promoted"
     assert "promoted_as" not in json.loads((r.path / "candidate.json").read_text())  # promote writes fusions/ only
     assert len(out.files) == 7  # never timed in isolation: wins.json holds only the in-model evidence
-    assert json.loads((folder / "wins.json").read_text())["in_model"]["records"] == [IN_MODEL_WIN]
+    assert json.loads((folder / "wins.json").read_text())["in_model"]["records"] == [_stored(IN_MODEL_WIN)]
     conftest = ws.root / "tests" / "fusions" / "conftest.py"  # a workspace of its own: GPU cases skip on a CPU
     assert conftest in out.files and "needs a CUDA device" in conftest.read_text()
     compile(conftest.read_text(), "conftest.py", "exec")
@@ -167,7 +174,7 @@ def test_promote_writes_wins_json_and_the_fusion_fires_only_where_it_wins(ws, wo
     fusions = workspace_fusions()
     module = fusions.load("gated_exp")
     assert module.WINS == wins
-    assert wins["in_model"]["records"] == [IN_MODEL_WIN]  # the promotion's evidence, for the gate
+    assert wins["in_model"]["records"] == [_stored(IN_MODEL_WIN)]  # the promotion's evidence, for the gate
     assert not module.extra_check(fake_match((6, 20), torch.float32, "cuda"))  # no in-model record here
     assert module.extra_check(fake_match((64, 1024), torch.float32, "cuda"))  # in-model win at this context
     assert not module.extra_check(fake_match((128, 1024), torch.float32, "cuda"))  # unmeasured in a model

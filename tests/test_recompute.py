@@ -198,7 +198,7 @@ def test_promote_with_a_win_writes_a_gated_fusion(tmp_path):
     from miner.check.validate import validate
     from miner.core.errors import UsageError
     from miner.promote import promote
-    from miner.runtime import fusions, gate
+    from miner.runtime import fusions
 
     (tmp_path / "candidates").mkdir()
     shutil.copytree(REPO / "candidates" / RID, tmp_path / "candidates" / RID,
@@ -220,6 +220,5 @@ def test_promote_with_a_win_writes_a_gated_fusion(tmp_path):
     assert "rewrite.wins_gate(match, WINS, N_INPUTS)" in (ws.fusions / "rope_once" / "pattern.py").read_text()
     closed = checks.check_graph(module, "rope_once", "cuda")  # fake CUDA tensors: the gate decides
     assert not closed.ok and closed.matches == 0  # this context was never measured: declined
-    with gate.forced_open():
-        opened = checks.check_graph(module, "rope_once", "cuda")
+    opened = checks.check_graph(module, "rope_once", "cuda", gate_open=True)
     assert opened.ok and opened.matches == 2, opened.detail

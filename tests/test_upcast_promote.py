@@ -166,20 +166,15 @@ def test_promote_refuses_without_in_model_evidence_and_with_a_loss(ws):
     with pytest.raises(UsageError, match=rf"no in-model GPU evidence.*--candidates {CID}"):
         promote(ws, CID, "upcast_matmul")
     write_evidence(ws, CID, [_record("win", 1.04), _record("loss", 0.97, model="llama")])
-    with pytest.raises(UsageError, match=r"makes the step slower where it fires: llama train/default: 0.970x"):
+    with pytest.raises(UsageError, match=r"makes the step slower where it fires: llama train/default B16 S512 0.970x"):
         promote(ws, CID, "upcast_matmul")
     assert not (ws.root / "fusions").exists()
 
 
-def _fusion_context(module, entry) -> tuple:
+def _fusion_context(module, entry, gate_open: bool = False) -> tuple:
     """(Context the gate saw for the chain's QK^T match, fired) running the promoted fusion on the chain."""
-    from collections import Counter
-
-    from miner.runtime import gate
-
-    before = Counter(gate.OBSERVED)
-    _, p, _, _ = checks.rewrite_chain(module, "upcast_matmul", entry)
-    (ctx,) = {c for (n, c, f), k in gate.OBSERVED.items() if n == "upcast_matmul" and k > before[(n, c, f)]}
+    _, p, _, _ = checks.rewrite_chain(module, "upcast_matmul", entry, gate_open=gate_open)
+    (ctx,) = p.log.contexts["upcast_matmul"]
     return ctx, p.counts["upcast_matmul"]
 
 
@@ -201,7 +196,7 @@ def test_promote_refuses_a_name_whose_test_module_name_is_taken(ws):
 def test_promote_with_a_win_writes_a_gated_fusion_that_fires_only_where_it_won(ws):
     from miner.check.promotion import write_evidence
     from miner.promote import promote
-    from miner.runtime import fusions, gate, rewrite
+    from miner.runtime import evidence, fusions, rewrite
 
     _cuda_validation(ws)
     write_evidence(ws, CID, [_record("win", 1.04)])  # a win, no context measured yet
@@ -223,12 +218,11 @@ def test_promote_with_a_win_writes_a_gated_fusion_that_fires_only_where_it_won(w
     entry = candidates.load(ws, CID).meta["observed"][0]
     ctx, fired = _fusion_context(module, entry)
     assert fired == 0  # no in-model record covers this context: unmeasured, declined
-    module.WINS = gate.merge_records(module.WINS, "upcast_matmul", [_record("win", 1.04, {ctx.site: 24})])
+    module.WINS = evidence.with_records(module.WINS, "upcast_matmul", [_record("win", 1.04, {ctx.site: 24})])
     assert _fusion_context(module, entry)[1] == 1  # measured as a win there: fires
-    module.WINS = gate.merge_records(module.WINS, "upcast_matmul", [_record("loss", 0.98, {ctx.site: 24})])
+    module.WINS = evidence.with_records(module.WINS, "upcast_matmul", [_record("loss", 0.98, {ctx.site: 24})])
     assert _fusion_context(module, entry)[1] == 0  # re-measured as a loss: declines again
-    with gate.forced_open():
-        assert _fusion_context(module, entry)[1] == 1
+    assert _fusion_context(module, entry, gate_open=True)[1] == 1
 
 
 def test_promoted_fusion_is_cache_safe_and_its_generated_test_passes(ws, tmp_path):

@@ -198,13 +198,12 @@ def test_rewrite_on_fake_cuda_graph_fires_and_computes_the_same():
 
     clones = fp32_clones()
     p = _pass()
-    before = rewrite.GATE_DECISIONS.copy()
     p(gm.graph)
     gm.recompile()
     assert p.counts[CID] == 1
     assert sum(p.declined[CID].values()) == 1
     assert list(p.declined[CID]) == ["operand 0: aten.mul.Tensor by 1.1111111111111112 is not exact"]
-    assert any("decline" in k for k in rewrite.GATE_DECISIONS if rewrite.GATE_DECISIONS[k] > before.get(k, 0))
+    assert any("decline" in k for k in p.log.lines)
     (mm,) = [n for n in gm.graph.nodes if n.target == aten.bmm.dtype]
     assert [a.meta["val"].dtype for a in mm.args[:2]] == [bf16, bf16] and mm.meta["val"].dtype == fp32
     # the fp32 copy of k had no other user: gone; the fp32 q operand leaves the graph: kept

@@ -8,9 +8,11 @@ the generated Triton kernel (``kernel.launch``) and whose fake implementation gi
 shapes/dtypes as ``pattern`` (fresh contiguous outputs, no aliasing). ``register(pass_dict)``
 adds pattern -> replacement to an Inductor ``PatternMatcherPass``.
 
-``WINS`` is ``wins.json`` beside this file (GPU timings per shape, from ``miner bench``;
-None: unmeasured); on CUDA ``extra_check`` fires only where they say the kernel is at
-least as fast as Inductor (``miner.runtime.rewrite.wins_gate``).
+``WINS`` is ``wins.json`` beside this file (None: unmeasured): its in-model A/B records
+(``miner verify --ab --record``) decide; on CUDA ``extra_check`` fires only where one measured
+the model's step faster beyond noise and none slower, or between such wins (the bracket rule,
+where its isolated ``miner bench`` rows may keep it off); an isolated benchmark never enables
+it alone (``miner.runtime.evidence.RULE``).
 """
 
 from pathlib import Path

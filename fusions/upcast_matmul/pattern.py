@@ -15,8 +15,9 @@ raises.
 
 ``WINS`` is ``wins.json`` beside this file (the in-model A/B records ``miner verify --ab --record`` and
 ``miner promote`` put there); on CUDA ``extra_check`` fires only in a context (input shapes and dtypes,
-neighbourhood, compile mode) that a record measured as a step win beyond noise and none as a loss
-(``miner.runtime.rewrite.wins_gate``); an unmeasured context declines.
+neighbourhood, compile mode) that a record measured as a step win beyond noise and none as a loss, or
+between such wins (the bracket rule); an isolated benchmark never enables it alone
+(``miner.runtime.evidence.RULE``); an unmeasured context declines.
 """
 
 from pathlib import Path

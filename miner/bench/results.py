@@ -1,8 +1,9 @@
 """Benchmark rows, their JSON, and what is made of them: the run table, the targets, the chart, wins per shape.
 
 ``save_results`` writes ``candidates/<id>/bench.json`` (one run per GPU, this stage's file in a
-candidate folder) and the run's ``reports/gpu/<date>-<gpu>/`` table; ``wins_table`` is what a
-promoted fusion's ``wins.json`` holds (``miner promote`` writes that).
+candidate folder) and the run's ``reports/gpu/<date>-<gpu>/`` table; ``wins_table`` is the isolated
+part of a promoted fusion's ``wins.json`` (``miner promote`` writes that). Isolated rows never enable
+a firing alone: in-model A/B records decide (``miner.runtime.evidence.RULE``).
 """
 
 from __future__ import annotations
@@ -107,8 +108,9 @@ def row_from_json(d: dict) -> BenchRow:
 def wins_table(rows: Sequence[BenchRow]) -> dict:
     """Per candidate: the shapes where it is at least as fast as Inductor, and where it loses.
 
-    Meant for a fusion's extra check: fire only on a (shapes, dtypes) listed under ``wins``,
-    or, more loosely, on rows no longer than ``max_winning_row``.
+    Stored in a fusion's ``wins.json`` for the record and for the gate's bracket rule, where a
+    ``loses`` row inside a bracket of in-model wins keeps the fusion off; a ``wins`` row never
+    enables a firing (``miner.runtime.evidence.RULE``).
     """
     out: dict[str, dict] = {}
     for r in rows:

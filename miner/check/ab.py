@@ -201,17 +201,12 @@ def _compile(model, compile_mode: str, options: dict):
     return torch.compile(model, dynamic=compile_mode == "dynamic", options=options)
 
 
-@contextlib.contextmanager
-def _compile_context(*, cache: bool, gate_open: bool):
-    """The first steps of one variant (they compile): the gate held open or not, the AOT cache off
-    for fusion variants (a hit would skip the pass and its counters)."""
+def _compile_context(*, cache: bool):
+    """The first steps of one variant (they compile): the AOT cache off for fusion variants (a hit
+    would skip the pass and its counters)."""
     import torch._functorch.config as fconfig
 
-    from miner.runtime import gate
-
-    with gate.forced_open(gate_open), \
-            (contextlib.nullcontext() if cache else fconfig.patch(enable_autograd_cache=False)):
-        yield
+    return contextlib.nullcontext() if cache else fconfig.patch(enable_autograd_cache=False)
 
 
 def _wrap_step(step: Callable, compile_mode: str) -> Callable:
@@ -230,12 +225,11 @@ def prepare(name: str, base_model, inputs: dict, loss, *, mode: str, compile_mod
             warmup: int = 3, compile_fn: Callable | None = None, knob=None) -> _Live:
     """A copy of ``base_model`` compiled as one variant, warmed up (the first step compiles).
 
+    ``graph_pass``: the variant's own pass, its gate mode set by whoever made it (``gate`` names it
+    in the result); its counts and log become the variant's matches, contexts and gate decisions.
     ``knob`` (``miner.check.knobs.Knob``): its options join the variant's, and its context is entered
     around each call of the step (the compiling one included)."""
     import torch
-
-    from miner.runtime import gate as gate_mod
-    from miner.runtime.rewrite import GATE_DECISIONS
 
     model = copy.deepcopy(base_model)
     options = {**compile_options(compile_mode, graph_pass, cache=cache, tag=name), **(knob.options if knob else {})}
@@ -245,10 +239,9 @@ def prepare(name: str, base_model, inputs: dict, loss, *, mode: str, compile_mod
     if knob is not None:
         step = knob.around(step)
     counts_before = Counter(graph_pass.counts) if graph_pass is not None else Counter()
-    seen_before, decisions_before = Counter(gate_mod.OBSERVED), Counter(GATE_DECISIONS)
     hits_before = int(torch._dynamo.utils.counters["inductor"].get("fxgraph_cache_hit", 0))
     t0 = time.perf_counter()
-    with _compile_context(cache=cache, gate_open=gate == GATE_OPEN):
+    with _compile_context(cache=cache):
         for _ in range(max(1, warmup)):
             _zero_grads(model)
             step()
@@ -259,9 +252,8 @@ def prepare(name: str, base_model, inputs: dict, loss, *, mode: str, compile_mod
     res.fx_cache_hits = int(torch._dynamo.utils.counters["inductor"].get("fxgraph_cache_hit", 0)) - hits_before
     if graph_pass is not None:
         res.matches = {f: graph_pass.counts[f] - counts_before[f] for f in fusions}
-    res.contexts = {f: {c.site: n for c, n in sites.items()}
-                    for f, sites in gate_mod.observed_since(seen_before).items()}
-    res.gate_decisions = {k: n - decisions_before[k] for k, n in GATE_DECISIONS.items() if n > decisions_before[k]}
+        res.contexts = {f: {c.site: n for c, n in sites.items()} for f, sites in graph_pass.log.contexts.items()}
+        res.gate_decisions = dict(graph_pass.log.lines)
     _zero_grads(model)
     return _Live(res, model, step)
 
@@ -350,12 +342,14 @@ def _record_phase(lives: Sequence[_Live], band: float | None) -> list[float]:
     return control
 
 
-def in_model_record(r: ABResult, v: VariantResult, fusion: str) -> dict:
-    """The evidence a fusion-alone variant gives (``miner.runtime.gate`` reads these)."""
-    return {"model": r.model, "mode": r.mode, "compile": r.compile, "preset": r.preset, "batch": r.batch, "seq": r.seq,
-            "speedup": round(v.speedup, 4), "band": round(r.noise_band or 0.0, 4), "verdict": v.verdict,
-            "matches": v.matches.get(fusion, 0), "contexts": v.contexts.get(fusion, {}),
-            "gpu": r.env.get("gpu"), "torch": r.env.get("torch"), "date": r.env.get("date")}
+def in_model_record(r: ABResult, v: VariantResult, fusion: str, source: str | None = None):
+    """The evidence a fusion-alone variant gives (``miner.runtime.evidence.InModelRecord``: the gate reads these)."""
+    from miner.runtime.evidence import InModelRecord
+
+    return InModelRecord(r.model, r.mode, round(v.speedup, 4), round(r.noise_band or 0.0, 4), v.verdict,
+                         compile=r.compile, preset=r.preset, batch=r.batch, seq=r.seq,
+                         matches=v.matches.get(fusion, 0), contexts=dict(v.contexts.get(fusion, {})),
+                         gpu=r.env.get("gpu"), torch=r.env.get("torch"), date=r.env.get("date"), source=source)
 
 
 def alone_variant(r: ABResult, fusion: str) -> VariantResult | None:
@@ -367,7 +361,7 @@ def alone_variant(r: ABResult, fusion: str) -> VariantResult | None:
     return v
 
 
-def alone_records(r: ABResult) -> dict[str, dict]:
+def alone_records(r: ABResult) -> dict:
     """fusion -> its in-model record from ``r`` (the ``alone`` variant; ``all`` when it fired alone)."""
     out = {}
     for f, n in r.fires.items():
@@ -379,20 +373,21 @@ def alone_records(r: ABResult) -> dict[str, dict]:
     return out
 
 
-def gate_verdicts(r: ABResult, modules: dict[str, Any], compile_mode: str) -> dict[str, dict[str, str]]:
-    """fusion -> {site: "fire: <reason>" | "decline: <reason>"}: the gate's decision, with the current
-    evidence (this run's included), for every context a variant of ``r`` saw the fusion in."""
-    from miner.runtime import gate
+def gate_verdicts(r: ABResult, modules: dict[str, Any], compile_mode: str,
+                  records: dict[str, Sequence[Any]] | None = None) -> dict[str, dict[str, str]]:
+    """fusion -> {site: "fire: <reason>" | "decline: <reason>"}: the gate's decision, with the evidence of
+    each fusion's ``WINS`` and ``records`` (fusion -> this run's in-model records), for every context a
+    variant of ``r`` saw the fusion in."""
+    from miner.runtime import evidence
 
     mode = "default" if compile_mode == "dynamic" else compile_mode  # what the gate reads while compiling
     out: dict[str, dict[str, str]] = {}
     for v in r.variants:
         for f, sites in v.contexts.items():
             wins = getattr(modules.get(f), "WINS", None)
-            records = gate.in_model_records(wins if wins else {"name": f})
+            records_f = evidence.merge(evidence.records_of(wins), (records or {}).get(f, ()))
             for site in sites:
-                fire, reason = gate.decide_context(_SiteCtx(site, mode), records,  # reads .site, .mode
-                                                   gate.isolated_rows(wins))
+                fire, reason = evidence.decide(evidence.Site(site, mode), records_f, evidence.isolated_rows(wins))
                 out.setdefault(f, {})[site] = f"{'fire' if fire else 'decline'}: {reason}"
     return out
 
@@ -406,12 +401,6 @@ def _gated_shortcut(r: ABResult) -> str | None:
     if all(decisions):
         return "all" if decisions else "default"
     return "default" if not any(decisions) else None
-
-
-@dataclass(frozen=True)
-class _SiteCtx:
-    site: str
-    mode: str
 
 
 FUSION_VARIANTS = ("all", "alone", "gated")  # the fusion variants run_ab can compile (``fusion_variants``)
@@ -436,8 +425,6 @@ def run_ab(build: Callable[[], Any], *, model: str, mode: str, compile_mode: str
     ``parity_reference``: compile the float32 reference step parity is judged against (``reference_step``).
     """
     import torch
-
-    from miner.runtime import gate
 
     t0 = time.perf_counter()
     raise_compile_limits()
@@ -481,7 +468,7 @@ def run_ab(build: Callable[[], Any], *, model: str, mode: str, compile_mode: str
     masked = ab_judge(built, inputs, modules, mode=mode, device=device)  # philox4 variants' parity
     phase_a = [default, control]
     if "all" in wanted:
-        every = make("all", fusions.graph_pass(names), names, GATE_OPEN)
+        every = make("all", fusions.graph_pass(names, gate=GATE_OPEN), names, GATE_OPEN)
         r.fires = dict(every.res.matches)
         fired = [f for f in names if r.fires.get(f)]
         phase_a.append(every)
@@ -494,7 +481,7 @@ def run_ab(build: Callable[[], Any], *, model: str, mode: str, compile_mode: str
             if late():
                 r.variants.append(VariantResult(f"alone:{f}", [f], GATE_OPEN, error="not compiled: --time-budget spent"))
                 continue
-            phase_a.append(make(f"alone:{f}", fusions.graph_pass([f]), [f], GATE_OPEN))
+            phase_a.append(make(f"alone:{f}", fusions.graph_pass([f], gate=GATE_OPEN), [f], GATE_OPEN))
     if len(phase_a) > 2 or not (knobs or "gated" in wanted):  # else the band comes from the second phase
         log(f"  {model} {mode}/{compile_mode}: {rounds} alternating rounds over {len(phase_a)} variants")
         interleave(phase_a, rounds, device)
@@ -504,8 +491,7 @@ def run_ab(build: Callable[[], Any], *, model: str, mode: str, compile_mode: str
         _parity(phase_a, mode, device, reference, masked)
         _explain(phase_a, kernel_times, device, profile_steps)
     r.variants[:0] = [live.res for live in phase_a]
-    for f, rec in alone_records(r).items():  # this run's verdicts join the evidence of the gated compile
-        gate.OVERLAY.setdefault(f, []).append(rec)
+    this_run = {f: [rec] for f, rec in alone_records(r).items()}  # join the evidence of the gated compiles
     for live in phase_a[2:]:  # free the fusion variants; default and control stay for the second phase
         live.model = live.step = None
     del phase_a[2:]
@@ -513,7 +499,7 @@ def run_ab(build: Callable[[], Any], *, model: str, mode: str, compile_mode: str
         torch.cuda.empty_cache()
 
     # on the CPU the gate passes (interpreter timings decide nothing): the gated graph is ``all``'s
-    r.gate = gate_verdicts(r, modules, compile_mode)
+    r.gate = gate_verdicts(r, modules, compile_mode, this_run)
     gated_on = getattr(fusions, "gated", True)
     shortcut = None if "all" not in wanted else _gated_shortcut(r) if device.startswith("cuda") else "all"
     phase_b: list[_Live] = [default, control]
@@ -530,7 +516,7 @@ def run_ab(build: Callable[[], Any], *, model: str, mode: str, compile_mode: str
     elif late():
         r.variants.append(VariantResult("gated", names, GATE_ON, error="not compiled: --time-budget spent"))
     else:
-        phase_b.append(make("gated", fusions.graph_pass(names), names, GATE_ON))
+        phase_b.append(make("gated", fusions.graph_pass(names, records=this_run), names, GATE_ON))
     fused_mode = GATE_ON if gated_on else NO_GATE
     for knob in knobs:
         for fused in (False, True) if names else (False,):
@@ -543,7 +529,8 @@ def run_ab(build: Callable[[], Any], *, model: str, mode: str, compile_mode: str
                 r.variants.append(VariantResult(name, names if fused else [], fused_mode if fused else NO_GATE,
                                                 knob=knob.name, error="not compiled: --time-budget spent"))
             else:
-                phase_b.append(make(name, fusions.graph_pass(names) if fused else None, names if fused else (),
+                phase_b.append(make(name, fusions.graph_pass(names, records=this_run) if fused else None,
+                                    names if fused else (),
                                     fused_mode if fused else NO_GATE, knob=knob))
     if len(phase_b) > 2:
         log(f"  {model} {mode}/{compile_mode}: {rounds} alternating rounds over {len(phase_b)} variants")

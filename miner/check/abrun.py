@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -43,7 +44,7 @@ class CandidateSet:
     """Candidates (``candidates/<id>/pattern.py``, ungated) standing in for a fusions folder; names are ids.
 
     A candidate's extra check has no gate; for the A/B it is wrapped to count each match's
-    context (``miner.runtime.gate.observe``), so its in-model records say where it fired.
+    context in the applying pass's log (``miner.runtime.gate.observe``), so its in-model records say where it fired.
     """
 
     gated = False
@@ -73,11 +74,13 @@ class CandidateSet:
             module.extra_check = observed  # register() reads the module global when it runs
         return module
 
-    def graph_pass(self, selected: Sequence[str] | None = None):
+    def graph_pass(self, selected: Sequence[str] | None = None, *, gate: str = "on", records: dict | None = None):
+        """A pass of the selected candidates (ungated: ``gate`` changes nothing but the cache key)."""
         from miner.runtime import rewrite
 
         chosen = self.names() if selected is None else list(selected)
-        return rewrite.FusionPass([rewrite.entry_for(self.load(n).__file__, n, self.load(n)) for n in chosen])
+        return rewrite.FusionPass([rewrite.entry_for(self.load(n).__file__, n, self.load(n)) for n in chosen],
+                                  gate=gate, records=records)
 
 
 class NoFusions:
@@ -190,26 +193,22 @@ def record(workspace: Any, results: Sequence[ABResult], source: str = "") -> lis
     Only results measured on CUDA count (interpreter timings mean nothing); a record for the same
     model, mode, compile mode, preset, batch and seq replaces the older one.
     """
-    from miner.core.workspace import write_json
-    from miner.runtime import gate, rewrite
-    from miner.runtime.fusions import fusions_dir
+    from miner.runtime import evidence
 
-    root = fusions_dir(_root(workspace))
+    root = _root(workspace)
     per_fusion: dict[str, list[dict]] = {}
     for r in results:
         if r.error or r.env.get("device", "cuda") != "cuda":
             continue
         for f, rec in alone_records(r).items():
-            per_fusion.setdefault(f, []).append({**rec, "source": source})
-    from miner.check.promotion import evidence_path, write_evidence
-
+            per_fusion.setdefault(f, []).append(replace(rec, source=source))
     written = []
     for f, recs in sorted(per_fusion.items()):
-        path = root / f / rewrite.WINS_FILE
-        if path.parent.is_dir():  # a promoted fusion: the gate's evidence
-            written.append(write_json(path, gate.merge_records(rewrite.load_wins(path), f, recs)))
-        elif evidence_path(workspace, f).parent.is_dir():  # a candidate: what `miner promote` requires
-            written.append(write_evidence(workspace, f, recs))
+        path = evidence.evidence_file(root, f, fusion=True)
+        if not path.parent.is_dir():  # not a promoted fusion (the gate's evidence): a candidate's (what `miner promote` requires)
+            path = evidence.evidence_file(root, f, fusion=False)
+        if path.parent.is_dir():
+            written.append(evidence.write(path, f, recs))
     return written
 
 
@@ -268,9 +267,9 @@ def summary_table(results: Sequence[ABResult]) -> str:
 
 def size_text(r) -> str:
     """``B16 S512`` (the preset's sizes where the result has none)."""
-    from miner.runtime.gate import record_shape
+    from miner.runtime.evidence import shape_of
 
-    batch, seq = record_shape(r)
+    batch, seq = shape_of(r)
     return "-" if batch is None else f"B{batch} S{seq}"
 
 

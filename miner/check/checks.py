@@ -114,13 +114,11 @@ def pick_model(meta: dict) -> tuple[str, str] | None:
     return models[0], (phase_modes(occ[models[0]]) or ["train"])[0]
 
 
-def gate_context(gate_open: bool):
-    """``miner.runtime.gate.forced_open`` when ``gate_open``; else the gate as the caller left it."""
+def gate_context(graph_pass, gate_open: bool):
+    """``graph_pass``'s gate held open (``FusionPass.gate_held``) when ``gate_open``; else as the caller left it."""
     import contextlib
 
-    from miner.runtime import gate
-
-    return gate.forced_open() if gate_open else contextlib.nullcontext()
+    return graph_pass.gate_held("open") if gate_open and graph_pass is not None else contextlib.nullcontext()
 
 
 def model_step(built, mode: str, device: str, graph_pass=None, *, compiled: bool = True, autocast: bool = False,
@@ -141,7 +139,7 @@ def model_step(built, mode: str, device: str, graph_pass=None, *, compiled: bool
         options = rewrite.inductor_options(graph_pass) if graph_pass is not None else None
         runner = torch.compile(model, options=options, dynamic=False) if compiled else model
         with torch._inductor.config.patch(force_disable_caches=True, fallback_random=fallback_random), \
-                gate_context(gate_open):
+                gate_context(graph_pass, gate_open):
             step = make_step(runner, built.inputs, built.loss, mode, device, autocast=autocast)
             return observe_step(step, model, mode=mode, device=device, seed=0)
     finally:

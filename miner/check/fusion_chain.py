@@ -53,9 +53,10 @@ class FusionUnderTest:
         float_input = self.input_kinds.index("float")
         return ChainModel(self.pattern, float_input, shapes[float_input][-1], scalars).to(device)
 
-    def compile_and_run(self, model, xs, train: bool):
-        """``model(*xs)`` compiled with this fusion alone (one backward when ``train``): (outputs, matches)."""
-        graph_pass = self.fusions.graph_pass([self.name])
+    def compile_and_run(self, model, xs, train: bool, gate: str = "on"):
+        """``model(*xs)`` compiled with this fusion alone (one backward when ``train``; ``gate``: the
+        pass's, ``"open"`` holds the in-model gate open): (outputs, matches)."""
+        graph_pass = self.fusions.graph_pass([self.name], gate=gate)
         torch._dynamo.reset()
         with torch._inductor.config.patch(force_disable_caches=True):
             compiled = torch.compile(model, options=self.fusions.inductor_options(graph_pass_=graph_pass),

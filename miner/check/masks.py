@@ -253,7 +253,7 @@ def observe_compiled(built, mode: str, device: str, *, graph_pass=None, autocast
     try:
         compiled = torch.compile(model, options=options, dynamic=False)
         with torch._inductor.config.patch(force_disable_caches=True, fallback_random=False), \
-                gate_context(gate_open):
+                gate_context(graph_pass, gate_open):
             step = make_step(compiled, built.inputs, built.loss, mode, device, autocast=autocast)
             step()  # compiles
             with launch.recording() as calls:

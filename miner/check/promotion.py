@@ -17,64 +17,51 @@ from typing import Any
 
 from miner.core.errors import UsageError
 
-EVIDENCE_FILE, EVIDENCE_KIND, EVIDENCE_SCHEMA = "in_model.json", "InModelEvidence", 1
-
 
 def evidence_path(workspace: Any, cid: str) -> Path:
-    return _root(workspace) / "candidates" / cid / EVIDENCE_FILE
+    """``candidates/<cid>/in_model.json`` of ``workspace`` (``miner.runtime.evidence.evidence_file``)."""
+    from miner.runtime.evidence import evidence_file
+
+    return evidence_file(_root(workspace), cid, fusion=False)
 
 
-def write_evidence(workspace: Any, cid: str, records: list[dict]) -> Path:
-    """Add ``records`` to ``candidates/<cid>/in_model.json`` (same model/mode/compile/preset replaced)."""
-    from miner.core.workspace import read_json, write_json
-    from miner.runtime.gate import merge_records
+def write_evidence(workspace: Any, cid: str, records: list) -> Path:
+    """Merge ``records`` into ``candidates/<cid>/in_model.json`` (``miner.runtime.evidence.write``)."""
+    from miner.runtime import evidence
 
-    path = evidence_path(workspace, cid)
-    old = read_json(path) if path.exists() else None
-    merged = merge_records(old, cid, records)
-    return write_json(path, {"schema": EVIDENCE_SCHEMA, "kind": EVIDENCE_KIND, "candidate": cid,
-                             "in_model": merged["in_model"]})
+    return evidence.write(evidence_path(workspace, cid), cid, records)
 
 
-def records_for(workspace: Any, cid: str) -> list[dict]:
-    """Every in-model record for candidate ``cid``: its own file, and fusions promoted from it."""
+def records_for(workspace: Any, cid: str) -> list:
+    """Every in-model record (``InModelRecord``) for candidate ``cid``: its own file, and fusions promoted from it."""
     from miner.core.workspace import read_json
-    from miner.runtime import rewrite
+    from miner.runtime import evidence
     from miner.runtime.fusions import fusions_dir
 
     root = _root(workspace)
-    records = []
-    path = evidence_path(root, cid)
-    if path.exists():
-        records += list(read_json(path).get("in_model", {}).get("records", []))
+    records = evidence.read(evidence_path(root, cid))
     for fusion_json in sorted(fusions_dir(root).glob("*/fusion.json")):
         if read_json(fusion_json).get("pattern_id") == cid:
-            wins = rewrite.load_wins(fusion_json.with_name(rewrite.WINS_FILE))
-            records += list(((wins or {}).get("in_model") or {}).get("records", []))
+            records += evidence.read(fusion_json.with_name(evidence.FUSION_FILE))
     return records
 
 
-def _row(r: dict) -> str:
-    return (f"{r['model']} {r['mode']}/{r.get('compile', 'default')}: {r['speedup']:.3f}x "
-            f"(noise +-{100 * r['band']:.2f}%, {r.get('matches', '?')} matches, {r['verdict']})")
-
-
-def require_in_model_win(workspace: Any, cid: str) -> list[dict]:
+def require_in_model_win(workspace: Any, cid: str) -> list:
     """The records that allow promoting ``cid``; ``UsageError`` (with the numbers) when they do not."""
-    records = [r for r in records_for(workspace, cid) if r.get("matches", 1)]
+    records = [r for r in records_for(workspace, cid) if r.matches is None or r.matches]
     if not records:
         models, modes = observed_in(workspace, cid)
         raise UsageError(
             f"candidate {cid} has no in-model GPU evidence; on a CUDA machine run `miner verify --ab --candidates "
             f"{cid} --models {models} --mode {modes} --record` (or `--out DIR`, then here "
             f"`miner verify --record-from DIR/verify.json`)")
-    losses = [r for r in records if r["verdict"] == "loss"]
+    losses = [r for r in records if r.verdict == "loss"]
     if losses:
         raise UsageError(f"candidate {cid} makes the step slower where it fires: "
-                         + "; ".join(map(_row, losses)) + " (in-model A/B, fusion alone)")
-    if not any(r["verdict"] == "win" for r in records):
+                         + "; ".join(r.describe(full=True) for r in losses) + " (in-model A/B, fusion alone)")
+    if not any(r.verdict == "win" for r in records):
         raise UsageError(f"candidate {cid} has no step win beyond noise on any zoo model: "
-                         + "; ".join(map(_row, records)))
+                         + "; ".join(r.describe(full=True) for r in records))
     return records
 
 
@@ -94,13 +81,11 @@ def observed_in(workspace: Any, cid: str) -> tuple[str, str]:
     return ",".join(sorted(occ)), ",".join(phase_modes(ph for per in occ.values() for ph in per))
 
 
-def carry_into(wins_path: Path, name: str, records: list[dict]) -> Path:
+def carry_into(wins_path: Path, name: str, records: list) -> Path:
     """Merge ``records`` into the promoted fusion's ``wins.json`` (the gate's evidence)."""
-    from miner.core.workspace import write_json
-    from miner.runtime import rewrite
-    from miner.runtime.gate import merge_records
+    from miner.runtime import evidence
 
-    return write_json(wins_path, merge_records(rewrite.load_wins(wins_path), name, records))
+    return evidence.write(wins_path, name, records)
 
 
 def _root(workspace: Any) -> Path:

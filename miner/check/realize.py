@@ -49,14 +49,15 @@ def rope_chain():
     return fn
 
 
-def _pass(module, name: str):
+def _pass(module, name: str, gate: str = "on"):
     from miner.runtime import rewrite
 
-    return rewrite.FusionPass([rewrite.entry_for(module.__file__, name, module)])
+    return rewrite.FusionPass([rewrite.entry_for(module.__file__, name, module)], gate=gate)
 
 
-def check_graph(module, name: str, device: str) -> Check:
-    """The pass on the traced chain: both tables computed once, all consumers moved, a second run takes nothing."""
+def check_graph(module, name: str, device: str, *, gate_open: bool = False) -> Check:
+    """The pass on the traced chain: both tables computed once, all consumers moved, a second run takes
+    nothing (``gate_open``: a promoted fusion's in-model gate held open)."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -69,9 +70,10 @@ def check_graph(module, name: str, device: str) -> Check:
         x = torch.empty(2, 4, 32, 16, device=device)
         pos = torch.empty(32, dtype=torch.int64, device=device)
     gm = make_fx(rope_chain(), tracing_mode="fake")(x, pos)
-    p = _pass(module, name)
+    gate = "open" if gate_open else "on"
+    p = _pass(module, name, gate)
     p(gm.graph)
-    again = _pass(module, name)
+    again = _pass(module, name, gate)
     again(gm.graph)
     problems = []
     forced = [n for n in gm.graph.nodes if str(n.target) == FORCE]
@@ -140,12 +142,13 @@ def check_compiled(module, name: str, device: str) -> Check:
                  device=device)
 
 
-def check_model(module, name: str, model: str, mode: str, device: str) -> Check:
+def check_model(module, name: str, model: str, mode: str, device: str, *, gate_open: bool = False) -> Check:
     """The pass inside ``torch.compile`` of the tiny zoo ``model``: matches > 0 and one step's parity
-    (``miner.check.upcast.model_check``: bf16 autocast as ``miner verify`` runs it)."""
+    (``miner.check.upcast.model_check``: bf16 autocast as ``miner verify`` runs it); ``gate_open``: a
+    promoted fusion's in-model gate held open."""
     from miner.check.upcast import model_check
 
-    return model_check(module, name, model, mode, device)
+    return model_check(module, name, model, mode, device, gate_open=gate_open)
 
 
 def validate(cand, device: str, model: bool = True, log: Callable[[str], None] = lambda s: None) -> Validation:

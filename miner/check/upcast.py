@@ -30,7 +30,7 @@ import math
 import time
 from typing import Any, Callable
 
-from miner.check.checks import Check, Validation, compare, gate_context, line, model_step, models_build, pick_model
+from miner.check.checks import Check, Validation, compare, line, model_step, models_build, pick_model
 
 SLACK = 2.0  # the rewritten GEMM may be off float64 by at most this many times the float32 GEMM it replaces
 DROPOUT_SCALE = 1 / 0.9  # PV in t5's chain: probabilities times 1/(1-p), p = 0.1 (no exact upcast: declined)
@@ -192,26 +192,25 @@ def trace(fn: Callable, specs, device: str = "cuda"):
     return make_fx(fn, tracing_mode="fake")(*args)
 
 
-def _pass(module, name: str):
+def _pass(module, name: str, gate: str = "on"):
     from miner.runtime import rewrite
 
-    return rewrite.FusionPass([rewrite.entry_for(module.__file__, name, module)])
+    return rewrite.FusionPass([rewrite.entry_for(module.__file__, name, module)], gate=gate)
 
 
 def rewrite_chain(module, name: str, entry: dict, *, gate_open: bool = False):
     """The chain of ``entry`` traced on fake CUDA tensors and rewritten by ``module``'s pass.
 
     Returns ``(gm, pass, fn, specs)``, or None when ``entry`` is no attention chain. ``gate_open``
-    holds a promoted fusion's in-model gate open (``miner.runtime.gate.forced_open``).
+    holds a promoted fusion's in-model gate open (the pass's ``gate="open"``).
     """
     built = attention_chain(entry)
     if built is None:
         return None
     fn, specs = built
     gm = trace(fn, specs)
-    p = _pass(module, name)
-    with gate_context(gate_open):
-        p(gm.graph)
+    p = _pass(module, name, gate="open" if gate_open else "on")
+    p(gm.graph)
     gm.recompile()
     return gm, p, fn, specs
 

@@ -380,10 +380,10 @@ def prepare_variant(name: str, built, *, mode: str, device: str, options: dict |
     """Compile ``built.model`` (with ``options``) and run the warm-up steps (the first compiles)."""
     import torch
 
-    from miner.runtime.rewrite import GATE_DECISIONS
-
+    graph_pass = (options or {}).get("post_grad_custom_post_pass")
+    log = getattr(graph_pass, "log", None)  # the pass's decisions (``miner.runtime.decisions.DecisionLog``)
     before = match_counts(fusions_mod)
-    gate_before = dict(GATE_DECISIONS)
+    gate_before = dict(log.lines) if log is not None else {}
     if compile_fn is None:
         compiled = torch.compile(built.model, options=options) if options else torch.compile(built.model)
     else:
@@ -396,7 +396,7 @@ def prepare_variant(name: str, built, *, mode: str, device: str, options: dict |
     first_s = time.perf_counter() - t0
     for _ in range(max(0, warmup - 1)):
         step()
-    gate = {k: n for k, n in _delta(dict(GATE_DECISIONS), gate_before).items() if n}
+    gate = {k: n for k, n in _delta(dict(log.lines), gate_before).items() if n} if log is not None else {}
     return _Variant(name, built, step, first_s, _delta(match_counts(fusions_mod), before), gate=gate)
 
 

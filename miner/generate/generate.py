@@ -244,8 +244,9 @@ def header(pattern_id: str, command: str, what: str) -> str:
 GATE_DOC = """
 ``WINS`` is ``wins.json`` beside this file (the in-model A/B records ``miner verify --ab --record`` and
 ``miner promote`` put there); on CUDA ``extra_check`` fires only in a context (input shapes and dtypes,
-neighbourhood, compile mode) that a record measured as a step win beyond noise and none as a loss
-(``miner.runtime.rewrite.wins_gate``); an unmeasured context declines.
+neighbourhood, compile mode) that a record measured as a step win beyond noise and none as a loss, or
+between such wins (the bracket rule); an isolated benchmark never enables it alone
+(``miner.runtime.evidence.RULE``); an unmeasured context declines.
 """
 WINS_LINE = 'WINS = rewrite.load_wins(Path(__file__).with_name("wins.json"))  # the gate\'s evidence; None: unmeasured\n'
 
@@ -298,8 +299,9 @@ def render_pattern_py(prog: Program, head: str, op_name: str, kernel_import: str
     """pattern.py of a candidate, or of a fusion (``gated``: ``extra_check`` also asks the measured-wins gate).
 
     A gated module loads ``wins.json`` beside it at import (absent: None, unmeasured) as ``WINS``
-    and ANDs ``rewrite.wins_gate`` into its extra check, so on CUDA it fires only where ``miner
-    bench`` measured it to win. Candidates are not gated: they are what gets measured.
+    and ANDs ``rewrite.wins_gate`` into its extra check, so on CUDA it fires only where in-model A/B
+    evidence says the step is faster (``miner.runtime.evidence.RULE``). Candidates are not gated:
+    they are what gets measured.
     """
     spec = prog.spec
     params = lower.signature_params(spec)
@@ -321,9 +323,11 @@ def render_pattern_py(prog: Program, head: str, op_name: str, kernel_import: str
     if gated:
         from miner.runtime.rewrite import WINS_FILE
 
-        gate_doc = (f"\n``WINS`` is ``{WINS_FILE}`` beside this file (GPU timings per shape, from ``miner bench``;"
-                    "\nNone: unmeasured); on CUDA ``extra_check`` fires only where they say the kernel is at"
-                    "\nleast as fast as Inductor (``miner.runtime.rewrite.wins_gate``).\n")
+        gate_doc = (f"\n``WINS`` is ``{WINS_FILE}`` beside this file (None: unmeasured): its in-model A/B records"
+                    "\n(``miner verify --ab --record``) decide; on CUDA ``extra_check`` fires only where one measured"
+                    "\nthe model's step faster beyond noise and none slower, or between such wins (the bracket rule,"
+                    "\nwhere its isolated ``miner bench`` rows may keep it off); an isolated benchmark never enables"
+                    "\nit alone (``miner.runtime.evidence.RULE``).\n")
         gate_import = "from pathlib import Path\n\n"
         wins = f'\nWINS = rewrite.load_wins(Path(__file__).with_name("{WINS_FILE}"))  # None: unmeasured'
         check = f"({check}\n            and rewrite.wins_gate(match, WINS, N_INPUTS))"

@@ -12,7 +12,7 @@ first section); no renderer decides anything itself.
   the verdict (win / loss beyond the band, else noise), the peak-memory change and parity. Where those
   files do not cover a (model, mode, compile), the records of the gate's evidence stand in
   (``fusions/<name>/wins.json`` ``in_model``, ``candidates/<id>/in_model.json``: no p20-p80, no memory).
-* **The gate's evidence** (``miner.runtime.gate.decide_context`` over the same records the gate reads
+* **The gate's evidence** (``miner.runtime.evidence.decide`` over the same records the gate reads
   while compiling): where the fusion fires on CUDA. No records: it fires nowhere.
 * **Isolated kernel timings** (``miner bench``): the range of speedups over Inductor across the shapes
   of the candidate's *latest* bench run only, with that run named.
@@ -37,6 +37,7 @@ from typing import Iterable, Sequence
 from miner.core.errors import MinerError
 from miner.core.workspace import Workspace, read_json
 from miner.rank.records import BenchRun, CandidateInfo, Review
+from miner.runtime.evidence import evidence_file
 
 ADOPT, ONLY, NOT_WORTH, UNSAFE, UNMEASURED = "adopt", "fires only in", "not worth it", "unsafe", "not measured"
 VERDICTS = (ADOPT, ONLY, NOT_WORTH, UNSAFE, UNMEASURED)
@@ -88,10 +89,10 @@ def setup_of(r) -> str:
     """Where an A/B result was measured, in words: ``NVIDIA H200, base B16 S512, bf16 autocast`` (the
     preset's sizes where the result has none)."""
     from miner.check.verify import STEP_DTYPE
-    from miner.runtime.gate import record_shape
+    from miner.runtime.evidence import shape_of
 
     env = getattr(r, "env", {}) or {}
-    batch, seq = record_shape(r)
+    batch, seq = shape_of(r)
     where = (env.get("gpu") or "GPU") if env.get("device", "cuda") == "cuda" else f"CPU interpreter ({env.get('gpu') or 'cpu'})"
     return f"{where}, {r.preset} B{batch} S{seq}, {STEP_DTYPE}"
 
@@ -127,7 +128,7 @@ class Decision:
     steps: tuple[StepChange, ...] = ()
     kernel: KernelRange | None = None
     status: str = ""  # the candidate's status where no ranked row has it (an upcast candidate), else ""
-    coverage: tuple[str, ...] = ()  # where the gate fires, per class of measured sites (gate.coverage)
+    coverage: tuple[str, ...] = ()  # where the gate fires, per class of measured sites (evidence.coverage)
 
     @property
     def label(self) -> str:
@@ -335,13 +336,13 @@ def latest_ab(ws: Workspace) -> tuple[list[Path], list] | None:
     """
     from miner.check import abrun
 
-    from miner.runtime.gate import record_shape
+    from miner.runtime.evidence import shape_of
 
     latest: dict[tuple, tuple[Path, object]] = {}
     for _, _, path, results in sorted(ab_files(ws), key=lambda f: f[:2]):
         for r in results:
             if is_gpu_run(r):  # a CPU-interpreter run is never compared with GPU runs
-                latest[(r.model, r.mode, r.compile, r.preset) + record_shape(r)] = (path, r)
+                latest[(r.model, r.mode, r.compile, r.preset) + shape_of(r)] = (path, r)
     if not latest:
         return None
     paths = sorted({p for p, _ in latest.values()})
@@ -403,8 +404,8 @@ def ab_steps(results: Sequence[tuple[str, object]]) -> dict[str, list[StepChange
                     hi = base.median_ms / s.p20_ms if s.p20_ms > 0 else None
                 mem = (s.peak_mem_bytes - base.peak_mem_bytes) / 2**20
             out.setdefault(f, []).append(StepChange(
-                r.model, r.mode, r.compile, rec["speedup"], rec["band"], rec["verdict"], lo, hi, mem,
-                None if v.parity is None else bool(v.parity.ok), rec["matches"], source, str(r.env.get("date") or ""),
+                r.model, r.mode, r.compile, rec.speedup, rec.band, rec.verdict, lo, hi, mem,
+                None if v.parity is None else bool(v.parity.ok), rec.matches, source, str(r.env.get("date") or ""),
                 setup_of(r)))
     return out
 
@@ -420,45 +421,18 @@ def silent_in(results: Sequence[tuple[str, object]]) -> dict[str, list[str]]:
     return out
 
 
-def record_steps(records: Iterable[dict], source: str) -> list[StepChange]:
-    """The gate's evidence records (``wins.json`` ``in_model``) as measurements (no p20-p80, no memory)."""
-    out = []
-    for r in records:
-        try:
-            out.append(StepChange(str(r["model"]), str(r["mode"]), str(r.get("compile", "default")), float(r["speedup"]),
-                                  float(r.get("band") or 0.0), str(r["verdict"]), matches=int(r.get("matches") or 0),
-                                  source=source, date=str(r.get("date") or "")))
-        except (KeyError, TypeError, ValueError):
-            continue
-    return out
+def record_steps(records: Iterable, source: str) -> list[StepChange]:
+    """The gate's evidence records (``miner.runtime.evidence.InModelRecord``) as measurements (no p20-p80, no memory)."""
+    return [StepChange(r.model, r.mode, r.compile, r.speedup, r.band, r.verdict, matches=int(r.matches or 0),
+                       source=source, date=str(r.date or "")) for r in records]
 
 
-@dataclass(frozen=True)
-class _Site:  # what gate.decide_context reads of a context
-    site: str
-    mode: str
-
-
-def gate_fires(records: Sequence[dict]) -> tuple[str, ...]:
+def gate_fires(records: Sequence) -> tuple[str, ...]:
     """Where the gate fires with these in-model records: "model mode/compile" of each record whose
-    measured contexts the gate decides to fire in (``miner.runtime.gate.decide_context``)."""
-    from miner.runtime.gate import decide_context
+    measured contexts the gate decides to fire in (``miner.runtime.evidence.fires_in``)."""
+    from miner.runtime.evidence import fires_in
 
-    out = []
-    for r in records:
-        mode = r.get("compile", "default")
-        mode = "default" if mode == "dynamic" else mode
-        if any(decide_context(_Site(site, mode), list(records))[0] for site in (r.get("contexts") or {})):
-            out.append(f"{r.get('model')} {r.get('mode')}/{r.get('compile', 'default')}")
-    return tuple(dict.fromkeys(out))
-
-
-def _records(path: Path) -> list[dict]:
-    try:
-        data = read_json(path) if path.exists() else {}
-    except MinerError:
-        return []
-    return list(((data or {}).get("in_model") or {}).get("records", ()) or ())
+    return fires_in(records)
 
 
 def kernel_range(c: CandidateInfo | None, runs: Sequence[BenchRun] = ()) -> KernelRange | None:
@@ -547,7 +521,7 @@ def decide(review: Review, ws: Workspace) -> Decisions:
             continue
         fusion = c.fusion
         seen_fusions.add(fusion)
-        rec_path = (ws.fusions / fusion / "wins.json") if fusion else (ws.candidates / c.id / "in_model.json")
+        rec_path = evidence_file(ws.root, fusion or c.id, fusion=bool(fusion))
         rows.append(_decision(c.id, fusion or c.label, r.pattern.ops, bool(fusion), rec_path, ws,
                               measured.get(fusion or "", []) + measured.get(c.id, []),
                               "validation failed: " + str((c.validation or {}).get("failure") or "see validation.json")
@@ -561,7 +535,7 @@ def decide(review: Review, ws: Workspace) -> Decisions:
     for d in extra:  # a promoted fusion whose candidate is not in this workspace (with --model: not in that model)
         name = d.parent.name
         if name not in seen_fusions:
-            rows.append(_decision(name, name, "", True, d.parent / "wins.json", ws, measured.get(name, []), None, None,
+            rows.append(_decision(name, name, "", True, evidence_file(ws.root, name, fusion=True), ws, measured.get(name, []), None, None,
                                   silent.get(name, [])))
     order = {v: i for i, v in enumerate(ORDER)}
     rows.sort(key=lambda d: (order[d.verdict], -max((s.speedup for s in d.steps), default=0.0),
@@ -603,7 +577,7 @@ def unranked_rows(ws: Workspace, ranked: set[str], only_model: str | None, measu
         fusion = promoted.get(cand.id)
         failed = (f"validation failed: {validation.get('failure') or 'see validation.json'}"
                   if validation is not None and not validation.get("ok") else None)
-        rec_path = ws.fusions / fusion / "wins.json" if fusion else ws.candidates / cand.id / "in_model.json"
+        rec_path = evidence_file(ws.root, fusion or cand.id, fusion=bool(fusion))
         d = _decision(cand.id, fusion or cand.label, str(cand.meta.get("ops", "")), bool(fusion), rec_path, ws,
                       measured.get(fusion or "", []) + measured.get(cand.id, []), failed, None,
                       silent.get(fusion or "", []) + silent.get(cand.id, []))
@@ -614,7 +588,9 @@ def unranked_rows(ws: Workspace, ranked: set[str], only_model: str | None, measu
 def _decision(ident: str, name: str, ops: str, promoted: bool, rec_path: Path, ws: Workspace,
               ab: list[StepChange], failed: str | None, kernel: KernelRange | None,
               silent: Sequence[str] = ()) -> Decision:
-    records = _records(rec_path)
+    from miner.runtime import evidence
+
+    records = evidence.read(rec_path)
     covered = {(s.model, s.mode, s.compile) for s in ab}
     rel = str(rec_path.relative_to(ws.root)) if rec_path.is_relative_to(ws.root) else str(rec_path)
     steps = ab + [s for s in record_steps(records, rel) if (s.model, s.mode, s.compile) not in covered]
@@ -622,21 +598,21 @@ def _decision(ident: str, name: str, ops: str, promoted: bool, rec_path: Path, w
     if silent and not steps and verdict == UNMEASURED:
         reason = f"matches nothing in the models the in-model A/B ran ({', '.join(silent)}): no step change to measure"
     fires = gate_fires(records) if promoted else ()
-    cover = tuple(gate_coverage(rec_path)) if promoted else ()
+    cover = tuple(gate_coverage(rec_path, records)) if promoted else ()
     return Decision(ident, name, ops, promoted, verdict, reason, fires, won, tuple(steps), kernel, coverage=cover)
 
 
-def gate_coverage(path: Path) -> list[str]:
-    """Where the gate of the fusion whose ``wins.json`` is ``path`` fires, per class of measured sites
-    (``miner.runtime.gate.coverage``: exact sites and the sizes their wins bracket)."""
-    from miner.runtime import gate
+def gate_coverage(path: Path, records: Sequence) -> list[str]:
+    """Where the gate of the fusion whose ``wins.json`` is ``path`` (its in-model ``records``) fires, per
+    class of measured sites (``miner.runtime.evidence.coverage``: exact sites and the sizes their wins
+    bracket; the file's isolated rows may keep a bracket off)."""
+    from miner.runtime import evidence
 
     try:
         wins = read_json(path) if path.exists() else {}
     except MinerError:
         return []
-    records = list(((wins or {}).get("in_model") or {}).get("records", ()) or ())
-    return gate.coverage(records, gate.isolated_rows(wins))
+    return evidence.coverage(records, evidence.isolated_rows(wins))
 
 
 __all__ = ["ADOPT", "MARGINAL", "MODEL_STEP_HEADER", "ab_files", "cpu_runs", "is_gpu_run", "same_graph", "setup_diff", "setup_of",

@@ -349,7 +349,7 @@ def show_listings(review: Review, r: Ranked, d: Decision | None) -> list[Listing
 
 def gate_lines(d: Decision) -> list[str]:
     """A promoted fusion's gate: the sites and size ranges where it fires, and the rule that decides."""
-    from miner.runtime.gate import BRACKET_RULE
+    from miner.runtime.evidence import BRACKET_RULE
 
     if not d.promoted:
         return []

@@ -20,7 +20,7 @@ nothing (``graph_pass.cache_hits()`` says how many were; see ``FusionPass``).
 On the CPU the kernels would run in the Triton interpreter (~100x slower than Inductor's C++):
 they fire there only when asked, ``install(..., interpret=True)`` or ``MINER_INTERPRET=1`` (with
 ``TRITON_INTERPRET=1`` set before triton is imported); otherwise each CPU match declines with that
-reason (``graph_pass.declined``) and one warning is logged.
+reason (``graph_pass.declined``; every decision of the pass: ``graph_pass.log``) and one warning is logged.
 """
 
 from __future__ import annotations
@@ -102,11 +102,12 @@ def checked_dir(where: str | Path) -> Path:
     return folder
 
 
-def _pass(folder: str | Path, selected: Iterable[str] | None, interpret: bool | None) -> rewrite.FusionPass:
+def _pass(folder: str | Path, selected: Iterable[str] | None, interpret: bool | None, gate: str = "on",
+          records: dict | None = None) -> rewrite.FusionPass:
     chosen = names(folder) if selected is None else list(selected)
     modules = {n: load(folder, n) for n in chosen}
     return rewrite.FusionPass([rewrite.entry_for(m.__file__, n, m) for n, m in modules.items()],
-                              interpret=rewrite.interpret_requested(interpret))
+                              interpret=rewrite.interpret_requested(interpret), gate=gate, records=records)
 
 
 def graph_pass(where: str | Path, selected: Iterable[str] | None = None, *,
@@ -188,8 +189,10 @@ class Fusions:
     def load(self, name: str):
         return load(self.root, name)
 
-    def graph_pass(self, selected: Iterable[str] | None = None) -> rewrite.FusionPass:
-        return _pass(self.root, selected, self.interpret)
+    def graph_pass(self, selected: Iterable[str] | None = None, *, gate: str = "on",
+                   records: dict | None = None) -> rewrite.FusionPass:
+        """A pass of the selected fusions; ``gate`` and ``records``: see :class:`~miner.runtime.rewrite.FusionPass`."""
+        return _pass(self.root, selected, self.interpret, gate, records)
 
     def inductor_options(self, selected: Iterable[str] | None = None, graph_pass_=None) -> dict[str, Any]:
         return rewrite.inductor_options(graph_pass_ if graph_pass_ is not None else self.graph_pass(selected))

@@ -13,8 +13,11 @@ A pattern module (``candidates/<id>/pattern.py`` or ``fusions/<name>/pattern.py`
   fusion invalidates Inductor's FX graph cache. Each pattern has its own ``PatternMatcherPass``,
   so ``counts[name]`` says how often each one fired.
 - ``wins_gate`` / ``decide``: the gate of a promoted fusion's ``extra_check``, delegated to
-  ``miner.runtime.gate``: on CUDA a fusion fires only in contexts where an in-model A/B
-  (``fusions/<name>/wins.json`` ``in_model``) showed the model's step faster beyond noise.
+  ``miner.runtime.gate`` (the rule: ``miner.runtime.evidence.RULE``): on CUDA a fusion fires only
+  where in-model A/B records (``fusions/<name>/wins.json`` ``in_model``) showed the model's step
+  faster beyond noise; an isolated benchmark never enables a firing alone.
+- the pass's ``log`` (``miner.runtime.decisions.DecisionLog``): every declined match with its reason,
+  every gate decision, every context seen, per pass.
 - ``inductor_options(pass)``: the ``torch.compile(options=...)`` dict. The pass goes in both
   post-grad slots: the *pre* slot runs before Inductor's own pattern passes (on CUDA Inductor
   rewrites ``amax/sub/exp/sum`` into its online-softmax prim there, which would hide the chain),
@@ -29,15 +32,15 @@ value and passes it to the op.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import weakref
 import logging
 import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 import torch._inductor.inductor_prims  # noqa: F401 - prims.inductor_random & co., which region patterns call
@@ -47,15 +50,12 @@ from miner import rules
 from miner.core import dtypes
 from miner.core.errors import MinerError
 from miner.core.modules import load_module, module_name  # generated pattern.py files call them here too
-
-WINS_FILE = "wins.json"  # a fusion's measured verdicts, next to its pattern.py
-WINS_KIND, WINS_SCHEMA = "FusionWins", 1
+from miner.runtime import decisions
+from miner.runtime.evidence import FUSION_FILE as WINS_FILE, FUSION_KIND as WINS_KIND, FUSION_SCHEMA as WINS_SCHEMA
 
 log = logging.getLogger(__name__)
 
-# "<fusion> fire|decline <inputs>: <reason>" -> how often the gate decided so in this process
-# (``miner verify`` reports the decisions made while compiling, so "matched 0" says why)
-GATE_DECISIONS: Counter[str] = Counter()
+GATE_MODES = ("on", "open")  # a pass's gate: decide from the evidence, or fire every CUDA match (A/B)
 
 
 def interpreter_enabled() -> bool:
@@ -150,13 +150,14 @@ def match_vals(match, n_inputs: int) -> list[torch.Tensor] | None:
 
 def device_reasons(vals: Sequence[torch.Tensor], interpret: bool | None = None) -> list[str]:
     """Where the kernel can run: one device, CUDA or the CPU under the Triton interpreter when the
-    pass asked for it (``interpret``; None: the active pass's ``interpret``, True outside a pass)."""
+    pass asked for it (``interpret``; None: the applying pass's ``interpret``, True outside a pass)."""
     devices = {v.device for v in vals}
     if len(devices) > 1:
         return [f"device: inputs on several devices {sorted(map(str, devices))}"]
     device = next(iter(devices))
     if interpret is None:
-        interpret = _ACTIVE[-1][0].interpret if _ACTIVE else True
+        now = decisions.current()
+        interpret = now[0].interpret if now else True
     if device.type == "cpu" and not interpret:
         return [CPU_NOT_ASKED]
     if device.type == "cpu" and not interpreter_enabled():
@@ -241,15 +242,13 @@ def realize_once(node: torch.fx.Node) -> torch.fx.Node:
     return once
 
 
-# the FusionPass applying its patterns now and the fusion it applies (declines are counted there)
-_ACTIVE: list[tuple["FusionPass", str]] = []
-
-
 def record_decline(name: str, reason: str, label: str = "") -> None:
-    """Count one declined match of fusion ``name`` (``GATE_DECISIONS``; the active pass's ``declined``)."""
-    GATE_DECISIONS[f"{name} decline {label}: {reason}"] += 1
-    for p, active in _ACTIVE[-1:]:
-        p.declined.setdefault(active, Counter())[reason] += 1
+    """Count one declined match of fusion ``name`` in the applying pass's log (the one place a decline is
+    counted; outside a pass it is only logged at debug level)."""
+    now = decisions.current()
+    if now is not None:
+        p = now[0]
+        p.log.decline(name, reason, label)
         if reason == CPU_NOT_ASKED and not p.warned:
             p.warned = True
             log.warning("miner fusions: not firing on CPU tensors (the Triton interpreter is for tests, "
@@ -269,9 +268,6 @@ def match_ok(match, op_name: str, n_inputs: int, input_kinds: Sequence[str], ran
     return not reasons
 
 
-_DECLINED: "weakref.WeakKeyDictionary[torch.fx.Graph, set[tuple[str, str]]]" = weakref.WeakKeyDictionary()
-
-
 def record_declines(match, op_name: str, n_inputs: int, reasons: Sequence[str]) -> None:
     """Count each reason of a declined match (:func:`record_decline`), labelled by its inputs' metas.
 
@@ -280,10 +276,9 @@ def record_declines(match, op_name: str, n_inputs: int, reasons: Sequence[str]) 
     """
     if reasons:
         node = match.output_node()
-        seen = _DECLINED.setdefault(node.graph, set())
-        if (node.name, op_name) in seen:
+        now = decisions.current()
+        if now is not None and not now[0].log.first_time(node.graph, node.name, op_name):
             return
-        seen.add((node.name, op_name))
         vals = match_vals(match, n_inputs) or ()
         # str() of a symbolic size reads it without specializing it (int() would add a guard)
         label = " ".join(f"{dtypes.name(v.dtype)}[{','.join(map(str, v.shape))}]" for v in vals)
@@ -295,16 +290,8 @@ def record_declines(match, op_name: str, n_inputs: int, reasons: Sequence[str]) 
 #
 # ``wins.json`` (written by ``miner promote`` from ``candidates/<id>/bench.json``) holds the
 # isolated GPU timings (``wins`` / ``loses``, per input shapes and dtypes) and, once ``miner verify
-# --ab --record`` ran, the in-model A/B evidence (``in_model``) that alone decides a firing on CUDA
-# (``miner.runtime.gate``).
-
-Signature = tuple[tuple[tuple[int, ...], str], ...]  # per input: (shape, dtype name as in bench rows)
-
-
-def signature_of(vals: Iterable[torch.Tensor]) -> Signature:
-    """Per input (shape, dtype name): what a measurement is looked up by (strides are not)."""
-    return tuple((tuple(int(s) for s in v.shape), dtypes.name(v.dtype)) for v in vals)
-
+# --ab --record`` ran, the in-model A/B records (``in_model``) that decide a firing on CUDA
+# (``miner.runtime.evidence.RULE``; isolated rows only keep a bracketed site off).
 
 def load_wins(path: str | Path) -> dict | None:
     """A fusion's ``wins.json`` (its measured verdicts), or None when it has none (unmeasured)."""
@@ -316,18 +303,9 @@ def load_wins(path: str | Path) -> dict | None:
     return read_envelope(path, WINS_KIND, WINS_SCHEMA, "miner bench --import <run>/bench.json")
 
 
-def measurements(wins: dict | None) -> list[tuple[Signature, float]]:
-    """(signature, speedup over Inductor) of every measured row in ``wins`` (won and lost)."""
-    rows = [*(wins or {}).get("wins", ()), *(wins or {}).get("loses", ())]
-    return [(tuple((tuple(i["shape"]), i["dtype"]) for i in r["inputs"]), float(r["speedup_vs_inductor"]))
-            for r in rows]
-
-
-def decide(signature: Signature, wins: dict | None, **context) -> tuple[bool, str]:
-    """Whether a fusion should fire on inputs ``signature``, and why: ``miner.runtime.gate.decide``.
-
-    From in-model evidence only (``wins["in_model"]``, written by ``miner verify --ab --record``):
-    an isolated benchmark row never enables a firing; an unmeasured context declines.
+def decide(signature, wins: dict | None, **context) -> tuple[bool, str]:
+    """Whether a fusion should fire on inputs ``signature`` (per input ``(shape, dtype name)``), and why:
+    ``miner.runtime.gate.decide`` (the rule: ``miner.runtime.evidence.RULE``; an unmeasured context declines).
     ``context``: ``producer_fusable``, ``consumer_fusable``, ``mode``.
     """
     from miner.runtime import gate
@@ -339,7 +317,7 @@ def wins_gate(match, wins: dict | None, n_inputs: int) -> bool:
     """The gate part of a fusion's ``extra_check``: ``miner.runtime.gate.wins_gate`` (CPU passes)."""
     from miner.runtime import gate
 
-    return gate.wins_gate(match, wins, n_inputs, GATE_DECISIONS)
+    return gate.wins_gate(match, wins, n_inputs)
 
 
 def canonicalize_dims(graph: torch.fx.Graph) -> int:
@@ -385,21 +363,50 @@ class FusionPass(CustomGraphPass):
         not counted: :meth:`cache_hits` says how many compiles since the pass was made were served
         so (their fused ops do run). Set ``TORCHINDUCTOR_FX_GRAPH_CACHE=0`` and
         ``TORCHINDUCTOR_AUTOGRAD_CACHE=0`` to count every compile.
+    log : DecisionLog
+        What this pass decided (``miner.runtime.decisions``): declines, gate decisions, contexts.
     declined : dict
-        Per entry, each reason a match was declined, with how many matches.
+        Per entry, each reason a match was declined, with how many matches (``log.declined``).
     interpret : bool
         Whether matches on CPU tensors may run the kernels in the Triton interpreter (tests,
         ``miner validate``); False declines them with a reason and one logged warning.
+    gate : str
+        The in-model gate of its fusions: ``"on"`` (decide from the evidence) or ``"open"`` (every
+        CUDA match fires; the decision it would take is still logged: the A/B harness).
+    records : dict
+        Fusion -> in-model records of this run not yet in its ``wins.json`` (``miner.runtime.evidence``
+        ``InModelRecord``); the gate merges them over the file's (hashed by :meth:`uuid`).
     """
 
-    def __init__(self, entries: Iterable[Entry], *, interpret: bool = True):
+    def __init__(self, entries: Iterable[Entry], *, interpret: bool = True, gate: str = "on",
+                 records: dict[str, Sequence[Any]] | None = None):
+        if gate not in GATE_MODES:
+            raise ValueError(f"gate {gate!r}: one of {GATE_MODES}")
         self.entries = list(entries)
         self.interpret = interpret
+        self.gate = gate
+        self.records = {k: list(v) for k, v in (records or {}).items()}
         self.warned = False
         self.counts: Counter[str] = Counter()
-        self.declined: dict[str, Counter[str]] = {}  # fusion -> reason -> declined matches
+        self.log = decisions.DecisionLog()
         self._passes: dict[str, Any] | None = None
         self._hits_at_start = _cache_hits()
+
+    @property
+    def declined(self) -> dict[str, Counter[str]]:
+        """fusion -> reason -> declined matches (``log.declined``)."""
+        return self.log.declined
+
+    @contextlib.contextmanager
+    def gate_held(self, mode: str = "open") -> Iterator[None]:
+        """This pass's gate set to ``mode`` inside the block (a compile run there), restored after."""
+        if mode not in GATE_MODES:
+            raise ValueError(f"gate {mode!r}: one of {GATE_MODES}")
+        before, self.gate = self.gate, mode
+        try:
+            yield
+        finally:
+            self.gate = before
 
     def cache_hits(self) -> int:
         """Compiles in this process served from Inductor's caches since this pass was made: the pass
@@ -424,11 +431,8 @@ class FusionPass(CustomGraphPass):
             self._passes = self._build()
         canonicalize_dims(graph)
         for name, p in self._passes.items():
-            _ACTIVE.append((self, name))
-            try:
+            with decisions.applying(self, name):
                 n = p.apply(graph)
-            finally:
-                _ACTIVE.pop()
             if n:
                 self.counts[name] += n
                 # The matcher inserts the replacement at the pattern's first node; an input defined
@@ -467,14 +471,15 @@ def _cache_hits() -> tuple[int, int]:
 
 
 def decision_state(p: FusionPass) -> tuple:
-    """The process state a match's decision reads (hashed by ``FusionPass.uuid``): the interpreter,
-    the pass's ``interpret``, the gate's compile mode, forced-open switch and unrecorded evidence."""
+    """What a match's decision reads besides the files (hashed by ``FusionPass.uuid``): the interpreter,
+    the pass's ``interpret``, the compile mode, the pass's gate mode and its records of this run."""
     from miner.runtime import gate
 
-    overlay = getattr(gate, "OVERLAY", {})
+    extra = {e.name: p.records.get(e.name) for e in p.entries if p.records.get(e.name)}
     return (("interpreter", interpreter_enabled()), ("interpret", p.interpret),
-            ("mode", gate.compile_mode()), ("forced_open", bool(getattr(gate, "FORCE_OPEN", {}).get("on"))),
-            ("overlay", sorted((e.name, repr(overlay.get(e.name))) for e in p.entries if overlay.get(e.name))))
+            ("mode", gate.compile_mode()), ("forced_open", p.gate == "open"),
+            ("overlay", sorted((n, repr([getattr(r, "to_json", lambda r=r: r)() for r in rs]))
+                               for n, rs in extra.items())))
 
 
 # The rules every extra check applies (the ``miner.rules`` package: ``match_ok`` -> safety and contract,
@@ -497,8 +502,8 @@ def entry_for(pattern_path: str | Path, name: str, module: ModuleType | None = N
     return Entry(name, module, files)
 
 
-__all__ = ["Entry", "FusionPass", "Signature", "WINS_FILE", "decide", "define_op", "entry_for",
+__all__ = ["Entry", "FusionPass", "GATE_MODES", "WINS_FILE", "decide", "define_op", "entry_for",
            "decision_state", "inductor_options", "interpret_requested", "interpreter_enabled", "load_module", "load_wins", "match_ok",
            "match_reasons", "match_vals", "record_decline", "record_declines", "upcast_decision", "canonicalize_dims",
-           "measurements", "module_name", "op_schema", "realize_once", "recompute_decision", "scalar_trace_values", "signature_of", "upcast_replace",
+           "module_name", "op_schema", "realize_once", "recompute_decision", "scalar_trace_values", "upcast_replace",
            "wins_gate"]

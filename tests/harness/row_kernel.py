@@ -16,7 +16,6 @@ import torch
 from miner.check.fusion_chain import FusionUnderTest
 from miner.core import dtypes
 from miner.core.errors import UsageError
-from miner.runtime import gate
 from miner_testing import workspace_of
 
 FIXTURES = ("fusion",)
@@ -51,13 +50,12 @@ def test_looped_kernel_matches_one_pass(fusion, case):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_torch_compile_uses_the_fusion_and_matches_eager(fusion, case, device, monkeypatch):
+def test_torch_compile_uses_the_fusion_and_matches_eager(fusion, case, device):
     # The rewrite itself, gate held open: on CUDA the in-model gate (tests/test_gate.py) declines
     # every context no in-model A/B measured, these small shapes included.
-    monkeypatch.setitem(gate.FORCE_OPEN, "on", True)
     xs = fusion.inputs(case["shapes"], "float32", device)
     model = fusion.chain_model(case["shapes"], case["scalars"], device)
-    got, matches = fusion.compile_and_run(model, xs, train=False)
+    got, matches = fusion.compile_and_run(model, xs, train=False, gate="open")
     assert matches == 1, f"the chain appears once; the fusion matched {matches} times"
     with torch.no_grad():
         expected = model(*xs)
@@ -65,13 +63,12 @@ def test_torch_compile_uses_the_fusion_and_matches_eager(fusion, case, device, m
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
-def test_training_step_matches_eager_with_the_expected_matches(fusion, case, device, monkeypatch):
+def test_training_step_matches_eager_with_the_expected_matches(fusion, case, device):
     # In a training graph the chain's interior values may be saved for backward (extra users); then
     # the matcher must leave it alone (matches 0), else it must fire. Gradients equal eager's.
-    monkeypatch.setitem(gate.FORCE_OPEN, "on", True)
     xs = fusion.inputs(case["shapes"], "float32", device)
     model = fusion.chain_model(case["shapes"], case["scalars"], device)
-    got, matches = fusion.compile_and_run(model, xs, train=True)
+    got, matches = fusion.compile_and_run(model, xs, train=True, gate="open")
     assert matches == case["matches"], f"expected {case['matches']} matches in the training step, got {matches}"
     grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()

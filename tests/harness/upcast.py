@@ -3,7 +3,7 @@
 CPU: t5's attention chain at each observed shape (``case``: the candidate.json ``observed`` entry),
 traced on fake CUDA tensors: with the in-model gate held open the fusion rewrites QK^T into the
 ``.dtype`` GEMM and declines PV (a dropout's scale is no exact upcast); with the gate on, it fires
-exactly where ``miner.runtime.gate.decide_context`` says for its ``wins.json``; the rewritten chain run
+exactly where ``miner.runtime.evidence.decide`` says for its ``wins.json``; the rewritten chain run
 on the CPU (the GEMM emulated) equals the original. CUDA (``-m gpu``): the GEMM against float64 per
 observed shape; with ``-m "gpu and slow"`` the fusion inside ``torch.compile`` of the tiny zoo model
 (``case``: ``model``, ``mode``; gate held open: the tiny shapes are not the measured ones).
@@ -11,13 +11,12 @@ observed shape; with ``-m "gpu and slow"`` the fusion inside ``torch.compile`` o
 
 from __future__ import annotations
 
-from collections import Counter
 
 import pytest
 import torch
 
 from miner.check import upcast as checks
-from miner.runtime import fusions, gate, rewrite
+from miner.runtime import evidence, fusions, gate, rewrite
 from miner_testing import workspace_of
 
 FIXTURES = ("fusion",)
@@ -39,12 +38,11 @@ def test_rewrites_the_mined_chain_and_declines_pv(fusion, case):
 
 def test_the_gate_decides_from_its_in_model_evidence(fusion, case):
     name, module, _ = fusion
-    before = Counter(gate.OBSERVED)
     _, graph_pass, _, _ = checks.rewrite_chain(module, name, case)
-    seen = [(ctx, fire) for (n, ctx, fire), k in gate.OBSERVED.items() if n == name and k > before[(n, ctx, fire)]]
+    seen = graph_pass.log.seen(name)
     assert len(seen) == 1, seen  # QK^T reaches the gate; PV was declined by the rule before it
     ctx, fire = seen[0]
-    assert fire == gate.decide_context(ctx, gate.in_model_records(module.WINS))[0]
+    assert fire == evidence.decide(ctx, gate.in_model_records(module.WINS), evidence.isolated_rows(module.WINS))[0]
     assert graph_pass.counts[name] == int(fire)
 
 
