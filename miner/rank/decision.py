@@ -422,22 +422,16 @@ def record_steps(records: Iterable[dict], source: str) -> list[StepChange]:
     return out
 
 
-@dataclass(frozen=True)
-class _Site:  # what gate.decide_context reads of a context
-    site: str
-    mode: str
-
-
 def gate_fires(records: Sequence[dict]) -> tuple[str, ...]:
     """Where the gate fires with these in-model records: "model mode/compile" of each record whose
     measured contexts the gate decides to fire in (``miner.runtime.gate.decide_context``)."""
-    from miner.runtime.gate import decide_context
+    from miner.runtime.gate import Context, decide_context
 
     out = []
     for r in records:
         mode = r.get("compile", "default")
         mode = "default" if mode == "dynamic" else mode
-        if any(decide_context(_Site(site, mode), list(records))[0] for site in (r.get("contexts") or {})):
+        if any(decide_context(Context.of_site(site, mode), list(records))[0] for site in (r.get("contexts") or {})):
             out.append(f"{r.get('model')} {r.get('mode')}/{r.get('compile', 'default')}")
     return tuple(dict.fromkeys(out))
 

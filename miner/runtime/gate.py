@@ -64,6 +64,24 @@ class Context:
     def key(self) -> str:
         return f"{self.site} | mode:{self.mode}"
 
+    @staticmethod
+    def of_site(site: str, mode: str = "default") -> "Context":
+        """The context whose :attr:`site` is ``site`` (a record's key without the mode), in ``mode``.
+
+        Raises
+        ------
+        ValueError
+            When ``site`` is not a site key of static sizes.
+        """
+        q = parse_site(site)
+        if q is None:
+            raise ValueError(f"not a site key: {site!r}")
+        ctx = Context(tuple((tuple(lo for lo, _ in dims), dtype) for dims, dtype in q.inputs), q.producer_fusable,
+                      q.consumer_fusable, mode)
+        if ctx.site != site:
+            raise ValueError(f"not a site key: {site!r}")
+        return ctx
+
 
 def compile_mode() -> str:
     """The mode of the compile in progress, from Inductor's config (torch applies the mode's options)."""
