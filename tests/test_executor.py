@@ -189,11 +189,11 @@ def test_bench_on_ray_gives_the_rows_of_the_local_run(cluster, tmp_path):
 
     write_candidate(tmp_path / "candidates", shapes=((2, 4, 8, 8), (6, 100)))
     cands = candidates.load_all(Workspace(tmp_path))
-    kw = dict(device="cpu", variants=["eager", "candidate"], shapes="captured", models=None, replays=2,
-              casts=("captured",), time_budget_s=None)
-    _, local = bench.run_bench(cands, log=lambda s: None, on_row=None, **kw)
+    options = bench.BenchOptions(device="cpu", variants=("eager", "candidate"), shapes="captured", replays=2)
+    _, local = bench.run_bench(cands, options, log=lambda s: None, on_row=None)
     seen = []
-    env, rows, failures = run_bench_on(cluster, cands, on_row=seen.append, log=lambda s: None, **kw)
+    env, rows, failures = run_bench_on(cluster, cands, options, time_budget_s=None, on_row=seen.append,
+                                       log=lambda s: None)
     assert failures == [] and len(rows) == 2 and len(seen) == 2 and env.interpret
     assert [r.case.label for r in rows] == [r.case.label for r in local]  # the plan's order
     for a, b in zip(local, rows):
