@@ -74,7 +74,9 @@ def _parity(cands, floor):
     from miner.runtime import rewrite
 
     gp = rewrite.FusionPass([rewrite.entry_for(c.path / "pattern.py", c.id) for c in cands])
-    r = masks.masked_parity(_built(), mode="train", device=DEVICE, slots_of=masks.slots_of(cands), graph_pass=gp, autocast=True,
+    built = _built()
+    got = masks.observe_compiled(built, "train", DEVICE, graph_pass=gp, autocast=True, seed=0)
+    r = masks.masked_parity(built, got, mode="train", device=DEVICE, slots_of=masks.slots_of(cands), autocast=True,
                             floor=floor)
     assert sum(gp.counts.values()) == len(cands), gp.counts  # each candidate fired once
     return r
