@@ -167,6 +167,17 @@ ALL = {"softmax": softmax, "exp_softmax": exp_softmax, "scaled_masked_softmax": 
        "gelu_tanh": gelu_tanh, "silu_mul": silu_mul}
 
 
+def where_mul_sum(rows=16, cols=40):
+    """bert's backward ``where(mask[N, 1], a, b) * x`` summed per row, the ``where`` also read outside:
+    a per-element value of a per-row shape, which the row kernel cannot store."""
+    return make([
+        ("aten.where.self", P, [{"input": 1}, {"input": 2}, {"input": 3}], None),
+        ("aten.mul.Tensor", P, [{"input": 0}, {"node": 0}], None),
+        ("aten.sum.dim_IntList", R, [{"node": 1}, [-1], True], None),
+    ], 4, [0, 1, 2], [(rows, cols), (rows, 1), (), ()], input_dtypes=["float32", "bool", "float32", "float32"],
+        phase="backward")
+
+
 def test_fixtures_have_distinct_ids():
     ids = [f().id for f in ALL.values()]
     assert len(set(ids)) == len(ids)

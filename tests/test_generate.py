@@ -7,8 +7,8 @@ import torch
 
 import test_codegen_fixtures as F
 from miner import __version__
-from miner.generate.generate import (Generated, Skipped, bytes_moved, generate, generate_one, label_for, select,
-                            spec_from_pattern)
+from miner.generate.generate import (Generated, Skipped, bytes_moved, contract_refusal, generate, generate_one,
+                                     label_for, select, spec_from_pattern)
 from miner.core.workspace import Workspace
 
 
@@ -105,3 +105,14 @@ def test_no_safe_occurrence_is_skipped(ws):
     p = replace(p, occurrences=tuple(replace(o, verdict=Verdict(False, ("users: n1 escapes",)))
                                      for o in p.occurrences))
     assert generate_one(p, ws, "x") == Skipped(p.id, p.ops, "no safe occurrence")
+
+
+def test_select_refuses_a_pattern_whose_kernel_cannot_compute_an_observed_shape():
+    """The newcomer's ``generate --top 3`` on bert picked ``where -> mul -> sum`` whose ``where`` output
+    ([N, 1], per element of the row kernel) broke the launcher's contract on every validation case."""
+    bad, good = F.where_mul_sum(), F.softmax()
+    chosen, skipped = select([bad, good], top=2)
+    assert [p.id for p in chosen] == [good.id]
+    (why,) = [s.reason for s in skipped if s.id == bad.id]
+    assert "cannot compute bert backward's shapes" in why and "out0 of shape [16, 1]" in why
+    assert contract_refusal(good) is None

@@ -1845,8 +1845,8 @@ def launch(x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15,
     kept = _reduce.kept_shape(full, REDUCED)
     k_views = {0: _reduce.kept_view(x0.unsqueeze(-1), kept, (('squeeze', (0,)), ('permute', (1, 2, 0))))}
     s0 = torch.empty(kept, dtype=torch.float32, device=x1.device)
-    _reduce.run(KERNELS, f_views=f_views, k_views=k_views, stores=[s0],
-                full=full, reduced=REDUCED, consts={"c1": c1, "c2": c2, "c3": c3, "c4": c4, "c5": c5, "c6": c6, "c7": c7, "c8": c8, "c9": c9, "c10": c10, "c11": c11, "c12": c12, "c13": c13, "c14": c14}, key=PATTERN_ID, n_acc=12,
+    views = _reduce.Views(f_views, k_views, stores=[s0], full=full, reduced=REDUCED)
+    _reduce.run(KERNELS, views, consts={"c1": c1, "c2": c2, "c3": c3, "c4": c4, "c5": c5, "c6": c6, "c7": c7, "c8": c8, "c9": c9, "c10": c10, "c11": c11, "c12": c12, "c13": c13, "c14": c14}, key=PATTERN_ID, n_acc=12,
                 variant=variant or VARIANT, config=config)
     t0 = torch.full([32, x3.shape[1]], c0, dtype=torch.float32, device=x1.device)
     _reduce.index_put_acc(t0, x0, _reduce.apply_chain(s0, (('squeeze', (0,)), ('permute', (1, 2, 0)))))

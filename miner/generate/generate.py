@@ -476,11 +476,50 @@ def select(patterns: Iterable, top: int | None) -> tuple[list, list[Skipped]]:
             skipped.append(Skipped(p.id, p.ops, why))
         else:
             chosen.append(p)
-    chosen = pattern_order(chosen)
-    if top:
-        skipped += [Skipped(p.id, p.ops, f"below --top {top}") for p in chosen[top:]]
-        chosen = chosen[:top]
-    return chosen, skipped
+    chosen, kept = pattern_order(chosen), []
+    for p in chosen:  # best first, until ``top`` pass the kernel's contract (checked only for those)
+        if top and len(kept) == top:
+            skipped.append(Skipped(p.id, p.ops, f"below --top {top}"))
+            continue
+        why = contract_refusal(p)
+        if why:
+            skipped.append(Skipped(p.id, p.ops, why))
+        else:
+            kept.append(p)
+    return kept, skipped
+
+
+def contract_refusal(pattern) -> str | None:
+    """Why the row kernel of ``pattern`` could not compute a shape its safe occurrences were seen at.
+
+    Each occurrence passed the kernel's shape contract with its own outputs, but the pattern returns
+    every output some occurrence needs (``Pattern.all_outputs``): a value one occurrence reads
+    outside may be one the kernel cannot store (a per-element value of a per-row shape, e.g.
+    ``where(mask[N, 1], a, b)`` beside a row sum). The launcher would raise ``ContractError`` on
+    every call, so no candidate is made (the same :func:`miner.runtime.launch.traced_contract` on each
+    observed entry). Regions and embeddings are checked by their own validation instead.
+    """
+    from miner.runtime import launch
+
+    if region.is_region(pattern) or not any(o.verdict.ok for o in pattern.occurrences):
+        return None
+    try:
+        spec = spec_from_pattern(pattern)
+        prog = lower.lower(spec)
+    except Unsupported:
+        return None  # refusal() says why
+    if prog.gathers:
+        return None
+    ref = reference_function(spec)
+    for o in observed_entries(pattern, spec, prog.seed_consts):
+        if not o.get("outputs"):
+            continue
+        reasons = launch.traced_contract(ref, tuple(tuple(i["shape"]) for i in o["inputs"]),
+                                         tuple(i["dtype"] for i in o["inputs"]), tuple(map(float, o["scalars"])),
+                                         tuple(prog.output_kinds), tuple(prog.seed_inputs))
+        if reasons:
+            return f"not generated: the kernel cannot compute {o['model']} {o['phase']}'s shapes: {reasons[0]}"
+    return None
 
 
 def generate(workspace: Workspace, patterns: Iterable, command: str = "miner generate",

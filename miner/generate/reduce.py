@@ -569,8 +569,8 @@ def launcher_source(pl: Plan, n_inputs: int, n_consts: int) -> str:
                         f"dtype=torch.{dtype}, device=x{first}.device)")
             stores.append(f"_reduce.kept_view(s{i}, kept, {chain!r})")
     cdict = "{" + ", ".join(f'"c{c}": c{c}' for c in consts) + "}"
-    body.append(f"_reduce.run(KERNELS, f_views=f_views, k_views=k_views, stores=[{', '.join(stores)}],")
-    body.append(f"            full=full, reduced=REDUCED, consts={cdict}, key=PATTERN_ID, n_acc={len(pl.accs)},")
+    body.append(f"views = _reduce.Views(f_views, k_views, stores=[{', '.join(stores)}], full=full, reduced=REDUCED)")
+    body.append(f"_reduce.run(KERNELS, views, consts={cdict}, key=PATTERN_ID, n_acc={len(pl.accs)},")
     body.append("            variant=variant or VARIANT, config=config)")
     outs = []
     for o in pl.outputs:

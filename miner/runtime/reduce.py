@@ -34,6 +34,7 @@ the kept coordinates.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -104,8 +105,30 @@ def full_shape(views: dict) -> tuple[int, ...]:
     return tuple(torch.broadcast_shapes(*(v.shape for v in views.values())))
 
 
-def _max_offset(t: torch.Tensor) -> int:
-    return sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()) if s > 0)
+def _max_offset(shape: Sequence[int], stride: Sequence[int]) -> int:
+    return sum((s - 1) * abs(st) for s, st in zip(shape, stride) if s > 0)
+
+
+@dataclass(frozen=True)
+class Views:
+    """What a launch reads and writes, in the kept coordinates (see :func:`run`).
+
+    Attributes
+    ----------
+    f_views, k_views : dict
+        Input index -> its view of the full shape (read per reduced element) / of the kept shape
+        (read once per kept element, after the reductions).
+    stores : sequence of Tensor
+        Views of the kept shape the kernel writes.
+    full, reduced
+        The reduced operand's shape and the reduced dims.
+    """
+
+    f_views: dict
+    k_views: dict
+    stores: Sequence[torch.Tensor]
+    full: Sequence[int]
+    reduced: Sequence[int]
 
 
 @dataclass(frozen=True)
@@ -120,30 +143,42 @@ class Args:
     last: int  # the size of the last dim (a program's XB kept elements lie in one row when XB divides it)
 
 
-def kernel_args(*, f_views: dict, k_views: dict, stores: Sequence[torch.Tensor], full: Sequence[int],
-                reduced: Sequence[int], consts: dict) -> Args:
-    """The :class:`Args` of a launch (see :func:`run` for the parameters): sizes ``N<d>``, strides
-    ``SX<k>_<d>`` / ``SO<i>_<d>``, ``INV<k>`` (input k has stride 0 along every reduced dim), ``c<i>``."""
-    kept = kept_shape(full, reduced)
-    n_kept = math.prod(kept)
-    tensors = {**f_views, **k_views}
-    if set(f_views) & set(k_views):
+def kernel_args(views: Views, consts: dict) -> Args:
+    """The :class:`Args` of a launch: sizes ``N<d>``, strides ``SX<k>_<d>`` / ``SO<i>_<d>``, ``INV<k>``
+    (input k has stride 0 along every reduced dim), ``c<i>`` (``consts``)."""
+    tensors = {**views.f_views, **views.k_views}
+    if set(views.f_views) & set(views.k_views):
         raise ValueError("an input read both per reduced element and per kept element")
-    cexpr = {f"N{d}": int(s) for d, s in enumerate(full)}
-    for k, v in tensors.items():
-        cexpr.update({f"SX{k}_{d}": int(st) for d, st in enumerate(v.stride())})
-    for i, v in enumerate(stores):
-        cexpr.update({f"SO{i}_{d}": int(st) for d, st in enumerate(v.stride())})
-    for k, v in f_views.items():
-        cexpr[f"INV{k}"] = all(v.stride(d) == 0 or v.shape[d] == 1 for d in reduced)
+    ptrs = tuple(tensors[k] for k in sorted(tensors)) + tuple(views.stores)
+    layout = (tuple(map(int, views.full)), tuple(views.reduced), tuple(sorted(views.f_views)),
+              tuple(sorted(views.k_views)), tuple((tuple(v.shape), tuple(v.stride())) for v in ptrs),
+              tuple(sorted(consts.items())))
+    n_kept, cexpr, wide = _layout_args(layout)
+    return Args(ptrs, n_kept, dict(cexpr), wide, int(views.full[-1]))
+
+
+@functools.lru_cache(maxsize=256)
+def _layout_args(layout: tuple) -> tuple[int, tuple, bool]:
+    """(kept count, constexpr items, 64-bit offsets) of a launch's sizes and strides: computed once per
+    layout (a region of 50 inputs has ~270 of them; the launcher runs each step)."""
+    full, reduced, f_keys, k_keys, tensors, consts = layout
+    n_kept = math.prod(kept_shape(full, reduced))
+    cexpr = {f"N{d}": s for d, s in enumerate(full)}
+    keys = sorted(f_keys + k_keys)
+    for k, (_, stride) in zip(keys, tensors):
+        cexpr.update({f"SX{k}_{d}": int(st) for d, st in enumerate(stride)})
+    for i, (_, stride) in enumerate(tensors[len(keys):]):
+        cexpr.update({f"SO{i}_{d}": int(st) for d, st in enumerate(stride)})
+    by_key = dict(zip(keys, tensors))
+    for k in f_keys:
+        shape, stride = by_key[k]
+        cexpr[f"INV{k}"] = all(stride[d] == 0 or shape[d] == 1 for d in reduced)
     cexpr.update(consts)
-    ptrs = tuple(tensors[k] for k in sorted(tensors)) + tuple(stores)
-    wide = max([_max_offset(v) for v in ptrs] + [n_kept]) >= 2 ** 31 - 4096
-    return Args(ptrs, n_kept, cexpr, wide, int(full[-1]))
+    wide = max([_max_offset(shape, stride) for shape, stride in tensors] + [n_kept]) >= 2 ** 31 - 4096
+    return n_kept, tuple(cexpr.items()), wide
 
 
-def run(kernels: dict, *, f_views: dict, k_views: dict, stores: Sequence[torch.Tensor], full: Sequence[int],
-        reduced: Sequence[int], consts: dict, key: str, n_acc: int, variant: str,
+def run(kernels: dict, views: Views, *, consts: dict, key: str, n_acc: int, variant: str,
         config: tuple[int, int, int] | None = None) -> None:
     """Launch a generated region's kernel(s) of ``variant``.
 
@@ -153,13 +188,8 @@ def run(kernels: dict, *, f_views: dict, k_views: dict, stores: Sequence[torch.T
         Variant -> ``@triton.jit`` kernel (``loop``, ``tile``, ``split``, and ``epilogue``, which
         ``split`` runs after it); all take the pointers of :func:`kernel_args`, then ``p_ptr`` (the
         ``split`` partials, else unused) and ``n_kept``.
-    f_views, k_views : dict
-        Input index -> its view of the full shape (read per reduced element) / of the kept shape
-        (read once per kept element, after the reductions).
-    stores : sequence of Tensor
-        Views of the kept shape the kernel writes.
-    full, reduced
-        The reduced operand's shape and the reduced dims.
+    views : Views
+        The inputs' views, the stores, the full shape and the reduced dims.
     consts : dict
         The scalar slots the kernel reads (``c<i>``), compiled in.
     key : str
@@ -174,7 +204,7 @@ def run(kernels: dict, *, f_views: dict, k_views: dict, stores: Sequence[torch.T
     """
     if variant not in CONFIGS or variant not in kernels:
         raise ValueError(f"{key}: variant {variant!r}, expected one of {sorted(CONFIGS)}")
-    a = kernel_args(f_views=f_views, k_views=k_views, stores=stores, full=full, reduced=reduced, consts=consts)
+    a = kernel_args(views, consts)
     if a.n_kept == 0:
         return
     partials = None
@@ -184,7 +214,7 @@ def run(kernels: dict, *, f_views: dict, k_views: dict, stores: Sequence[torch.T
             a = Args(a.ptrs, a.n_kept, a.cexpr, True, a.last)
     launcher = _launcher(kernels, variant, a, partials, n_acc)
     device = a.ptrs[0].device.type
-    tune_key = ("reduce", key, variant, tuple(full),
+    tune_key = ("reduce", key, variant, tuple(views.full),
                 tuple((tuple(v.shape), tuple(v.stride()), str(v.dtype)) for v in a.ptrs))
     launcher(config or _launch.pick(tune_key, list(CONFIGS[variant]), launcher, device))
 
@@ -359,5 +389,5 @@ def structure_of(nodes) -> list[tuple]:
     return out
 
 
-__all__ = ["trace_keeping_reshape", "define_list_op", "apply_chain", "invert_chain", "kept_shape", "kept_view", "full_shape", "run", "index_put_acc", "kernel_args", "Args", "EPILOGUE",
+__all__ = ["trace_keeping_reshape", "define_list_op", "apply_chain", "invert_chain", "kept_shape", "kept_view", "full_shape", "run", "index_put_acc", "kernel_args", "Args", "Views", "EPILOGUE",
            "match_ok", "structure_ok", "structure_reasons", "structure_of", "CONFIGS", "ONE_HOT_MAX"]
