@@ -354,7 +354,8 @@ def test_gpu_bench_softmax_like(tmp_path):
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     cand = candidates.at(write_candidate(tmp_path, shapes=((8192, 768),)))
-    env, rows = bench.run_bench([cand], device="cuda", shapes="captured", replays=5, log=lambda s: None)
+    options = bench.BenchOptions(device="cuda", shapes="captured", replays=5)
+    env, rows = bench.run_bench([cand], options, log=lambda s: None)
     (row,) = rows
     # eager is the float64 check's subject too; a variant with no check (None) is not a failure
     assert all(v.numerics_ok is not False and v.error is None for v in row.variants), row.variants
@@ -368,10 +369,10 @@ def test_run_bench_orders_base_cases_first_and_keeps_to_the_budget(tmp_path, mon
     seen = []
     monkeypatch.setattr(bench_run, "bench_case", lambda c, case, env, **kw: seen.append(case) or case)
     monkeypatch.setattr(bench_run, "environment", lambda device, bw=None: _row().env)
-    env, rows = bench.run_bench([cand], device="cuda", log=lambda s: None)
+    env, rows = bench.run_bench([cand], bench.BenchOptions(device="cuda"), log=lambda s: None)
     assert [c.preset for c in seen] == ["base", "base", "tiny", "tiny"]
     logs = []
-    env, rows = bench.run_bench([cand], device="cuda", time_budget_s=-1.0, log=logs.append)
+    env, rows = bench.run_bench([cand], bench.BenchOptions(device="cuda"), time_budget_s=-1.0, log=logs.append)
     assert rows == [] and sum("not timed (time budget)" in line for line in logs) == 4
 
 

@@ -9,6 +9,7 @@ from miner.core.fxnode import encode_arg, module_path
 from miner.scan.capture import PRIVATE_SURFACE, capture_step, kernel_kind
 from miner.core.graph import to_networkx
 from miner.core.records import CapturedGraph, from_json, to_json
+from miner_models import Built
 
 
 def test_private_surface():
@@ -46,7 +47,8 @@ def block_graphs():
     torch.manual_seed(0)
     m = Block()
     inputs = {"x": torch.randn(4, 16), "labels": torch.rand(4, 16)}
-    return capture_step(m, inputs, lambda out: out["loss"], name="block", preset="tiny", mode="train", device="cpu")
+    return capture_step(Built(m, inputs, lambda out: out["loss"]), name="block", preset="tiny", mode="train",
+                        device="cpu")
 
 
 def test_train_step_captures_forward_and_backward(block_graphs):
@@ -158,7 +160,7 @@ def test_gpu_mix_order_reduction_is_in_the_kernel_map():
     m = NormBlock().cuda()
     inputs = {"x": torch.randn(8192, 768, device="cuda"), "labels": torch.randn(8192, 768, device="cuda")}
     metrics.reset()
-    out = capture_step(m, inputs, lambda o: o["loss"], name="norm", preset="tiny", mode="train", device="cuda",
+    out = capture_step(Built(m, inputs, lambda o: o["loss"]), name="norm", preset="tiny", mode="train", device="cuda",
                        autocast_dtype=torch.bfloat16, profile=True)
     made = getattr(metrics, "codegen_mix_order_reduction", None)
     if made is None:

@@ -116,13 +116,13 @@ CRASH = "tests.zoo_fixtures:crashes"  # os._exit(3) while building: the task die
 @pytest.fixture(scope="module")
 def both(cluster, tmp_path_factory):
     """Two tiny models scanned by the local pool and by Ray (beside one that crashes), into two workspaces."""
-    from miner.scan.scan import scan
+    from miner.scan.scan import ScanOptions, scan
 
     local, remote = (Workspace(tmp_path_factory.mktemp(n)) for n in ("local", "ray"))
     said = []
-    kw = dict(modes=("infer",), jobs=2, timeout=300)
-    r_local = scan([GOOD, NORM], workspace=local, **kw)
-    r_ray = scan([GOOD, CRASH, NORM], workspace=remote, executor=cluster, echo=said.append, **kw)
+    options = ScanOptions(modes=("infer",), jobs=2, timeout=300)
+    r_local = scan([GOOD, NORM], options, workspace=local)
+    r_ray = scan([GOOD, CRASH, NORM], options, workspace=remote, executor=cluster, echo=said.append)
     return local, remote, r_local, r_ray, said
 
 
@@ -151,7 +151,7 @@ def test_a_task_that_dies_midway_is_recorded_and_the_others_complete(both):
 
 
 def test_ray_resumes_from_what_is_saved_and_runs_nothing(both):
-    from miner.scan.scan import scan
+    from miner.scan.scan import ScanOptions, scan
 
     _, remote, _, _, _ = both
 
@@ -159,7 +159,8 @@ def test_ray_resumes_from_what_is_saved_and_runs_nothing(both):
         def run(self, tasks, on_done=None, echo=print):
             raise AssertionError(f"ran {[t.key for t in tasks]}")
 
-    results = scan([GOOD, NORM], modes=("infer",), workspace=remote, executor=Refuses(), echo=lambda s: None)
+    results = scan([GOOD, NORM], ScanOptions(modes=("infer",)), workspace=remote, executor=Refuses(),
+                   echo=lambda s: None)
     assert [r.reused for r in results] == [True, True]
 
 
@@ -188,11 +189,11 @@ def test_bench_on_ray_gives_the_rows_of_the_local_run(cluster, tmp_path):
 
     write_candidate(tmp_path / "candidates", shapes=((2, 4, 8, 8), (6, 100)))
     cands = candidates.load_all(Workspace(tmp_path))
-    kw = dict(device="cpu", variants=["eager", "candidate"], shapes="captured", models=None, replays=2,
-              casts=("captured",), time_budget_s=None)
-    _, local = bench.run_bench(cands, log=lambda s: None, on_row=None, **kw)
+    options = bench.BenchOptions(device="cpu", variants=("eager", "candidate"), shapes="captured", replays=2)
+    _, local = bench.run_bench(cands, options, log=lambda s: None, on_row=None)
     seen = []
-    env, rows, failures = run_bench_on(cluster, cands, on_row=seen.append, log=lambda s: None, **kw)
+    env, rows, failures = run_bench_on(cluster, cands, options, time_budget_s=None, on_row=seen.append,
+                                       log=lambda s: None)
     assert failures == [] and len(rows) == 2 and len(seen) == 2 and env.interpret
     assert [r.case.label for r in rows] == [r.case.label for r in local]  # the plan's order
     for a, b in zip(local, rows):
@@ -220,8 +221,9 @@ def test_on_cuda_each_model_asks_ray_for_one_gpu_and_its_compile_cpus(tmp_path, 
             for t in tasks:
                 on_done(E.Outcome(t, error="not run"))
 
-    results = S.scan(["bert", "gpt2", "llama", "t5"], preset="base", device="cuda", workspace=Workspace(tmp_path),
-                     jobs=4, executor=Cluster(), profile=True, echo=lambda s: None)
+    options = S.ScanOptions(preset="base", device="cuda", jobs=4, profile=True)
+    results = S.scan(["bert", "gpt2", "llama", "t5"], options, workspace=Workspace(tmp_path), executor=Cluster(),
+                     echo=lambda s: None)
     assert [t.key for t in asked] == ["bert", "gpt2", "llama", "t5"]
     assert all(t.gpus == 1 and t.cpus == 16 and t.fn is S.scan_remote and t.args[0].profile for t in asked)
     assert all(not r.ok and r.error == "not run" for r in results)  # a lost task is a failed, saved result

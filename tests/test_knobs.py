@@ -113,9 +113,9 @@ def test_run_ab_measures_each_knob_alone_and_with_the_fusions(counting_knob):
     from miner.runtime.fusions import Fusions
 
     knob, state = counting_knob
-    r = ab.run_ab(_build, model="norm", mode="infer", compile_mode="default", preset="tiny", device="cpu",
-                  fusions=Fusions(Path(__file__).resolve().parents[1]), warmup=1, rounds=2, profile_steps=0,
-                  log=lambda s: None, knobs=[knob])
+    r = ab.run_ab(_build, ab.ABCase("norm", "infer", "default"), Fusions(Path(__file__).resolve().parents[1]),
+                  ab.ABOptions(preset="tiny", device="cpu", warmup=1, rounds=2, profile_steps=0), knobs=[knob],
+                  log=lambda s: None)
     names = [v.name for v in r.variants]
     assert names[:3] == ["default", "control", "all"]
     assert "knob:counting" in names and "knob:counting+fusions" in names
@@ -135,9 +135,9 @@ def test_knobs_only_one_phase_without_fusion_variants(counting_knob):
     from miner.runtime.fusions import Fusions
 
     knob, _ = counting_knob
-    r = ab.run_ab(_build, model="norm", mode="train", compile_mode="default", preset="tiny", device="cpu",
-                  fusions=Fusions(Path(__file__).resolve().parents[1]), warmup=1, rounds=2, profile_steps=0,
-                  log=lambda s: None, knobs=[knob], fusion_variants=("gated",))
+    r = ab.run_ab(_build, ab.ABCase("norm", "train", "default"), Fusions(Path(__file__).resolve().parents[1]),
+                  ab.ABOptions(preset="tiny", device="cpu", warmup=1, rounds=2, profile_steps=0,
+                               fusion_variants=("gated",)), knobs=[knob], log=lambda s: None)
     names = [v.name for v in r.variants]
     assert names == ["default", "control", "gated", "knob:counting", "knob:counting+fusions"]
     assert r.noise_band is not None and r.variant("control").verdict is not None
@@ -148,9 +148,9 @@ def test_knob_variants_out_of_time_are_recorded(counting_knob):
     from miner.check.abrun import NoFusions
 
     knob, _ = counting_knob
-    r = ab.run_ab(_build, model="norm", mode="infer", compile_mode="default", preset="tiny", device="cpu",
-                  fusions=NoFusions(), warmup=1, rounds=2, profile_steps=0, log=lambda s: None, knobs=[knob],
-                  deadline=0.0)
+    r = ab.run_ab(_build, ab.ABCase("norm", "infer", "default"), NoFusions(),
+                  ab.ABOptions(preset="tiny", device="cpu", warmup=1, rounds=2, profile_steps=0), knobs=[knob],
+                  deadline=0.0, log=lambda s: None)
     assert [v.name for v in r.variants] == ["default", "control", "knob:counting"]  # no fusions: no +fusions
     assert r.variant("knob:counting").error == "not compiled: --time-budget spent"
     assert r.noise_band is not None and r.variant("default").step.steps == 2  # the band still measured

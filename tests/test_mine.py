@@ -11,7 +11,7 @@ import torch
 
 from miner.cli import main
 from miner.core.errors import UsageError, WorkspaceError
-from miner.mine.mine import mine, pattern_at
+from miner.mine.mine import MineOptions, mine, pattern_at
 from miner.core.pattern import load_mining, load_patterns, save_patterns
 from miner.core.records import CapturedGraph
 from miner.core.workspace import Workspace
@@ -182,7 +182,7 @@ def toy_graphs():
 
 @pytest.fixture(scope="module")
 def toy_result(toy_graphs):
-    return mine(toy_graphs, closed_only=False, max_nodes=8, verify=True)
+    return mine(toy_graphs, MineOptions(closed_only=False, max_nodes=8, verify=True))
 
 
 BLOCKS = [("softmax", walk_softmax), ("layer_norm", walk_layer_norm), ("rms_norm", walk_rms_norm),
@@ -237,7 +237,7 @@ def test_closed_mining_drops_subpatterns_inside_a_larger_one(toy_graphs, toy_res
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_renaming_and_reordering_nodes_changes_nothing(toy_graphs, toy_result, seed):
     shuffled_graphs = [shuffled(g, seed * 10 + i) for i, g in enumerate(toy_graphs)]
-    again = mine(shuffled_graphs, closed_only=False, max_nodes=8)
+    again = mine(shuffled_graphs, MineOptions(closed_only=False, max_nodes=8))
 
     def summary(r):
         return {p.id: (p.counts.total, p.counts.non_overlapping, p.counts.safe, p.support.graphs, p.closed)
@@ -248,13 +248,13 @@ def test_renaming_and_reordering_nodes_changes_nothing(toy_graphs, toy_result, s
 
 def test_min_support_and_min_models_prune(toy_graphs):
     one = toy_graphs[:1]
-    assert mine(one, support="graphs").patterns == ()  # min_support=2 graphs
-    assert mine(one, support="graphs", min_support=1).patterns
+    assert mine(one, MineOptions(support="graphs")).patterns == ()  # min_support=2 graphs
+    assert mine(one, MineOptions(support="graphs", min_support=1)).patterns
     # occurrence support (the default): what repeats inside the one graph is frequent
     by_occ = mine(one).patterns
     assert by_occ and all(p.counts.total >= 2 for p in by_occ)
-    assert mine(toy_graphs, min_models=3).patterns == ()
-    assert mine(toy_graphs, min_models=2).patterns
+    assert mine(toy_graphs, MineOptions(min_models=3)).patterns == ()
+    assert mine(toy_graphs, MineOptions(min_models=2)).patterns
 
 
 def test_scalars_group_and_keep_their_values():
@@ -392,8 +392,8 @@ def test_real_tiny_models_show_their_blocks_with_walked_counts(model, block, wal
     pid, n, where = _expected(graphs, walker)
     # Mining only up to the block's size keeps this test fast; counts must match the walk.
     holding = [g for g in graphs if str(g.key) in where]
-    r = mine(holding, closed_only=False, max_nodes=k, max_views=2 if block == "layer_norm" else 0,
-             min_support=len(holding))
+    r = mine(holding, MineOptions(closed_only=False, max_nodes=k, max_views=2 if block == "layer_norm" else 0,
+                                  min_support=len(holding)))
     p = r.by_id()[pid]
     assert p.counts.total == n and p.counts.non_overlapping == n
     assert set(p.support.graphs) == where

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from miner.core.ops import fusable_extra, op_class
-from miner.mine.mine import mine, occurrence_support
+from miner.mine.mine import MineOptions, mine, occurrence_support
 from tests.test_mine_helpers import fx_graph
 
 
@@ -19,8 +19,8 @@ def test_a_block_repeated_in_the_layers_of_one_graph_is_frequent():
     g = fx_graph(_two_layers, torch.randn(4, 8), torch.randn(8, 8), torch.randn(8, 8))
     (p,) = [p for p in mine([g]).patterns if p.ops == "mul -> tanh -> add"]
     assert p.support.n_graphs == 1 and p.counts.non_overlapping == 2
-    assert not [p for p in mine([g], min_support=3).patterns if p.ops == "mul -> tanh -> add"]
-    assert not [p for p in mine([g], support="graphs").patterns if p.ops == "mul -> tanh -> add"]
+    assert not [p for p in mine([g], MineOptions(min_support=3)).patterns if p.ops == "mul -> tanh -> add"]
+    assert not [p for p in mine([g], MineOptions(support="graphs")).patterns if p.ops == "mul -> tanh -> add"]
 
 
 def test_occurrence_support_is_the_minimum_image_count():
@@ -34,7 +34,7 @@ def test_occurrence_support_is_the_minimum_image_count():
 def test_unknown_support_rule_is_an_error():
     g = fx_graph(_two_layers, torch.randn(4, 8), torch.randn(8, 8), torch.randn(8, 8))
     with pytest.raises(ValueError, match="support"):
-        mine([g], support="nodes")
+        mine([g], MineOptions(support="nodes"))
 
 
 def test_op_classes():
@@ -73,10 +73,10 @@ def test_limit_builds_the_same_top_patterns():
     torch.manual_seed(0)
     g = fx_graph(_toy, torch.randn(4, 8), torch.randn(8, 8), torch.randn(8), torch.randn(8), model="toy")
     graphs = [g, rekey(g, model="toy2", phase="inference", mode="infer")]
-    full = mine(graphs, closed_only=False)
+    full = mine(graphs, MineOptions(closed_only=False))
     assert len(full.patterns) > 20
     for k in (1, 5, 20):
-        top = mine(graphs, closed_only=False, limit=k)
+        top = mine(graphs, MineOptions(closed_only=False, limit=k))
         assert top.patterns == full.patterns[:k]
         assert top.stats["reported_patterns"] == len(full.patterns)
         assert k <= top.stats["built_patterns"] < len(full.patterns)

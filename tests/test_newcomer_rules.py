@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from miner.core.errors import UsageError
-from miner.mine.mine import _non_overlapping, mine
+from miner.mine.mine import MineOptions, _non_overlapping, mine
 from miner.check import ab
 from miner.runtime import evidence
 from test_mine_helpers import fx_graph, rekey
@@ -58,7 +58,7 @@ def chain(x):
 def test_overlapping_embeddings_are_counted_once():
     """A chain of four exps holds exp->exp three times, but only twice without sharing a node."""
     g = fx_graph(chain, torch.randn(4, 8))
-    result = mine([g, rekey(g, model="m2")], min_support=2, closed_only=False, max_nodes=2)
+    result = mine([g, rekey(g, model="m2")], MineOptions(min_support=2, closed_only=False, max_nodes=2))
     (pair,) = [p for p in result.patterns if p.ops == "exp -> exp"]
     assert pair.counts.total == 6 and pair.counts.non_overlapping == 4
 
@@ -73,7 +73,7 @@ def test_a_value_nothing_uses_is_never_part_of_a_pattern():
     """Defect 5: an exp with no users was kept in a pattern and ranked as a missed fusion."""
     g = fx_graph(dead_exp, torch.randn(4, 8), torch.randn(4, 8))
     assert any(n.target == "aten.exp.default" and not n.users for n in g.nodes)
-    ops = [p.ops for p in mine([g, rekey(g, model="m2")], min_support=2, closed_only=False).patterns]
+    ops = [p.ops for p in mine([g, rekey(g, model="m2")], MineOptions(min_support=2, closed_only=False)).patterns]
     assert ops and not any("exp" in o for o in ops), ops
     assert "mul -> add -> relu" in ops
 

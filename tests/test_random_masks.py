@@ -74,7 +74,9 @@ def _parity(cands, floor):
     from miner.runtime import rewrite
 
     gp = rewrite.FusionPass([rewrite.entry_for(c.path / "pattern.py", c.id) for c in cands])
-    r = masks.masked_parity(_built(), mode="train", device=DEVICE, slots_of=masks.slots_of(cands), graph_pass=gp, autocast=True,
+    built = _built()
+    got = masks.observe_compiled(built, "train", DEVICE, graph_pass=gp, autocast=True, seed=0)
+    r = masks.masked_parity(built, got, mode="train", device=DEVICE, slots_of=masks.slots_of(cands), autocast=True,
                             floor=floor)
     assert sum(gp.counts.values()) == len(cands), gp.counts  # each candidate fired once
     return r
@@ -171,8 +173,8 @@ def test_ab_judges_a_variant_with_a_philox4_fusion_by_injected_masks(tmp_path):
 
     def live(name, fusions, graph_pass):
         with torch._inductor.config.patch(force_disable_caches=True):
-            return ab.prepare(name, built.model, built.inputs, built.loss, mode="train", compile_mode="default",
-                              device=DEVICE, graph_pass=graph_pass, fusions=fusions, warmup=1)
+            return ab.prepare(ab.VariantSpec(name, graph_pass, tuple(fusions)), built, built.inputs,
+                              ab.ABCase("m", "train", "default"), ab.ABOptions(preset="tiny", device=DEVICE, warmup=1))
     default = live("default", (), None)
     x4 = live("x4", ["x4"], rewrite.FusionPass([rewrite.Entry("x4", module, ())]))
     assert x4.res.matches == {"x4": 1}

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from miner.rules import safety
-from miner.mine.mine import mine, pattern_at
+from miner.mine.mine import MineOptions, mine, pattern_at
 from miner.core.pattern import Occurrence
 from test_mine_helpers import fx_graph, rekey
 
@@ -148,7 +148,7 @@ def test_in_place_op_inside_rejects():
     v = safety.check(occ, g)
     assert not v.ok and "mutation" in _rules(v)
     # and the miner never puts a mutation into a pattern
-    r = mine([g, rekey(g, index=1)], closed_only=False)
+    r = mine([g, rekey(g, index=1)], MineOptions(closed_only=False))
     assert all(n.category in ("pointwise", "reduction", "view") for p in r.patterns for n in p.nodes)
 
 
@@ -167,7 +167,7 @@ def test_random_op_inside_rejects_and_is_never_mined():
     occ = Occurrence(graph=g.key, nodes=tuple(names), inputs=("x_1",), outputs=(len(names) - 1,))
     v = safety.check(occ, g)
     assert not v.ok and "randomness" in _rules(v)
-    r = mine([g, rekey(g, index=1)], closed_only=False)
+    r = mine([g, rekey(g, index=1)], MineOptions(closed_only=False))
     assert r.patterns and all(rand[0].target != n.target for p in r.patterns for n in p.nodes)
     twin = pattern_at(g, _compute(g, "mul", "add")).occurrences[0].verdict
     assert twin.ok, twin.reasons

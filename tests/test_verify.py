@@ -104,8 +104,9 @@ def _build() -> _Built:
 def test_verify_model_step_loop_on_cpu(mode):
     """The whole comparison with an identity 'compiler': identical models give exact parity."""
     logs = []
-    r = verify.verify_model(_build, model="tiny", mode=mode, preset="tiny", device="cpu", fused_options={"x": 1},
-                            warmup=2, steps=3, compile_fn=lambda m, opts: m, log=logs.append)
+    options = verify.VerifyOptions(preset="tiny", device="cpu", warmup=2, steps=3, compile_fn=lambda m, opts: m)
+    r = verify.verify_model(_build, model="tiny", mode=mode, options=options, fused=verify.Fused({"x": 1}),
+                            log=logs.append)
     assert r.error is None and r.default.steps == 3 and r.fused.steps == 3
     assert r.parity.ok and r.parity.logits_rel == 0.0
     if mode == "train":
@@ -136,6 +137,6 @@ def test_gpu_verify_tiny_bert():
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     pytest.importorskip("fusions")
-    (r,) = verify.run_verify(["bert"], modes=["train"], preset="tiny", device="cuda", batch=None, seq=None,
-                             warmup=2, steps=3, log=lambda s: None)
+    (r,) = verify.run_verify(["bert"], verify.VerifyOptions(preset="tiny", device="cuda", warmup=2, steps=3),
+                             log=lambda s: None)
     assert r.error is None and r.parity.ok, r

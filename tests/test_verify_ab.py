@@ -43,8 +43,8 @@ def test_run_ab_on_a_small_model_with_the_repository_fusions():
 
     fusions = Fusions(Path(__file__).resolve().parents[1])
     logs = []
-    r = ab.run_ab(_build, model="norm", mode="infer", compile_mode="default", preset="tiny", device="cpu",
-                  fusions=fusions, warmup=1, rounds=2, profile_steps=1, log=logs.append)
+    r = ab.run_ab(_build, ab.ABCase("norm", "infer", "default"), fusions,
+                  ab.ABOptions(preset="tiny", device="cpu", warmup=1, rounds=2, profile_steps=1), log=logs.append)
     names = [v.name for v in r.variants]
     assert names[:3] == ["default", "control", "all"] and names[-1] == "gated"
     assert r.fires["layer_norm"] >= 1 and r.fires["softmax_like"] == 0  # the gate-open compile found the match
@@ -78,10 +78,9 @@ def test_cli_smoke_tiny_bert_on_cpu(tmp_path, capsys):
 def test_gpu_ab_tiny_bert_train_and_reduce_overhead_infer():
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
-    results = abrun.run_all(["bert"], modes=["train", "infer"], compile_modes=["default", "reduce-overhead"],
-                            preset="tiny", device="cuda", batch=None, seq=None, warmup=3, rounds=3,
-                            profile_steps=1, time_budget_s=None, workspace=Path(__file__).resolve().parents[1],
-                            log=lambda s: None)
+    run = abrun.ABRun(ab.ABOptions(preset="tiny", device="cuda", warmup=3, rounds=3, profile_steps=1),
+                      modes=("train", "infer"), compile_modes=("default", "reduce-overhead"))
+    results = abrun.run_all(["bert"], run, workspace=Path(__file__).resolve().parents[1], log=lambda s: None)
     assert [(r.mode, r.compile) for r in results] == [("train", "default"), ("infer", "default"),
                                                        ("infer", "reduce-overhead")]
     for r in results:

@@ -325,6 +325,9 @@ def _out_meta(shapes, dtypes, scalars):
     return tuple((tuple(o.shape), o.dtype) for o in reference(*xs, *scalars))
 
 
+KERNEL = _launch.KernelSpec(one_pass_kernel, looped_kernel, reference, OUTPUT_KINDS, PATTERN_ID, LEVELS,
+                            _out_meta, seeds=SEEDS, columns=COLUMNS, rand4=True, views=_gather_views)
+
+
 def launch(x0, x1, x2, x3, x4, x5, c0, c1, c2, c3, c4, c5, *, variant=None, config=None):
-    return _launch.run(one_pass_kernel, looped_kernel, reference, (x0, x1, x2, x3, x4, x5,), (int(c0), float(c1), float(c2), float(c3), float(c4), float(c5), ), OUTPUT_KINDS,
-                       pattern_id=PATTERN_ID, levels=LEVELS, variant=variant, out_meta=_out_meta, config=config, seeds=SEEDS, columns=COLUMNS, rand4=True, views=_gather_views)
+    return _launch.run(KERNEL, (x0, x1, x2, x3, x4, x5,), (int(c0), float(c1), float(c2), float(c3), float(c4), float(c5), ), variant=variant, config=config)

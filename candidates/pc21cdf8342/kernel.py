@@ -184,6 +184,9 @@ def _out_meta(shapes, dtypes, scalars):
     return tuple((tuple(o.shape), o.dtype) for o in reference(*xs, *scalars))
 
 
+KERNEL = _launch.KernelSpec(one_pass_kernel, looped_kernel, reference, OUTPUT_KINDS, PATTERN_ID, LEVELS,
+                            _out_meta)
+
+
 def launch(x0, x1, x2, x3, c0, *, variant=None, config=None):
-    return _launch.run(one_pass_kernel, looped_kernel, reference, (x0, x1, x2, x3,), (float(c0), ), OUTPUT_KINDS,
-                       pattern_id=PATTERN_ID, levels=LEVELS, variant=variant, out_meta=_out_meta, config=config)
+    return _launch.run(KERNEL, (x0, x1, x2, x3,), (float(c0), ), variant=variant, config=config)

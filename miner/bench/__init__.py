@@ -10,13 +10,15 @@ from miner.bench.cases import BenchCase, cases_from_meta, cast_case, derive_case
 from miner.bench.results import (BASELINE, COPY, VARIANTS, BenchRow, VariantResult, env_header, gpu_slug, load_rows,
                                  markdown_table, row_from_json, row_to_json, save_results, targets, today_dir,
                                  wins_table)
-from miner.bench.run import EXTRA_VARIANTS, bench_case, build_variant, compare, inputs_of, reference64, run_bench
+from miner.bench.run import (EXTRA_VARIANTS, BenchOptions, bench_case, build_variant, compare, inputs_of, reference64,
+                              run_bench)
 from miner.bench.timing import Env, NoDeviceError, Timing, environment, gpu_timing_lock, require_cuda
 from miner.core.sizes import derive_shape
 from miner.core.tensors import TensorSpec
 
-__all__ = ["BASELINE", "COPY", "EXTRA_VARIANTS", "VARIANTS", "BenchCase", "BenchRow", "Env", "NoDeviceError",
-           "TensorSpec", "Timing", "VariantResult", "bench_case", "build_variant", "cases_from_meta", "cast_case",
-           "compare", "derive_case", "derive_shape", "env_header", "environment", "gpu_slug", "gpu_timing_lock",
-           "inputs_of", "load_rows", "markdown_table", "merge_cases", "plan_cases", "reference64", "require_cuda",
-           "row_from_json", "row_to_json", "run_bench", "save_results", "targets", "today_dir", "wins_table"]
+__all__ = ["BASELINE", "COPY", "EXTRA_VARIANTS", "VARIANTS", "BenchCase", "BenchOptions", "BenchRow", "Env",
+           "NoDeviceError", "TensorSpec", "Timing", "VariantResult", "bench_case", "build_variant", "cases_from_meta",
+           "cast_case", "compare", "derive_case", "derive_shape", "env_header", "environment", "gpu_slug",
+           "gpu_timing_lock", "inputs_of", "load_rows", "markdown_table", "merge_cases", "plan_cases", "reference64",
+           "require_cuda", "row_from_json", "row_to_json", "run_bench", "save_results", "targets", "today_dir",
+           "wins_table"]

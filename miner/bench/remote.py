@@ -40,11 +40,10 @@ def _bench_call(files, cand_id, case, variants, replays, device, deadline):
     return bench_task(files, cand_id, case, variants=variants, replays=replays, device=device, deadline=deadline)
 
 
-def run_bench_on(executor: Any, cands: Sequence, *, device: str, variants: Sequence[str], shapes: str,
-                 models: Sequence[str] | None, replays: int, casts: Sequence[str],
-                 time_budget_s: float | None, on_row: Callable | None, log: Callable[[str], None] = print,
-                 timeout: float = TASK_TIMEOUT_S):
-    """``run_bench`` on ``executor``: the same plan and rows; returns ``(env, rows, failures)``.
+def run_bench_on(executor: Any, cands: Sequence, options, *, time_budget_s: float | None, on_row: Callable | None,
+                 log: Callable[[str], None] = print, timeout: float = TASK_TIMEOUT_S):
+    """``run_bench`` on ``executor`` (``options``: its ``BenchOptions``): the same plan and rows; returns
+    ``(env, rows, failures)``.
 
     ``time_budget_s``: a task that starts after that many seconds of the run returns nothing (its
     case is listed as not timed). ``env`` is the first row's (the GPU it ran on).
@@ -52,12 +51,13 @@ def run_bench_on(executor: Any, cands: Sequence, *, device: str, variants: Seque
     from miner.bench.run import plan_all
     from miner.bench.timing import environment
 
-    plan = plan_all(cands, shapes, models, casts, log)
+    plan = plan_all(cands, options.shapes, options.models, options.casts, log)
+    device = options.device
     folders = {c.id: pack(c.path.parent.parent, [f"{c.path.parent.name}/{c.path.name}"]) for c in cands}
     deadline = None if time_budget_s is None else time.time() + time_budget_s
     gpus = 1 if device.startswith("cuda") else 0
     tasks = [isolated(f"{cand.label} {cand.id[:8]} {case.label}", _bench_call,
-                      (folders[cand.id], cand.id, case, tuple(variants), replays, device, deadline),
+                      (folders[cand.id], cand.id, case, tuple(options.variants), options.replays, device, deadline),
                       timeout=timeout, gpus=gpus) for cand, case in plan]
     log(f"submitting {len(tasks)} case(s) to {executor.describe()}" + (" (one GPU each)" if gpus else ""))
     index = {id(t): i for i, t in enumerate(tasks)}

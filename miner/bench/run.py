@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from miner.bench import roofline as rl
@@ -297,10 +298,20 @@ def plan_all(cands: Sequence[Candidate], shapes: str, models: Sequence[str] | No
     return plan
 
 
-def run_bench(cands: Sequence[Candidate], *, device: str, variants: Sequence[str] = VARIANTS,
-              shapes: str = "all", models: Sequence[str] | None = None, replays: int = 25,
-              casts: Sequence[str] = ("captured",),
-              copy_gbps: float | None = None, time_budget_s: float | None = None,
+@dataclass(frozen=True)
+class BenchOptions:
+    """What ``miner bench`` times and how: built once from the command line (``miner.commands.bench``)."""
+
+    device: str
+    variants: tuple[str, ...] = VARIANTS
+    shapes: str = "all"  # which cases: all, captured, derived (``plan_cases``)
+    models: tuple[str, ...] | None = None  # only shapes observed in these models (None: all)
+    replays: int = 25  # CUDA-graph replays per timing
+    casts: tuple[str, ...] = ("captured",)  # the dtypes to time each shape at (captured: as observed)
+    copy_gbps: float | None = None  # the roofline's bandwidth; None: measured on this device
+
+
+def run_bench(cands: Sequence[Candidate], options: BenchOptions, *, time_budget_s: float | None = None,
               on_row: Callable[[BenchRow], None] | None = None,
               log: Callable[[str], None] = print) -> tuple[Env, list[BenchRow]]:
     """Time every planned case of every candidate; returns the environment and the rows.
@@ -309,16 +320,16 @@ def run_bench(cands: Sequence[Candidate], *, device: str, variants: Sequence[str
     tiny captured ones after: with ``time_budget_s`` no new case starts once that many seconds
     have passed, and the cases left out are listed in the log.
     """
-    env = environment(device, copy_gbps)
+    env = environment(options.device, options.copy_gbps)
     log(env_header(env))
     t0 = time.perf_counter()
     rows, skipped = [], []
-    for cand, case in plan_all(cands, shapes, models, casts, log):
+    for cand, case in plan_all(cands, options.shapes, options.models, options.casts, log):
         if time_budget_s is not None and time.perf_counter() - t0 > time_budget_s:
             skipped.append((cand, case))
             continue
         log(f"{cand.label} ({cand.id}) [{','.join(case.models)}] {case.label} ({case.source})")
-        row = bench_case(cand, case, env, variants=variants, replays=replays, log=log)
+        row = bench_case(cand, case, env, variants=options.variants, replays=options.replays, log=log)
         rows.append(row)
         if on_row is not None:
             on_row(row)

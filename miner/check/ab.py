@@ -42,6 +42,36 @@ from miner.check.verify import (Parity, StepStats, _zero_grads, make_parity, mak
 
 COMPILE_MODES = ("default", "dynamic", "reduce-overhead")
 GATE_OPEN, GATE_ON, NO_GATE = "open", "on", "-"
+FUSION_VARIANTS = ("all", "alone", "gated")  # the fusion variants run_ab can compile (``ABOptions.fusion_variants``)
+
+
+@dataclass(frozen=True)
+class ABOptions:
+    """How each in-model A/B runs: ``miner verify --ab``'s options, the same for every model and mode
+    (``miner.check.abrun.ABRun`` adds what the run plans)."""
+
+    preset: str
+    device: str
+    warmup: int = 3  # steps per variant before timing (the first compiles)
+    rounds: int = 15  # alternating timed rounds, one step per variant each
+    profile_steps: int = 3  # steps per variant under torch.profiler for the kernel diff (0: none)
+    parity_reference: bool = True  # compile the float32 reference step parity is judged against (reference_step)
+    # which of ``all`` (``alone`` needs it), ``alone`` and ``gated`` to compile (without ``all`` the gated
+    # variant is always compiled: nothing says which fusions fire)
+    fusion_variants: tuple[str, ...] = FUSION_VARIANTS
+    compile_fn: Callable | None = None  # (model, compile mode) -> the compiled model; None: torch.compile
+    kernel_times: Callable | None = None  # the profiler table function; None: miner.scan.profile.kernel_times
+
+
+@dataclass(frozen=True)
+class ABCase:
+    """One A/B: a model in a step mode (train / infer) and compile mode, at a batch and seq (None: the preset's)."""
+
+    model: str
+    mode: str
+    compile_mode: str
+    batch: int | None = None
+    seq: int | None = None
 
 
 @dataclass
@@ -220,29 +250,42 @@ def _wrap_step(step: Callable, compile_mode: str) -> Callable:
     return marked
 
 
-def prepare(name: str, base_model, inputs: dict, loss, *, mode: str, compile_mode: str, device: str,
-            graph_pass=None, fusions: Sequence[str] = (), gate: str = NO_GATE, cache: bool = False,
-            warmup: int = 3, compile_fn: Callable | None = None, knob=None) -> _Live:
-    """A copy of ``base_model`` compiled as one variant, warmed up (the first step compiles).
+@dataclass(frozen=True)
+class VariantSpec:
+    """One variant to compile: its name, the graph pass and the fusions it holds, the gate's mode,
+    whether Inductor's FX cache may serve it, and the knob (``miner.check.knobs.Knob``) it applies."""
+    name: str
+    graph_pass: Any = None
+    fusions: tuple[str, ...] = ()
+    gate: str = NO_GATE
+    cache: bool = False
+    knob: Any = None
 
-    ``graph_pass``: the variant's own pass, its gate mode set by whoever made it (``gate`` names it
-    in the result); its counts and log become the variant's matches, contexts and gate decisions.
-    ``knob`` (``miner.check.knobs.Knob``): its options join the variant's, and its context is entered
-    around each call of the step (the compiling one included)."""
+
+def prepare(spec: VariantSpec, built, inputs: dict, case: ABCase, options: ABOptions) -> _Live:
+    """A copy of ``built.model`` compiled as the variant ``spec``, warmed up (the first step compiles).
+
+    ``spec.graph_pass``: the variant's own pass, its gate mode set by whoever made it (``spec.gate`` names
+    it in the result); its counts and log become the variant's matches, contexts and gate decisions.
+    ``spec.knob``: its options join the variant's, and its context is entered around each call of the
+    step (the compiling one included)."""
     import torch
 
-    model = copy.deepcopy(base_model)
-    options = {**compile_options(compile_mode, graph_pass, cache=cache, tag=name), **(knob.options if knob else {})}
-    compiled = compile_fn(model, compile_mode) if compile_fn else _compile(model, compile_mode, options)
-    graphs = compile_mode == "reduce-overhead" or bool(options.get("triton.cudagraphs"))
-    step = _wrap_step(make_step(compiled, inputs, loss, mode, device), "reduce-overhead" if graphs else compile_mode)
+    name, graph_pass, fusions, gate, cache, knob = (spec.name, spec.graph_pass, spec.fusions, spec.gate, spec.cache,
+                                                    spec.knob)
+    mode, compile_mode, device, compile_fn = case.mode, case.compile_mode, options.device, options.compile_fn
+    model = copy.deepcopy(built.model)
+    opts = {**compile_options(compile_mode, graph_pass, cache=cache, tag=name), **(knob.options if knob else {})}
+    compiled = compile_fn(model, compile_mode) if compile_fn else _compile(model, compile_mode, opts)
+    graphs = compile_mode == "reduce-overhead" or bool(opts.get("triton.cudagraphs"))
+    step = _wrap_step(make_step(compiled, inputs, built.loss, mode, device), "reduce-overhead" if graphs else compile_mode)
     if knob is not None:
         step = knob.around(step)
     counts_before = Counter(graph_pass.counts) if graph_pass is not None else Counter()
     hits_before = int(torch._dynamo.utils.counters["inductor"].get("fxgraph_cache_hit", 0))
     t0 = time.perf_counter()
     with _compile_context(cache=cache):
-        for _ in range(max(1, warmup)):
+        for _ in range(max(1, options.warmup)):
             _zero_grads(model)
             step()
         if device.startswith("cuda"):
@@ -403,29 +446,22 @@ def _gated_shortcut(r: ABResult) -> str | None:
     return "default" if not any(decisions) else None
 
 
-FUSION_VARIANTS = ("all", "alone", "gated")  # the fusion variants run_ab can compile (``fusion_variants``)
 
 
-def run_ab(build: Callable[[], Any], *, model: str, mode: str, compile_mode: str, preset: str, device: str,
-           fusions, batch: int | None = None, seq: int | None = None, warmup: int = 3, rounds: int = 15,
-           profile_steps: int = 3, deadline: float | None = None, env: dict | None = None,
-           compile_fn: Callable | None = None, kernel_times: Callable | None = None,
-           parity_reference: bool = True, log: Callable[[str], None] = print, knobs: Sequence[Any] = (),
-           fusion_variants: Sequence[str] = FUSION_VARIANTS) -> ABResult:
-    """The A/B of one model, step mode and compile mode (see the module docstring).
+def run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions, *, knobs: Sequence[Any] = (),
+           deadline: float | None = None, env: dict | None = None, log: Callable[[str], None] = print) -> ABResult:
+    """The A/B of one model, step mode and compile mode (``case``; see the module docstring).
 
     ``fusions``: a ``miner.runtime.fusions.Fusions`` (or a set of candidates; no names: knobs only).
-    ``deadline`` (``time.perf_counter()``): no new variant is compiled after it (those left out are
-    recorded). ``kernel_times``: the profiler table function (default
-    ``miner.scan.profile.kernel_times``); ``profile_steps=0`` skips it. ``knobs``
-    (``miner.check.knobs.Knob``): each measured alone (``knob:<k>``) and with the fusions as a user gets
-    them (``knob:<k>+fusions``: the gate on; candidates: all of them), timed in the phase of ``gated``.
-    ``fusion_variants``: which of ``all`` (``alone`` needs it) and ``gated`` to compile (without
-    ``all`` the gated variant is always compiled: nothing says which fusions fire).
-    ``parity_reference``: compile the float32 reference step parity is judged against (``reference_step``).
+    ``options``: how it runs (:class:`ABOptions`). ``deadline`` (``time.perf_counter()``): no new variant
+    is compiled after it (those left out are recorded). ``knobs`` (``miner.check.knobs.Knob``): each
+    measured alone (``knob:<k>``) and with the fusions as a user gets them (``knob:<k>+fusions``: the
+    gate on; candidates: all of them), timed in the phase of ``gated``.
     """
     import torch
 
+    model, mode, compile_mode, batch, seq = case.model, case.mode, case.compile_mode, case.batch, case.seq
+    preset, device, rounds, compile_fn = options.preset, options.device, options.rounds, options.compile_fn
     t0 = time.perf_counter()
     raise_compile_limits()
     r = ABResult(model, mode, compile_mode, preset, batch, seq, env=env or {})
@@ -434,23 +470,21 @@ def run_ab(build: Callable[[], Any], *, model: str, mode: str, compile_mode: str
     r.batch, r.seq = input_shape(inputs, batch, seq)
     names = fusions.names()
     modules = {f: fusions.load(f) for f in names}
-    wanted = set(fusion_variants) if names else set()
+    wanted = set(options.fusion_variants) if names else set()
 
     def late() -> bool:
         return deadline is not None and time.perf_counter() > deadline
 
     def make(name, graph_pass=None, chosen=(), gate_mode=NO_GATE, cache=False, knob=None) -> _Live:
         log(f"  {model} {mode}/{compile_mode} {name}: compiling")
-        live = prepare(name, built.model, inputs, built.loss, mode=mode, compile_mode=compile_mode, device=device,
-                       graph_pass=graph_pass, fusions=chosen, gate=gate_mode, cache=cache, warmup=warmup,
-                       compile_fn=compile_fn, knob=knob)
+        live = prepare(VariantSpec(name, graph_pass, tuple(chosen), gate_mode, cache, knob), built, inputs, case, options)
         fired = {f: n for f, n in live.res.matches.items() if n}
         log(f"  {model} {mode}/{compile_mode} {name}: {live.res.compile_s:.1f} s"
             f"{f', FX cache hits {live.res.fx_cache_hits}' if live.res.fx_cache_hits else ''}; matches {fired}")
         return live
 
     reference = None
-    if parity_reference:
+    if options.parity_reference:
         log(f"  {model} {mode}/{compile_mode} float32 reference: compiling")
         try:
             reference = reference_step(built, inputs, mode=mode, device=device, compile_fn=compile_fn)
@@ -489,7 +523,7 @@ def run_ab(build: Callable[[], Any], *, model: str, mode: str, compile_mode: str
         for live in phase_a[1:]:
             live.res.verdict = verdict(live.res.speedup, r.noise_band)
         _parity(phase_a, mode, device, reference, masked)
-        _explain(phase_a, kernel_times, device, profile_steps)
+        _explain(phase_a, options.kernel_times, device, options.profile_steps)
     r.variants[:0] = [live.res for live in phase_a]
     this_run = {f: [rec] for f, rec in alone_records(r).items()}  # join the evidence of the gated compiles
     for live in phase_a[2:]:  # free the fusion variants; default and control stay for the second phase
@@ -551,7 +585,7 @@ def run_ab(build: Callable[[], Any], *, model: str, mode: str, compile_mode: str
                 (live.res.step, live.res.speedup, live.res.speedup_p20, live.res.speedup_p80,
                  live.res.verdict) = kept
         _parity([default] + phase_b[2:], mode, device, reference, masked)
-        _explain([default] + phase_b[2:], kernel_times, device, profile_steps)
+        _explain([default] + phase_b[2:], options.kernel_times, device, options.profile_steps)
         r.variants.extend(live.res for live in phase_b[2:])
     if default.res.step is None:  # neither phase had more than the two defaults: time them for the band
         interleave([default, control], rounds, device)

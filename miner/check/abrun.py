@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import gc
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from miner.check import explain
-from miner.check.ab import (COMPILE_MODES, ABResult, VariantResult, ab_from_json, ab_to_json, alone_records, rounds_for,
-                             run_ab)
+from miner.check.ab import (COMPILE_MODES, ABOptions, ABResult, VariantResult, ab_from_json, ab_to_json, alone_records,
+                            rounds_for, run_ab)
 from miner.check.promotion import _root
 from miner.check.verify import format_step, load_fusions, run_env
 from miner.core.dtypes import AUTOCAST_MODEL_TOL, PARITY_ATOL, PARITY_K
@@ -114,22 +114,30 @@ def shape_grid(batch: int | Sequence[int] | None, seq: int | Sequence[int] | Non
     return [(b, s) for b in values(batch, "batch") for s in values(seq, "seq")]
 
 
-def run_all(models: Sequence[str], *, modes: Sequence[str], compile_modes: Sequence[str], preset: str, device: str,
-            batch: int | Sequence[int] | None, seq: int | Sequence[int] | None, warmup: int, rounds: int,
-            profile_steps: int,
-            time_budget_s: float | None, model_budget_s: float | None = None, workspace: Any = ".", on_result: Callable[[ABResult], None] | None = None,
-            candidates: Sequence[str] = (), log: Callable[[str], None] = print, knobs: str | None = None,
-            fusion_variants: Sequence[str] | None = None, parity_reference: bool = True) -> list[ABResult]:
-    """The A/B of every model in every planned mode; a model that fails or is out of time is recorded.
+@dataclass(frozen=True)
+class ABRun:
+    """A ``miner verify --ab`` run over models: what it plans per model, and how each A/B runs (``ab``).
 
-    ``batch``, ``seq``: one size or a list each; every (batch, seq) of :func:`shape_grid` is its own A/B
-    (own compiles, ``dynamic=False`` unless the compile mode says otherwise), in that order per model.
-    ``candidates``: A/B these candidate ids (ungated) instead of the workspace's promoted fusions.
-    ``parity_reference``: compile the float32 reference step parity is judged against (``run_ab``).
-    ``time_budget_s``: no model starts, and no variant compiles, after this many seconds of the run;
-    ``model_budget_s``: no variant compiles after this many seconds of one model and mode.
-    ``knobs``: the ``--knobs`` spec (``miner.check.knobs.parse``; a string, so Ray tasks carry it);
-    ``fusion_variants``: ``run_ab``'s (default: all of them).
+    Built once from the command line (``miner.commands.verify``); Ray tasks carry it as it is.
+    """
+
+    ab: ABOptions
+    modes: tuple[str, ...] = ("train",)
+    compile_modes: tuple[str, ...] = ("default",)
+    # one size or a list each; every (batch, seq) of :func:`shape_grid` is its own A/B (own compiles,
+    # ``dynamic=False`` unless the compile mode says otherwise), in that order per model
+    batch: int | tuple[int, ...] | None = None
+    seq: int | tuple[int, ...] | None = None
+    model_budget_s: float | None = None  # no variant compiles after this many seconds of one model and mode
+    knobs: str | None = None  # the ``--knobs`` spec (``miner.check.knobs.parse``; a string, so Ray tasks carry it)
+    candidates: tuple[str, ...] = ()  # A/B these candidate ids (ungated) instead of the promoted fusions
+
+
+def run_all(models: Sequence[str], run: ABRun, *, time_budget_s: float | None = None, workspace: Any = ".",
+            on_result: Callable[[ABResult], None] | None = None, log: Callable[[str], None] = print) -> list[ABResult]:
+    """The A/B of every model in every planned mode of ``run``; a model that fails or is out of time is recorded.
+
+    ``time_budget_s``: no model starts, and no variant compiles, after this many seconds of the run.
     """
     import torch
 
@@ -137,7 +145,9 @@ def run_all(models: Sequence[str], *, modes: Sequence[str], compile_modes: Seque
 
     from miner.check import ab, knobs as knob_registry
 
-    chosen_knobs = knob_registry.parse(knobs)
+    modes, compile_modes, preset, device = run.modes, run.compile_modes, run.ab.preset, run.ab.device
+    model_budget_s, candidates = run.model_budget_s, run.candidates
+    chosen_knobs = knob_registry.parse(run.knobs)
     fusions = (CandidateSet(workspace, candidates) if candidates else
                load_fusions(_root(workspace)) if not chosen_knobs or _has_fusions(workspace) else NoFusions())
     log(f"fusions: {', '.join(fusions.names()) or 'none'}"
@@ -148,7 +158,7 @@ def run_all(models: Sequence[str], *, modes: Sequence[str], compile_modes: Seque
     start = time.perf_counter()
     deadline = None if time_budget_s is None else start + time_budget_s
     results = []
-    shapes = shape_grid(batch, seq)
+    shapes = shape_grid(run.batch, run.seq)
     for (mode, compile_mode), spec, (batch, seq) in ((p, sp, sh) for p in plan(modes, compile_modes)
                                                       for sp in specs for sh in shapes):
         if deadline is not None and time.perf_counter() > deadline:
@@ -160,13 +170,9 @@ def run_all(models: Sequence[str], *, modes: Sequence[str], compile_modes: Seque
             ends = [t for t in (deadline, None if model_budget_s is None else time.perf_counter() + model_budget_s)
                     if t is not None]
             try:
-                r = run_ab(lambda: spec.build(preset, mode, device), model=spec.name, mode=mode,
-                           compile_mode=compile_mode, preset=preset, device=device, fusions=fusions, batch=batch,
-                           seq=seq, warmup=warmup, rounds=rounds, profile_steps=profile_steps,
-                           deadline=min(ends) if ends else None,
-                           env=env, log=log, knobs=chosen_knobs,
-                           fusion_variants=tuple(fusion_variants or ab.FUSION_VARIANTS),
-                           parity_reference=parity_reference)
+                case = ab.ABCase(spec.name, mode, compile_mode, batch, seq)
+                r = run_ab(lambda: spec.build(preset, mode, device), case, fusions, run.ab, knobs=chosen_knobs,
+                           deadline=min(ends) if ends else None, env=env, log=log)
             except MinerError:
                 raise
             except Exception as e:  # one model failing must not lose the others

@@ -290,19 +290,19 @@ def floor_of(built, mode: str, device: str, *, autocast: bool, seed: int, count:
     return _errors_to_reference(built, mode, device, default, {}, seed, count)
 
 
-def masked_parity(built, *, mode: str, device: str, slots_of: dict[str, list[MaskSlot]], graph_pass=None,
-                  autocast: bool, seed: int = 0, floor: dict | None = None,
-                  compiled: Compiled | None = None) -> MaskedParity:
+def masked_parity(built, compiled: Compiled, *, mode: str, device: str, slots_of: dict[str, list[MaskSlot]],
+                  autocast: bool, seed: int = 0, floor: dict | None = None) -> MaskedParity:
     """The "masks injected" parity of one model step (see the module docstring).
 
     Parameters
     ----------
     built : miner_models.Built
         The model, its inputs and loss.
+    compiled : Compiled
+        The observed compiled step (:func:`observe_compiled`, the candidates' pass installed, from the
+        RNG state ``seed``).
     slots_of : dict
         Pattern id -> :func:`mask_slots` of each candidate whose kernels draw their own stream.
-    graph_pass : FusionPass, optional
-        Installed in the compiled step (unless ``compiled`` is given: an observed variant).
     autocast : bool
         bf16 autocast in the compiled steps (the candidates' patterns hold bf16 casts).
     floor : dict, optional
@@ -311,8 +311,7 @@ def masked_parity(built, *, mode: str, device: str, slots_of: dict[str, list[Mas
     from miner.check.verify import judge_parity
 
     count = len(dropout_calls(built, mode, device))
-    got = compiled or observe_compiled(built, mode, device, graph_pass=graph_pass, autocast=autocast, seed=seed)
-    drawn, seeds, problems = recorded_masks(got.calls, slots_of)
+    drawn, seeds, problems = recorded_masks(compiled.calls, slots_of)
     if not drawn:
         return MaskedParity(None, "no dropout kernel of the candidates ran in the step", dropouts=count)
     if len(seeds) != count:
@@ -331,7 +330,7 @@ def masked_parity(built, *, mode: str, device: str, slots_of: dict[str, list[Mas
         return MaskedParity(None, f"the default compile is {floor[far[0]]:.3g} from its own masks injected in "
                             f"{far[0]} (> {PARITY_FLOOR_MAX}): Inductor's stream not reproduced here",
                             floor=floor, recorded=len(drawn), dropouts=count)
-    error, why = _errors_to_reference(built, mode, device, got, drawn, seed, count)
+    error, why = _errors_to_reference(built, mode, device, compiled, drawn, seed, count)
     if error is None:
         return MaskedParity(None, why, floor=floor, recorded=len(drawn), dropouts=count)
     ok, reason = judge_parity(error, floor, atol=atol_for(device))
@@ -373,8 +372,9 @@ def check_model(cand, model_name: str, mode: str, device: str):
     label = f"{model_name}/tiny/{mode} ({METHOD}, bf16 autocast)"
     graph_pass = rewrite.FusionPass([rewrite.entry_for(cand.path / "pattern.py", cand.id, cand.pattern_module)])
     try:
-        r = masked_parity(models_build(model_name, mode, device), mode=mode, device=device,
-                          slots_of=slots_of([cand]), graph_pass=graph_pass, autocast=True)
+        built = models_build(model_name, mode, device)
+        r = masked_parity(built, observe_compiled(built, mode, device, graph_pass=graph_pass, autocast=True, seed=0),
+                          mode=mode, device=device, slots_of=slots_of([cand]), autocast=True)
     except Exception as e:  # noqa: BLE001 - a failure to compile or run is a failed check
         return Check("rewrite", label, False, f"{type(e).__name__}: {str(e).splitlines()[0][:300]}",
                      matches=graph_pass.total(), seconds=time.perf_counter() - t0, device=device)
@@ -451,8 +451,8 @@ def ab_judge(built, inputs: dict, modules: dict[str, Any], *, mode: str, device:
                                                                     runner=(default_live.step, default_live.model)))
             got = observe_compiled(built, mode, device, autocast=True, seed=seed, runner=(live.step, live.model))
             floor, why = floors["floor"]
-            r = (masked_parity(built, mode=mode, device=device, slots_of=slots, autocast=True, seed=seed,
-                               floor=floor, compiled=got) if floor is not None else MaskedParity(None, why))
+            r = (masked_parity(built, got, mode=mode, device=device, slots_of=slots, autocast=True, seed=seed,
+                               floor=floor) if floor is not None else MaskedParity(None, why))
         judged = METHOD if r.ok is not None else f"{METHOD} (not judged)"
         return dataclasses.replace(parity, ok=bool(r.ok), judged=judged, floor=r.floor, error=r.error,
                                    reason=r.reason[:300])

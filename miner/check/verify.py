@@ -406,27 +406,52 @@ def parity_step(v: _Variant, *, mode: str, device: str, seed: int) -> None:
                                              grads_to_cpu=True)
 
 
-def verify_model(build: Callable[[], Any], *, model: str, mode: str, preset: str, device: str,
-                 fused_options: dict, batch: int | None = None, seq: int | None = None, warmup: int = 3,
-                 steps: int = 20, rounds: int = 4, seed: int = 1234, fusions_mod=None,
-                 compile_fn: Callable | None = None, env: dict | None = None, fusion_names: Sequence[str] = (),
-                 log: Callable[[str], None] = print) -> VerifyResult:
-    """Default compile vs compile with ``fused_options`` on one model and mode.
+@dataclass(frozen=True)
+class VerifyOptions:
+    """How ``miner verify`` (without ``--ab``) runs: the same for every model (built once from the command line)."""
+
+    modes: tuple[str, ...] = ("train",)  # train: forward + loss + backward; infer: forward under no_grad
+    preset: str = "tiny"
+    device: str = "cpu"
+    batch: int | None = None  # None: the preset's
+    seq: int | None = None
+    warmup: int = 3  # steps per variant before timing (the first compiles)
+    steps: int = 20  # timed steps per variant
+    rounds: int = 4  # blocks the timed steps alternate in
+    seed: int = 1234  # the RNG state of the parity step
+    compile_fn: Callable | None = None  # (model, options) -> the compiled model; None: torch.compile
+
+
+@dataclass(frozen=True)
+class Fused:
+    """The fused variant of ``verify_model``: its ``torch.compile`` options, the graph pass whose
+    ``counts`` say how often each fusion matched, and the fusions' names (each reported, 0 included)."""
+
+    options: dict
+    counter: Any = None
+    names: tuple[str, ...] = ()
+
+
+def verify_model(build: Callable[[], Any], *, model: str, mode: str, options: VerifyOptions, fused: Fused,
+                 env: dict | None = None, log: Callable[[str], None] = print) -> VerifyResult:
+    """Default compile vs compile with ``fused.options`` on one model and mode.
 
     ``build()`` returns a fresh ``models.Built`` (seeded weights: two builds are identical). Both
-    compiled models stay resident; the timed steps alternate between them in ``rounds`` blocks so
-    that clock or thermal drift during the run falls on both alike.
+    compiled models stay resident; the timed steps alternate between them in ``options.rounds`` blocks
+    so that clock or thermal drift during the run falls on both alike.
     """
     import torch
 
+    preset, device, batch, seq, steps, seed = (options.preset, options.device, options.batch, options.seq,
+                                               options.steps, options.seed)
     variants = []
-    for name, opts in (("default", None), ("fused", fused_options)):
+    for name, opts in (("default", None), ("fused", fused.options)):
         built = build()
         built.inputs = resize_inputs(built.inputs, batch, seq)
         log(f"  {model} {mode} {name}: compiling")
         torch._dynamo.reset()  # no compiled code shared between the two
-        v = prepare_variant(name, built, mode=mode, device=device, options=opts, compile_fn=compile_fn,
-                            warmup=warmup, fusions_mod=fusions_mod)
+        v = prepare_variant(name, built, mode=mode, device=device, options=opts, compile_fn=options.compile_fn,
+                            warmup=options.warmup, fusions_mod=fused.counter)
         log(f"  {model} {mode} {name}: first step {v.first_step_s:.1f} s; matches "
             f"{ {k: n for k, n in v.matches.items() if n} }")
         for decision, n in sorted(v.gate.items()):
@@ -437,7 +462,7 @@ def verify_model(build: Callable[[], Any], *, model: str, mode: str, preset: str
     with gpu_timing_lock():
         for v in variants:
             parity_step(v, mode=mode, device=device, seed=seed)
-    rounds = max(1, min(rounds, steps))
+    rounds = max(1, min(options.rounds, steps))
     for r in range(rounds):
         for v in (variants if r % 2 == 0 else variants[::-1]):
             with gpu_timing_lock():  # a block of one model's steps: never beside another process's timing
@@ -453,7 +478,7 @@ def verify_model(build: Callable[[], Any], *, model: str, mode: str, preset: str
         log(f"  {model} {mode} {v.name}: median {m:.2f} ms ({lo:.2f}-{hi:.2f}), step peak {v.peak / 2**30:.2f} GiB")
     d, f = variants
     parity = make_parity(d.loss, f.loss, d.logits, f.logits, d.grads, f.grads)
-    matches = {n: 0 for n in fusion_names}
+    matches = {n: 0 for n in fused.names}
     matches.update(f.matches)
     result = VerifyResult(model=model, mode=mode, preset=preset, batch=batch, seq=seq, default=stats["default"],
                           fused=stats["fused"], parity=parity, matches=matches, gate=f.gate, env=env or {})
@@ -471,8 +496,7 @@ def run_env(device: str) -> dict:
             "device": e.device, "interpret": e.interpret}
 
 
-def run_verify(models: Sequence[str], *, modes: Sequence[str], preset: str, device: str, batch: int | None,
-               seq: int | None, warmup: int, steps: int, time_budget_s: float | None = None,
+def run_verify(models: Sequence[str], options: VerifyOptions, *, time_budget_s: float | None = None,
                on_result: Callable[[VerifyResult], None] | None = None, workspace: Any = ".",
                log: Callable[[str], None] = print) -> list[VerifyResult]:
     import miner_models as zoo
@@ -480,14 +504,14 @@ def run_verify(models: Sequence[str], *, modes: Sequence[str], preset: str, devi
     fusions_mod = load_fusions(getattr(workspace, "root", workspace))
     # one pass object, kept: its ``counts`` say how often each fusion matched
     counter = fusions_mod.graph_pass()
-    fused_options = fusions_mod.inductor_options(graph_pass_=counter)
-    names = fusions_mod.names()
-    log(f"fusions: {', '.join(names)}")
+    fused = Fused(fusions_mod.inductor_options(graph_pass_=counter), counter, tuple(fusions_mod.names()))
+    log(f"fusions: {', '.join(fused.names)}")
+    preset, device, batch, seq = options.preset, options.device, options.batch, options.seq
     env = run_env(device)
     specs = [zoo.resolve(m) for m in models]
     t_start = time.perf_counter()
     results = []
-    for mode in modes:  # every model's first mode before any second mode: train results come first
+    for mode in options.modes:  # every model's first mode before any second mode: train results come first
         for spec in specs:
             if time_budget_s is not None and time.perf_counter() - t_start > time_budget_s:
                 r = VerifyResult(spec.name, mode, preset, batch, seq, error="skipped: --time-budget spent", env=env)
@@ -495,10 +519,7 @@ def run_verify(models: Sequence[str], *, modes: Sequence[str], preset: str, devi
                 log(f"{spec.name} ({mode}, preset {preset})")
                 try:
                     r = verify_model(lambda: spec.build(preset, mode, device), model=spec.name, mode=mode,
-                                     preset=preset, device=device, fused_options=fused_options, batch=batch,
-                                     seq=seq, warmup=warmup, steps=steps, fusions_mod=counter, env=env,
-                                     fusion_names=names,
-                                     log=log)
+                                     options=options, fused=fused, env=env, log=log)
                 except MinerError:
                     raise
                 except Exception as e:  # one model failing must not lose the others

@@ -104,17 +104,16 @@ def run(args) -> int:
         save(done, row.env)
 
     failures = []
+    options = bench.BenchOptions(device=device, variants=tuple(variants), shapes=args.shapes,
+                                 models=None if models is None else tuple(models), replays=args.replays,
+                                 casts=tuple(dtypes))
     ex = executor.make(args.executor, address=args.address)
     if not ex.remote:
-        env, rows = bench.run_bench(cands, device=device, variants=variants, shapes=args.shapes, models=models,
-                                    casts=dtypes,
-                                    replays=args.replays, time_budget_s=args.time_budget, on_row=on_row)
+        env, rows = bench.run_bench(cands, options, time_budget_s=args.time_budget, on_row=on_row)
     else:  # one task per candidate and case (miner.bench.remote)
         from miner.bench.remote import run_bench_on
         try:
-            env, rows, failures = run_bench_on(ex, cands, device=device, variants=variants, shapes=args.shapes,
-                                               models=models, replays=args.replays, casts=dtypes,
-                                               time_budget_s=args.time_budget, on_row=on_row)
+            env, rows, failures = run_bench_on(ex, cands, options, time_budget_s=args.time_budget, on_row=on_row)
         finally:
             ex.close()
     print()

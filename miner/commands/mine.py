@@ -37,7 +37,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from miner.core.errors import UsageError
-    from miner.mine.mine import mine
+    from miner.mine.mine import MineOptions, mine
     from miner.core.pattern import save_patterns
     from miner.core.workspace import Workspace
     from miner.report.terminal import next_step, say
@@ -62,10 +62,10 @@ def run(args) -> int:
         say(f"wrote {upcast.save(ws, upcasts)}")
         next_step("`miner generate --upcasts mined/upcasts.json`")
         return 0
-    result = mine(graphs, min_support=args.min_support, min_models=args.min_models, max_nodes=args.max_nodes,
-                  max_views=args.max_views, closed_only=not args.all, max_extra_outputs=args.max_extra_outputs,
-                  max_stored=args.max_stored, max_fanout=args.max_fanout, support=args.support,
-                  limit=args.limit or None)
+    result = mine(graphs, MineOptions(min_support=args.min_support, min_models=args.min_models,
+                                      max_nodes=args.max_nodes, max_views=args.max_views, max_fanout=args.max_fanout,
+                                      closed_only=not args.all, max_extra_outputs=args.max_extra_outputs,
+                                      max_stored=args.max_stored, support=args.support, limit=args.limit or None))
     saved = result.patterns[:args.limit] if args.limit else result.patterns
     stats = dict(result.stats, saved_patterns=len(saved))
     params = dict(result.params, limit=args.limit)

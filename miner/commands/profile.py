@@ -111,7 +111,7 @@ def _table(head, rows) -> str:
 
 
 def run(args) -> int:
-    from miner.commands.scan import default_jobs, expand_models, require_device
+    from miner.commands.scan import default_jobs, expand_models, require_device, scan_options
     from miner.core.workspace import Workspace
     from miner.mine import regions
     from miner.scan import profile as prof
@@ -128,7 +128,7 @@ def run(args) -> int:
         if names is None:
             raise UsageError("--models is required (or --show to print the saved profiles)")
         require_device(args)
-        from miner.scan.scan import DEFAULT_TIMEOUT_S, scan
+        from miner.scan.scan import scan
         t0 = time.perf_counter()
         # the local pool profiles one model at a time (one GPU); Ray gives each model's task a GPU of its own
         jobs = 1 if args.executor == "local" else default_jobs(len(names))
@@ -145,10 +145,8 @@ def run(args) -> int:
         results = []
         try:
             for run_names, run_modes in runs:
-                results += scan(run_names, preset=preset, modes=run_modes, device=args.device, dtype=args.dtype,
-                                batch=args.batch, seq=args.seq, workspace=ws, force=args.force, jobs=jobs,
-                                timeout=args.timeout or DEFAULT_TIMEOUT_S, echo=lambda s: print(s, flush=True),
-                                profile=True, executor=ex)
+                options = scan_options(args, preset=preset, modes=run_modes, jobs=jobs, profile=True)
+                results += scan(run_names, options, workspace=ws, echo=lambda s: print(s, flush=True), executor=ex)
         finally:
             ex.close()
         failed = [f"{r.model}/{r.mode}: {r.error}" for r in results if not r.ok]

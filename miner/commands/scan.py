@@ -64,8 +64,17 @@ def require_device(args) -> None:
             raise UsageError("--device cuda, but torch sees no CUDA device")
 
 
+def scan_options(args, *, preset: str, modes: tuple[str, ...], jobs: int, profile: bool):
+    """The ``ScanOptions`` of ``miner scan`` / ``miner profile``'s command line."""
+    from miner.scan.scan import DEFAULT_TIMEOUT_S, ScanOptions
+
+    return ScanOptions(preset=preset, modes=tuple(modes), device=args.device, dtype=args.dtype, batch=args.batch,
+                       seq=args.seq, profile=profile, force=args.force, jobs=jobs,
+                       timeout=args.timeout or DEFAULT_TIMEOUT_S)
+
+
 def run(args) -> int:
-    from miner.scan.scan import DEFAULT_TIMEOUT_S, format_table, scan
+    from miner.scan.scan import format_table, scan
 
     names = expand_models(args.models)
     modes = tuple(m.strip() for m in args.mode.split(",") if m.strip())
@@ -81,10 +90,8 @@ def run(args) -> int:
     jobs = 1 if args.profile and args.executor == "local" else args.jobs or default_jobs(len(names))
     ex = executor.make(args.executor, address=args.address, jobs=jobs)
     try:
-        results = scan(names, preset=preset, modes=modes, device=args.device, dtype=args.dtype,
-                       batch=args.batch, seq=args.seq, workspace=Workspace(args.workspace), force=args.force,
-                       jobs=jobs, timeout=args.timeout or DEFAULT_TIMEOUT_S, echo=say,
-                       profile=args.profile, executor=ex)
+        results = scan(names, scan_options(args, preset=preset, modes=modes, jobs=jobs, profile=args.profile),
+                       workspace=Workspace(args.workspace), echo=say, executor=ex)
     finally:
         ex.close()
     say()

@@ -104,9 +104,10 @@ def run(args) -> int:
             target = out_dir or bench.today_dir(_env_like(r.env), ws.reports)
             verify.save(done, target)
 
-    kwargs = dict(modes=modes, preset=preset, device=device, batch=_single(args.batch, "batch"),
-                  seq=_single(args.seq, "seq"), warmup=args.warmup, steps=args.steps)
-    results = _spread(args, models, ab=False, ws=ws, device=device, kwargs=kwargs, on_result=on_result)
+    options = verify.VerifyOptions(modes=tuple(modes), preset=preset, device=device,
+                                   batch=_single(args.batch, "batch"), seq=_single(args.seq, "seq"),
+                                   warmup=args.warmup, steps=args.steps)
+    results = _spread(args, models, options, ws=ws, on_result=on_result)
     print()
     print(verify.markdown_table(results))
     if not args.no_save and results:
@@ -150,7 +151,7 @@ def _run_ab(args, ws, device: str, preset: str, modes, models, out_dir: Path | N
         raise UsageError("--rounds and --warmup must be at least 1, --profile-steps at least 0")
     compile_modes = [c.strip() for c in args.compile_modes.split(",") if c.strip()]
     abrun.plan(modes, compile_modes)  # a bad mode fails before anything compiles
-    variants = _fusion_variants(args.fusion_variants)
+    ab_run = _ab_run(args, preset, device, modes, compile_modes)  # a bad fusion variant fails here
     if args.knobs:
         from miner.check import knobs
 
@@ -172,12 +173,7 @@ def _run_ab(args, ws, device: str, preset: str, modes, models, out_dir: Path | N
             abrun.save(done, target(), rows)
 
     if not args.peer_only:
-        kwargs = dict(modes=modes, compile_modes=compile_modes, preset=preset, device=device, batch=args.batch,
-                      seq=args.seq, warmup=args.warmup, rounds=args.rounds, profile_steps=args.profile_steps,
-                      model_budget_s=args.model_budget, knobs=args.knobs, fusion_variants=variants,
-                      parity_reference=args.parity_reference == "float32",
-                      candidates=[c.strip() for c in (args.candidates or "").split(",") if c.strip()])
-        _spread(args, models, ab=True, ws=ws, device=device, kwargs=kwargs, on_result=on_result)
+        _spread(args, models, ab_run, ws=ws, on_result=on_result)
     if args.peer:
         rows.extend(peers.run_peers(peer_variants, preset=preset, steps=args.rounds, warmup=args.warmup,
                                     device=device, log=_log))
@@ -203,6 +199,21 @@ def _run_ab(args, ws, device: str, preset: str, modes, models, out_dir: Path | N
     return 1 if bad else 0
 
 
+def _ab_run(args, preset: str, device: str, modes, compile_modes):
+    """The ``ABRun`` of ``miner verify --ab``: the command line's options, checked by the caller."""
+    from miner.check.ab import FUSION_VARIANTS, ABOptions
+    from miner.check.abrun import ABRun
+
+    options = ABOptions(preset=preset, device=device, warmup=args.warmup, rounds=args.rounds,
+                        profile_steps=args.profile_steps, parity_reference=args.parity_reference == "float32",
+                        fusion_variants=_fusion_variants(args.fusion_variants) or FUSION_VARIANTS)
+    return ABRun(options, modes=tuple(modes), compile_modes=tuple(compile_modes),
+                 batch=None if args.batch is None else tuple(args.batch),
+                 seq=None if args.seq is None else tuple(args.seq),
+                 model_budget_s=args.model_budget, knobs=args.knobs,
+                 candidates=tuple(c.strip() for c in (args.candidates or "").split(",") if c.strip()))
+
+
 def _fusion_variants(text: str) -> tuple[str, ...]:
     from miner.check.ab import FUSION_VARIANTS
 
@@ -215,20 +226,21 @@ def _fusion_variants(text: str) -> tuple[str, ...]:
     return chosen
 
 
-def _spread(args, models, *, ab: bool, ws, device: str, kwargs: dict, on_result) -> list:
-    """``run_verify`` / ``abrun.run_all`` here (``--executor local``) or one task per model (``ray``)."""
+def _spread(args, models, options, *, ws, on_result) -> list:
+    """``run_verify`` (``options``: ``VerifyOptions``) / ``abrun.run_all`` (``ABRun``) here (``--executor
+    local``) or one task per model (``ray``)."""
     from miner.check import abrun, verify
 
     ex = executor.make(args.executor, address=args.address)
     if not ex.remote:
-        run = abrun.run_all if ab else verify.run_verify
-        return run(models, time_budget_s=args.time_budget, workspace=ws, on_result=on_result, log=_log, **kwargs)
+        run = abrun.run_all if isinstance(options, abrun.ABRun) else verify.run_verify
+        return run(models, options, time_budget_s=args.time_budget, workspace=ws, on_result=on_result, log=_log)
     from miner.check.remote import run_on
     try:
-        if not kwargs.get("candidates") and not kwargs.get("knobs"):
+        if not getattr(options, "candidates", ()) and not getattr(options, "knobs", None):
             verify.load_fusions(ws.root)  # none to verify: the one-line error here, not one per task
-        return run_on(ex, models, ab=ab, workspace=ws, device=device, kwargs=kwargs, time_budget_s=args.time_budget,
-                      on_result=on_result, log=_log)
+        return run_on(ex, models, options, workspace=ws, time_budget_s=args.time_budget, on_result=on_result,
+                      log=_log)
     finally:
         ex.close()
 

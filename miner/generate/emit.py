@@ -397,7 +397,7 @@ def render_kernel_py(prog: Program, head: str) -> str:
     spec = prog.spec
     params = signature_params(spec)
     kernels = kernel_source(prog)
-    reference, random_consts, seeds_arg = reference_source(spec, name="reference"), "", ""
+    reference, random_consts, spec_args = reference_source(spec, name="reference"), "", ""
     if prog.random or prog.seed_inputs:
         # the reference draws the kernel's random numbers (``launch.triton_rand``; the four-per-call
         # stream: ``philox.rand``, plain torch), so a float64 reference run compares element for
@@ -409,14 +409,14 @@ def render_kernel_py(prog: Program, head: str) -> str:
         random_consts = (f"SEEDS = {prog.seed_inputs!r}  # inputs that are dropout seed vectors (one seed per program)\n"
                          f"COLUMNS = {spec.column_inputs!r}  # inputs read once per program when broadcast over the rows\n"
                          f"RANDOM = {prog.random!r}  # draws inductor_random's numbers in the kernel (reference: the same numbers)\n")
-        seeds_arg = ", seeds=SEEDS, columns=COLUMNS"
+        spec_args = ", seeds=SEEDS, columns=COLUMNS"
         if prog.rand4:
             random_consts += ('RNG = "philox4"  # u(L) = word L % 4 of Philox4x32-10 at counter L // 4 '
                               "(miner.runtime.philox)\n")
-            seeds_arg += ", rand4=True"
+            spec_args += ", rand4=True"
     if prog.gathers:
         kernels += "\n\n" + gather_views_source(prog)
-        seeds_arg += ", views=_gather_views"
+        spec_args += ", views=_gather_views"
     imports = jit_imports(kernels)
     if random_consts:
         imports += "import torch._inductor.inductor_prims  # noqa: F401 - registers prims.inductor_random & co.\n"
@@ -425,7 +425,7 @@ def render_kernel_py(prog: Program, head: str) -> str:
     return fill_template(
         "kernel.py.tmpl", head=head, id=spec.id, params=", ".join(params), levels=prog.levels,
         output_kinds=repr(prog.output_kinds), jit_imports=imports, random_consts=random_consts,
-        seeds_arg=seeds_arg, reference=reference, kernels=kernels,
+        spec_args=spec_args, reference=reference, kernels=kernels,
         tensors="(" + ", ".join(f"x{k}" for k in range(spec.n_inputs)) + ",)",
         scalars="(" + "".join(f"int(c{c}), " if c in prog.seed_consts else f"float(c{c}), "
                               for c in range(spec.n_consts)) + ")")

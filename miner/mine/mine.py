@@ -201,9 +201,8 @@ def _neighbours(G: GraphIndex, max_fanout: int) -> list[tuple[int, ...]]:
     return out
 
 
-def _grow(indexes: Sequence[GraphIndex], templates: dict[str, NodeTemplate], *, min_support: int,
-          min_models: int, max_nodes: int, max_views: int, max_fanout: int, stats: dict,
-          support: str = "occurrences") -> list[_Pat]:
+def _grow(indexes: Sequence[GraphIndex], templates: dict[str, NodeTemplate], options: MineOptions,
+          stats: dict) -> list[_Pat]:
     """All frequent connected patterns (valid or not), every embedding of each.
 
     Each connected node set is generated exactly once, by ESU (Wernicke 2006, "Efficient
@@ -213,8 +212,10 @@ def _grow(indexes: Sequence[GraphIndex], templates: dict[str, NodeTemplate], *, 
     chain of intermediate sets are connected subsets of it, hence at least as frequent, so
     pruning infrequent patterns level by level loses nothing.
     """
+    min_support, min_models, max_nodes, max_views, support = (options.min_support, options.min_models,
+                                                              options.max_nodes, options.max_views, options.support)
     models = [g.key.model for g in indexes]
-    nbrs = [_neighbours(G, max_fanout) for G in indexes]
+    nbrs = [_neighbours(G, options.max_fanout) for G in indexes]
     # Zobrist keys: a node set's key is the XOR of its nodes' random 64-bit keys, so the key
     # of a set with one node removed is one XOR away (used for the containment links below;
     # a false link needs a 64-bit collision between two frequent embeddings of one graph).
@@ -394,16 +395,12 @@ def _closed_flags(pats: list[_Pat], valid: dict[int, bool], models: list[str]) -
 # --------------------------------------------------------------------------- entry point
 
 
-def mine(graphs: Sequence[CapturedGraph], *, min_support: int = 2, min_models: int = 1, max_nodes: int = 8,
-         max_views: int = 2, max_fanout: int = 4, closed_only: bool = True, max_extra_outputs: int = 2,
-         max_stored: int = 2, verify: bool = False, support: str = "occurrences",
-         limit: int | None = 400) -> MiningResult:
-    """Mine frequent pointwise/reduction patterns of ``graphs``.
+@dataclass(frozen=True)
+class MineOptions:
+    """How :func:`mine` grows, prunes and reports patterns (``miner mine``'s options; its defaults are the CLI's).
 
-    Parameters
+    Attributes
     ----------
-    graphs : sequence of CapturedGraph
-        The captured post-grad graphs (``Workspace.load_graphs()``).
     min_support : int
         Minimum support: with ``support="occurrences"`` (default) the pattern's occurrence count,
         its *minimum image* count (for each pattern node, the distinct graph nodes it maps to over
@@ -434,12 +431,41 @@ def mine(graphs: Sequence[CapturedGraph], *, min_support: int = 2, min_models: i
     verify : bool
         Also confirm with networkx's VF2 matcher that no two reported patterns are isomorphic
         (slow for many patterns; tests use it).
+    """
+
+    min_support: int = 2
+    min_models: int = 1
+    max_nodes: int = 8
+    max_views: int = 2
+    max_fanout: int = 4
+    closed_only: bool = True
+    max_extra_outputs: int = 2
+    max_stored: int = 2
+    verify: bool = False
+    support: str = "occurrences"
+    limit: int | None = 400
+
+
+def mine(graphs: Sequence[CapturedGraph], options: MineOptions = MineOptions()) -> MiningResult:
+    """Mine frequent pointwise/reduction patterns of ``graphs``.
+
+    Parameters
+    ----------
+    graphs : sequence of CapturedGraph
+        The captured post-grad graphs (``Workspace.load_graphs()``).
+    options : MineOptions
+        Support, sizes and what is reported.
 
     Returns
     -------
     MiningResult
         Patterns ranked by :func:`_score`; ``stats`` holds the timings and lattice sizes.
     """
+    o = options
+    min_support, min_models, max_nodes, max_views, max_fanout = (o.min_support, o.min_models, o.max_nodes, o.max_views,
+                                                                 o.max_fanout)
+    closed_only, max_extra_outputs, max_stored, verify, support, limit = (o.closed_only, o.max_extra_outputs,
+                                                                          o.max_stored, o.verify, o.support, o.limit)
     if max_nodes < 2:
         raise ValueError("max_nodes must be at least 2")
     if support not in SUPPORTS:
@@ -452,8 +478,7 @@ def mine(graphs: Sequence[CapturedGraph], *, min_support: int = 2, min_models: i
     t1 = time.perf_counter()
     stats: dict[str, Any] = {"graphs": len(graphs), "nodes": sum(len(g.nodes) for g in graphs),
                              "fusable_nodes": sum(sum(k is not None for k in G.kind) for G in indexes)}
-    pats = _grow(indexes, templates, min_support=min_support, min_models=min_models, max_nodes=max_nodes,
-                 max_views=max_views, max_fanout=max_fanout, stats=stats, support=support)
+    pats = _grow(indexes, templates, options, stats)
     t2 = time.perf_counter()
     valid = {p.pid: _valid(p, templates, multi_labels) for p in pats}
     closed = _closed_flags(pats, valid, models)
@@ -531,10 +556,11 @@ def _verify_distinct(patterns: Sequence[Pattern]) -> None:
                     raise AssertionError(f"patterns {a.id} and {b.id} are isomorphic")
 
 
-def mine_workspace(workspace, models: Iterable[str] | None = None, **options) -> MiningResult:
+def mine_workspace(workspace, models: Iterable[str] | None = None,
+                   options: MineOptions = MineOptions()) -> MiningResult:
     """Load the workspace's captured graphs (optionally of some models) and :func:`mine` them."""
     graphs = workspace.load_graphs(list(models) if models else None)
-    return mine(graphs, **options)
+    return mine(graphs, options)
 
 
 def pattern_at(graph: CapturedGraph, names: Iterable[str], *, max_extra_outputs: int = 2) -> Pattern:

@@ -334,8 +334,6 @@ def latest_ab(ws: Workspace) -> tuple[list[Path], list] | None:
     Files are taken oldest first by their environment date (then path), so a newer file's result for
     the same (model, mode, compile, preset) wins, as ``miner verify --ab --record`` merges the gate's evidence.
     """
-    from miner.check import abrun
-
     from miner.runtime.evidence import shape_of
 
     latest: dict[tuple, tuple[Path, object]] = {}
@@ -522,11 +520,11 @@ def decide(review: Review, ws: Workspace) -> Decisions:
         fusion = c.fusion
         seen_fusions.add(fusion)
         rec_path = evidence_file(ws.root, fusion or c.id, fusion=bool(fusion))
+        failed = ("validation failed: " + str((c.validation or {}).get("failure") or "see validation.json")
+                  if c.status == "failed" else None)
         rows.append(_decision(c.id, fusion or c.label, r.pattern.ops, bool(fusion), rec_path, ws,
-                              measured.get(fusion or "", []) + measured.get(c.id, []),
-                              "validation failed: " + str((c.validation or {}).get("failure") or "see validation.json")
-                              if c.status == "failed" else None, kernel_range(c, review.runs),
-                              silent.get(fusion or "", []) + silent.get(c.id, [])))
+                              _evidence(measured, silent, (fusion or "", c.id), failed=failed,
+                                        kernel=kernel_range(c, review.runs))))
     ranked = {r.candidate.id for r in review.rows if r.candidate is not None}
     for row in unranked_rows(ws, ranked, review.only_model, measured, silent):  # no mined pattern
         seen_fusions.add(row.name if row.promoted else None)
@@ -535,8 +533,8 @@ def decide(review: Review, ws: Workspace) -> Decisions:
     for d in extra:  # a promoted fusion whose candidate is not in this workspace (with --model: not in that model)
         name = d.parent.name
         if name not in seen_fusions:
-            rows.append(_decision(name, name, "", True, evidence_file(ws.root, name, fusion=True), ws, measured.get(name, []), None, None,
-                                  silent.get(name, [])))
+            rows.append(_decision(name, name, "", True, evidence_file(ws.root, name, fusion=True), ws,
+                                  _evidence(measured, silent, (name,))))
     order = {v: i for i, v in enumerate(ORDER)}
     rows.sort(key=lambda d: (order[d.verdict], -max((s.speedup for s in d.steps), default=0.0),
                              -(d.kernel.hi if d.kernel else 0.0), d.id))
@@ -579,17 +577,34 @@ def unranked_rows(ws: Workspace, ranked: set[str], only_model: str | None, measu
                   if validation is not None and not validation.get("ok") else None)
         rec_path = evidence_file(ws.root, fusion or cand.id, fusion=bool(fusion))
         d = _decision(cand.id, fusion or cand.label, str(cand.meta.get("ops", "")), bool(fusion), rec_path, ws,
-                      measured.get(fusion or "", []) + measured.get(cand.id, []), failed, None,
-                      silent.get(fusion or "", []) + silent.get(cand.id, []))
+                      _evidence(measured, silent, (fusion or "", cand.id), failed=failed))
         rows.append(replace(d, status=candidates.status_of(validation, fusion, candidates.timed(folder))))
     return rows
 
 
+@dataclass(frozen=True)
+class _Evidence:
+    """What a decision reads besides the gate's records: the in-model A/B step changes, why its
+    validation failed, its isolated kernel range, and the A/B models it matched nothing in."""
+
+    ab: list[StepChange]
+    failed: str | None = None
+    kernel: KernelRange | None = None
+    silent: Sequence[str] = ()
+
+
+def _evidence(measured: dict[str, list[StepChange]], silent: dict[str, list[str]], keys: Sequence[str], *,
+              failed: str | None = None, kernel: KernelRange | None = None) -> _Evidence:
+    """The :class:`_Evidence` filed under any of ``keys`` (a candidate id, a fusion's name)."""
+    return _Evidence([s for k in keys for s in measured.get(k, [])], failed, kernel,
+                     [m for k in keys for m in silent.get(k, [])])
+
+
 def _decision(ident: str, name: str, ops: str, promoted: bool, rec_path: Path, ws: Workspace,
-              ab: list[StepChange], failed: str | None, kernel: KernelRange | None,
-              silent: Sequence[str] = ()) -> Decision:
+              found: _Evidence) -> Decision:
     from miner.runtime import evidence
 
+    ab, failed, kernel, silent = found.ab, found.failed, found.kernel, found.silent
     records = evidence.read(rec_path)
     covered = {(s.model, s.mode, s.compile) for s in ab}
     rel = str(rec_path.relative_to(ws.root)) if rec_path.is_relative_to(ws.root) else str(rec_path)

@@ -1,8 +1,9 @@
 """Launch-time half of a generated kernel: row layout, tile configs, per-shape tuning.
 
 Every generated ``kernel.py`` (``candidates/<id>/``, ``fusions/<name>/``) holds the parts that
-depend on its pattern -- ``reference``, ``one_pass_kernel``, ``looped_kernel`` -- and calls
-``run`` for the rest, which is the same for all of them:
+depend on its pattern -- ``reference``, ``one_pass_kernel``, ``looped_kernel``, gathered in its
+``KERNEL`` (a :class:`KernelSpec`) -- and calls ``run(KERNEL, ...)`` for the rest, which is the same
+for all of them:
 
 - **rows**: the last dim of the inputs' broadcast shape is the row; leading dims are coalesced
   into at most three (``layout``) so broadcast and strided inputs are read in place. A pattern
@@ -239,55 +240,70 @@ def recording():
         RECORDERS.remove(calls)
 
 
-def run(one_pass_kernel, looped_kernel, reference: Callable, xs: Sequence, scalars: Sequence,
-        output_kinds: Sequence[str], *, pattern_id: str, levels: int, variant: str | None = None,
-        out_meta: Callable | None = None, config: tuple[int, int, int] | None = None,
-        seeds: Sequence[int] = (), columns: Sequence[int] = (), rand4: bool = False,
-        views: Callable | None = None) -> tuple:
-    """Run a generated pattern on ``xs`` (tensors) and ``scalars``; returns fresh contiguous outputs.
+@dataclass(frozen=True)
+class KernelSpec:
+    """What :func:`run` knows of one generated kernel.py before any call: built once per kernel.py
+    (its ``KERNEL``), the same for every shape.
+
+    ``seeds``: the inputs that are dropout seed vectors: passed as plain pointers (the kernel reads
+    one seed per program), outside the rows' layout and strides. ``columns``: inputs the one-pass
+    kernel can read once per program as a ``[1, BLOCK]`` per-column vector (flag ``X<k>_COL``, set
+    when the input is broadcast over every row: a norm's weight). ``rand4``: the kernel draws the
+    four-per-call stream and takes the ``RAND4`` flag (:func:`rand4_flag`). ``views``: the kernel.py's
+    ``_gather_views`` when the pattern holds embeddings: ``views(xs) -> (xs with each table and index
+    replaced by its view in the rows' space, the tables' row strides)``; the rows are laid out over the
+    views, and the strides follow the scalars as runtime ints.
+    """
+
+    one_pass_kernel: Any  # @triton.jit: whole rows in one tile
+    looped_kernel: Any  # @triton.jit: reduction passes over column chunks, then a storing pass
+    reference: Callable  # the pattern in torch ops (the shape contract; float64 numerics)
+    output_kinds: tuple  # per output: vec (one value per element) or row (one per row)
+    pattern_id: str
+    levels: int  # reduction passes of the looped kernel (0: pointwise only)
+    out_meta: Callable  # (shapes, dtypes, scalars) -> ((shape, dtype) per output)
+    seeds: tuple = ()
+    columns: tuple = ()
+    rand4: bool = False
+    views: Callable | None = None
+
+
+def run(spec: KernelSpec, xs: Sequence, scalars: Sequence, *, variant: str | None = None,
+        config: tuple[int, int, int] | None = None) -> tuple:
+    """Run a generated pattern (``spec``: its kernel.py's ``KERNEL``) on ``xs`` (tensors) and ``scalars``;
+    returns fresh contiguous outputs.
 
     ``variant`` forces ``one_pass`` or ``looped``; ``config`` forces (ROWS, BLOCK, num_warps).
-    ``seeds``: the inputs that are dropout seed vectors: passed as plain pointers (the kernel
-    reads one seed per program), outside the rows' layout and strides. ``columns``: inputs the
-    one-pass kernel can read once per program as a ``[1, BLOCK]`` per-column vector (flag
-    ``X<k>_COL``, set here when the input is broadcast over every row: a norm's weight). ``rand4``:
-    the kernel draws the four-per-call stream and takes the ``RAND4`` flag (:func:`rand4_flag`).
-    ``views``: the kernel.py's ``_gather_views`` when the pattern holds embeddings: ``views(xs) ->
-    (xs with each table and index replaced by its view in the rows' space, the tables' row strides)``;
-    the rows are laid out over the views, and the strides follow the scalars as runtime ints.
     """
-    outs = _run(one_pass_kernel, looped_kernel, reference, xs, scalars, output_kinds, pattern_id=pattern_id,
-                levels=levels, variant=variant, out_meta=out_meta, config=config, seeds=seeds, columns=columns,
-                rand4=rand4, views=views)
-    if RECORDERS and seeds:
-        drawn = Drawn(pattern_id, {k: xs[k].clone() for k in seeds}, tuple(scalars), tuple(o.clone() for o in outs))
+    outs = _run(spec, xs, scalars, variant, config)
+    if RECORDERS and spec.seeds:
+        drawn = Drawn(spec.pattern_id, {k: xs[k].clone() for k in spec.seeds}, tuple(scalars),
+                      tuple(o.clone() for o in outs))
         for calls in RECORDERS:
             calls.append(drawn)
     return outs
 
 
-def _run(one_pass_kernel, looped_kernel, reference, xs, scalars, output_kinds, *, pattern_id, levels, variant,
-         out_meta, config, seeds, columns, rand4, views) -> tuple:
+def _run(spec: KernelSpec, xs, scalars, variant, config) -> tuple:
     """:func:`run` without the recording."""
     import torch
 
     device = xs[0].device
     if device.type == "cpu" and not interpreting():
-        raise RuntimeError(f"{pattern_id}: CPU tensors need TRITON_INTERPRET=1 set before triton is imported")
-    key = (pattern_id, id(one_pass_kernel), variant, config, levels, tuple(seeds), tuple(columns), rand4, device,
-           tuple((x.shape, x.stride(), x.dtype) for x in xs), tuple(s for s in scalars if not isinstance(s, int)))
+        raise RuntimeError(f"{spec.pattern_id}: CPU tensors need TRITON_INTERPRET=1 set before triton is imported")
+    key = (spec.pattern_id, id(spec.one_pass_kernel), variant, config, spec.levels, tuple(spec.seeds),
+           tuple(spec.columns), spec.rand4, device, tuple((x.shape, x.stride(), x.dtype) for x in xs),
+           tuple(s for s in scalars if not isinstance(s, int)))
     plan = PLANS.get(key)
     if plan is None:
-        outs, plan = _first_launch(one_pass_kernel, looped_kernel, reference, xs, scalars, output_kinds,
-                                   pattern_id=pattern_id, levels=levels, variant=variant, out_meta=out_meta,
-                                   config=config, seeds=seeds, columns=columns, rand4=rand4, views=views)
+        outs, plan = _first_launch(spec, xs, scalars, variant, config)
         if not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
             PLANS[key] = plan  # a tile picked untimed inside a capture is not kept (see ``pick``)
         return outs
     # the same shapes, strides and dtypes as a call before: only allocate and launch
     outs = tuple(torch.empty(s, dtype=d, device=device) for s, d in plan.metas)
     if plan.kernel is not None:
-        xs, extra = views(xs) if views is not None else (xs, ())
+        xs, extra = spec.views(xs) if spec.views is not None else (xs, ())
         rows = [xs[k] for k in plan.rows]
         if plan.copy_shape is not None:
             rows = [x.expand(plan.copy_shape).contiguous() for x in rows]
@@ -314,18 +330,20 @@ class Plan:
 PLANS: dict[tuple, Plan] = {}
 
 
-def _first_launch(one_pass_kernel, looped_kernel, reference, xs, scalars, output_kinds, *, pattern_id, levels,
-                  variant, out_meta, config, seeds, columns, rand4=False, views=None) -> tuple[tuple, Plan]:
+def _first_launch(spec: KernelSpec, xs, scalars, variant, config) -> tuple[tuple, Plan]:
     """:func:`run` for shapes not seen before: check the contract, lay the rows out, pick the tile,
     launch; returns the outputs and the :class:`Plan` later calls reuse."""
     import torch
     import triton
 
+    pattern_id, levels, seeds, columns, rand4, views = (spec.pattern_id, spec.levels, spec.seeds, spec.columns,
+                                                        spec.rand4, spec.views)
+
     device = xs[0].device
     viewed, gather_ints = views(xs) if views is not None else (xs, ())
     gathered = tuple((k, tuple(v.shape)) for k, (v, x) in enumerate(zip(viewed, xs)) if v is not x)
-    check_contract(pattern_id, reference, xs, scalars, output_kinds, seeds, gathered)
-    metas = out_meta(tuple(tuple(x.shape) for x in xs), tuple(x.dtype for x in xs), tuple(scalars))
+    check_contract(pattern_id, spec.reference, xs, scalars, spec.output_kinds, seeds, gathered)
+    metas = spec.out_meta(tuple(tuple(x.shape) for x in xs), tuple(x.dtype for x in xs), tuple(scalars))
     xs = viewed
     outs = tuple(torch.empty(s, dtype=d, device=device) for s, d in metas)
     seed_idx = tuple(k for k in range(len(xs)) if k in set(seeds))
@@ -351,7 +369,7 @@ def _first_launch(one_pass_kernel, looped_kernel, reference, xs, scalars, output
     if variant == "one_pass":
         cols = {f"X{k}_COL": strides[4 * i:4 * i + 3] == [0, 0, 0] for i, k in enumerate(keep) if k in set(columns)}
 
-        kernel, extra = one_pass_kernel, cols
+        kernel, extra = spec.one_pass_kernel, cols
 
         def grid_of(cfg):
             return (triton.cdiv(n_rows, cfg[0]),)
@@ -361,7 +379,7 @@ def _first_launch(one_pass_kernel, looped_kernel, reference, xs, scalars, output
         # ALIGN-aligned start, so their loads vectorize even when n_cols is not a multiple of 16
         aligned = {f"X{keep[i]}_ALIGNED": tuple(x.shape) == shape and x.is_contiguous() for i, x in enumerate(xs)}
         flags = tuple(aligned.values())
-        kernel, extra = looped_kernel, aligned
+        kernel, extra = spec.looped_kernel, aligned
 
         def grid_of(cfg):
             return (n_rows,)

@@ -251,10 +251,10 @@ def versions() -> dict[str, str]:
     return out
 
 
-def capture_step(model: torch.nn.Module, inputs: dict, loss_fn: Callable, *, name: str, preset: str, mode: str,
-                 device: str, autocast_dtype: torch.dtype | None = None,
+def capture_step(built, *, name: str, preset: str, mode: str, device: str, autocast_dtype: torch.dtype | None = None,
                  progress: Callable[[str], None] = lambda s: None, profile: bool = False) -> StepOutcome:
-    """Compile ``model`` with Inductor and run one step (train: forward+loss+backward), capturing graphs.
+    """Compile ``built.model`` (a ``miner_models.Built``) with Inductor and run one step (train:
+    ``built.loss(model(**built.inputs))`` + backward), capturing graphs.
 
     ``profile``: then, with the same compiled model (so the profiled kernel names are the captured
     ones), time and profile further steps (``miner.scan.profile.measure``) and join the kernel table
@@ -262,6 +262,7 @@ def capture_step(model: torch.nn.Module, inputs: dict, loss_fn: Callable, *, nam
     """
     from torch._dynamo.utils import counters
 
+    model, inputs, loss_fn = built.model, built.inputs, built.loss
     torch._dynamo.reset()
     counters.clear()
     compiled = torch.compile(model, backend="inductor", dynamic=False)

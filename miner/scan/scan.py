@@ -94,8 +94,8 @@ def scan_in_process(req: ScanRequest, ws: Workspace, progress: Callable[[str], N
             built = models.resolve(req.model).build(req.preset, mode, req.device)
             autocast = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(
                 req.dtype, torch.bfloat16 if req.device.startswith("cuda") else None)
-            outcome = capture_step(built.model, built.inputs, built.loss, name=req.model, preset=req.preset,
-                                   mode=mode, device=req.device, autocast_dtype=autocast,
+            outcome = capture_step(built, name=req.model, preset=req.preset, mode=mode, device=req.device,
+                                   autocast_dtype=autocast,
                                    progress=lambda s: progress(f"{mode}: {s}"), profile=req.profile)
             if outcome.profile is not None:
                 from miner.scan.profile import save as save_profile
@@ -295,19 +295,37 @@ def store(ws: Workspace, bundle: ScanBundle) -> list[ScanResult]:
     return results
 
 
-def scan(model_names: list[str], *, preset: str = "tiny", modes: tuple[str, ...] = ("train",), device: str = "cpu",
-         dtype: str = "auto", batch: int | None = None, seq: int | None = None, workspace: Workspace, force: bool = False, jobs: int = 1,
-         timeout: float = DEFAULT_TIMEOUT_S, echo: Callable[[str], None] = print,
-         profile: bool = False, executor: LocalExecutor | RayExecutor | None = None) -> list[ScanResult]:
-    """Scan each model (in its own process), reusing earlier results unless ``force``.
+@dataclass(frozen=True)
+class ScanOptions:
+    """How ``miner scan`` (and ``miner profile``) capture each model; built once from the command line."""
 
-    ``profile``: also profile the compiled step in the same process (``miner.scan.profile``); a
-    saved scan is then reused only when its profile is saved too. ``executor``: where the models
-    run (``miner.core.executor``; default: a local pool of ``jobs``); on Ray each model is a task
-    asking for the compile threads' CPUs (and one GPU on CUDA)."""
+    preset: str = "tiny"
+    modes: tuple[str, ...] = ("train",)
+    device: str = "cpu"
+    dtype: str = "auto"  # auto: float32 on CPU, bfloat16 autocast on CUDA
+    batch: int | None = None  # override the preset's batch size / sequence length
+    seq: int | None = None
+    # also profile the compiled step in the same process (``miner.scan.profile``); a saved scan is
+    # then reused only when its profile is saved too
+    profile: bool = False
+    force: bool = False  # capture again even where an earlier result could be reused
+    jobs: int = 1  # models at once in the default local pool
+    timeout: float = DEFAULT_TIMEOUT_S  # seconds per model's process
+
+
+def scan(model_names: list[str], options: ScanOptions = ScanOptions(), *, workspace: Workspace,
+         echo: Callable[[str], None] = print, executor: LocalExecutor | RayExecutor | None = None) -> list[ScanResult]:
+    """Scan each model (in its own process), reusing earlier results unless ``options.force``.
+
+    ``executor``: where the models run (``miner.core.executor``; default: a local pool of
+    ``options.jobs``); on Ray each model is a task asking for the compile threads' CPUs (and one GPU
+    on CUDA)."""
     import miner_models as models
     from miner.scan.profile import profile_path
 
+    preset, modes, device, batch, seq, profile = (options.preset, options.modes, options.device, options.batch,
+                                                  options.seq, options.profile)
+    force, jobs, timeout = options.force, options.jobs, options.timeout
     default_batch, default_seq = models.base.SHAPES[preset]
     batch_seq = (batch or default_batch, seq or default_seq)
     results: dict[tuple[str, str], ScanResult] = {}
@@ -326,7 +344,7 @@ def scan(model_names: list[str], *, preset: str = "tiny", modes: tuple[str, ...]
             else:
                 missing.append(mode)
         if missing:
-            todo.append(ScanRequest(m, preset, tuple(missing), device, dtype, batch, seq, profile))
+            todo.append(ScanRequest(m, preset, tuple(missing), device, options.dtype, batch, seq, profile))
         else:
             echo(f"[{m}] reusing saved graphs ({', '.join(modes)}); --force to recompile")
 
