@@ -191,6 +191,14 @@ def test_no_import_cycle_between_stage_packages():
     assert cycles == [], "import cycles across packages:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
+def test_no_import_cycle_inside_the_layers_below_the_stages():
+    """rules and runtime (what a user's compile imports) read top to bottom: no module cycle inside them
+    (``runtime.gate`` and ``runtime.rewrite`` were one until the decline log moved to ``runtime.decisions``)."""
+    graph = module_graph()
+    low = [c for c in strongly_connected(graph) if {package_of(m) for m in c} & {"rules", "runtime"}]
+    assert low == [], "import cycles in rules/runtime:\n" + "\n".join(" -> ".join(c) for c in low)
+
+
 def test_the_allowed_exceptions_still_exist():
     graph = module_graph()
     assert all(t in graph.get(m, ()) for m, t in ALLOWED), "an ALLOWED import is gone: drop it from ALLOWED"

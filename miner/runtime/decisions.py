@@ -15,10 +15,15 @@ and reset after: it holds no data of its own). Outside a pass (a test calling a 
 from __future__ import annotations
 
 import contextlib
+import logging
 import contextvars
 import weakref
 from collections import Counter
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
+
+import torch
+
+from miner.core import dtypes
 
 _APPLYING: contextvars.ContextVar = contextvars.ContextVar("miner_applying", default=None)
 
@@ -105,4 +110,56 @@ def current() -> tuple[Any, str] | None:
     return _APPLYING.get()
 
 
-__all__ = ["DecisionLog", "applying", "current"]
+
+
+log = logging.getLogger("miner.runtime.rewrite")  # the name users configure
+CPU_NOT_ASKED = ("device: CPU tensors: interpreted Triton kernels are for tests (~100x slower than "
+                 "Inductor's C++); ask with install(..., interpret=True) or MINER_INTERPRET=1")
+
+
+def match_vals(match, n_inputs: int) -> list[torch.Tensor] | None:
+    """The ``meta["val"]`` tensors of the match's inputs ``x0..x{n-1}``; None when one is not a tensor."""
+    vals = []
+    for k in range(n_inputs):
+        node = match.kwargs.get(f"x{k}")
+        val = getattr(node, "meta", {}).get("val") if node is not None else None
+        if not isinstance(val, torch.Tensor):
+            return None
+        vals.append(val)
+    return vals
+
+
+def record_decline(name: str, reason: str, label: str = "") -> None:
+    """Count one declined match of fusion ``name`` in the applying pass's log (the one place a decline is
+    counted; outside a pass it is only logged at debug level)."""
+    now = current()
+    if now is not None:
+        p = now[0]
+        p.log.decline(name, reason, label)
+        if reason == CPU_NOT_ASKED and not p.warned:
+            p.warned = True
+            log.warning("miner fusions: not firing on CPU tensors (the Triton interpreter is for tests, "
+                        "~100x slower); to run them anyway: install(..., interpret=True) or "
+                        "MINER_INTERPRET=1 with TRITON_INTERPRET=1")
+    log.debug("%s decline %s: %s", name, label, reason)
+
+
+def record_declines(match, op_name: str, n_inputs: int, reasons: Sequence[str]) -> None:
+    """Count each reason of a declined match (:func:`record_decline`), labelled by its inputs' metas.
+
+    A match is counted once per graph: the pass runs in both post-grad slots (``inductor_options``),
+    and the second run sees the same declined match again.
+    """
+    if reasons:
+        node = match.output_node()
+        now = current()
+        if now is not None and not now[0].log.first_time(node.graph, node.name, op_name):
+            return
+        vals = match_vals(match, n_inputs) or ()
+        # str() of a symbolic size reads it without specializing it (int() would add a guard)
+        label = " ".join(f"{dtypes.name(v.dtype)}[{','.join(map(str, v.shape))}]" for v in vals)
+        for r in reasons:
+            record_decline(op_name.split("::")[-1], r, label)
+
+
+__all__ = ["DecisionLog", "applying", "current", "CPU_NOT_ASKED", "match_vals", "record_decline", "record_declines"]

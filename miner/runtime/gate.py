@@ -129,7 +129,7 @@ def wins_gate(match, wins: dict | None, n_inputs: int) -> bool:
     (:func:`_symbolic`). While the applying pass holds the gate open (``FusionPass.gate == "open"``)
     every match fires. Every decision and context goes into the applying pass's ``log``.
     """
-    from miner.runtime.rewrite import match_vals
+    from miner.runtime.decisions import match_vals
 
     vals = match_vals(match, n_inputs)
     if vals is None:
@@ -185,7 +185,7 @@ def _symbolic(match, vals, wins: dict | None, name: str) -> bool:
     :class:`Query` of the sizes the compile allows (every dim's :func:`dim_range`); an unbounded range
     declines with :data:`SYMBOLIC_REASON`, counted like a safety decline. With the gate held open it
     fires (the kernels are size-generic)."""
-    from miner.runtime import rewrite
+    from miner.runtime import decisions as rewrite  # record_declines
 
     p, plog, forced = _active()
     if forced:
@@ -213,7 +213,7 @@ def _symbolic(match, vals, wins: dict | None, name: str) -> bool:
 def observe(match, name: str, n_inputs: int) -> bool:
     """Log the match's context under ``name`` in the applying pass's log and pass (for ungated
     candidates in an A/B: their in-model records say where they fired)."""
-    from miner.runtime.rewrite import match_vals
+    from miner.runtime.decisions import match_vals
 
     _, plog, _ = _active()
     vals = match_vals(match, n_inputs)

@@ -47,10 +47,10 @@ import torch._inductor.inductor_prims  # noqa: F401 - prims.inductor_random & co
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from miner import rules
-from miner.core import dtypes
 from miner.core.errors import MinerError
 from miner.core.modules import load_module, module_name  # generated pattern.py files call them here too
 from miner.runtime import decisions
+from miner.runtime.decisions import CPU_NOT_ASKED, match_vals, record_decline, record_declines  # noqa: F401 (generated files call them here)
 from miner.runtime.evidence import FUSION_FILE as WINS_FILE, FUSION_KIND as WINS_KIND, FUSION_SCHEMA as WINS_SCHEMA
 
 log = logging.getLogger(__name__)
@@ -64,8 +64,6 @@ def interpreter_enabled() -> bool:
 
 
 INTERPRET_ENV = "MINER_INTERPRET"  # "1": a user's pass may run its kernels on CPU tensors (interpreted)
-CPU_NOT_ASKED = ("device: CPU tensors: interpreted Triton kernels are for tests (~100x slower than "
-                 "Inductor's C++); ask with install(..., interpret=True) or MINER_INTERPRET=1")
 
 
 def interpret_requested(asked: bool | None = None) -> bool:
@@ -136,16 +134,15 @@ def define_op(qualname: str, n_inputs: int, n_scalars: int, n_outputs: int,
     return _OPS[qualname]
 
 
-def match_vals(match, n_inputs: int) -> list[torch.Tensor] | None:
-    """The ``meta["val"]`` tensors of the match's inputs ``x0..x{n-1}``; None when one is not a tensor."""
-    vals = []
-    for k in range(n_inputs):
-        node = match.kwargs.get(f"x{k}")
-        val = getattr(node, "meta", {}).get("val") if node is not None else None
-        if not isinstance(val, torch.Tensor):
-            return None
-        vals.append(val)
-    return vals
+def match_ok(match, op_name: str, n_inputs: int, input_kinds: Sequence[str], random: bool = False,
+             region: bool = False) -> bool:
+    """The safety part of every ``extra_check``: :func:`match_reasons`, each reason of a declined
+    match counted (:func:`record_decline`). ``op_name`` is the pattern module's ``OP_NAME``;
+    ``random``: a region kernel that draws its dropout numbers itself; ``region``: a kernel that
+    replaces a whole Inductor kernel (``miner.rules.safety.check_meta``)."""
+    reasons = match_reasons(match, n_inputs, input_kinds, random, region)
+    record_declines(match, op_name, n_inputs, reasons)
+    return not reasons
 
 
 def device_reasons(vals: Sequence[torch.Tensor], interpret: bool | None = None) -> list[str]:
@@ -240,50 +237,6 @@ def realize_once(node: torch.fx.Node) -> torch.fx.Node:
     once.meta.update(node.meta)
     node.replace_all_uses_with(once, delete_user_cb=lambda u: u is not once)
     return once
-
-
-def record_decline(name: str, reason: str, label: str = "") -> None:
-    """Count one declined match of fusion ``name`` in the applying pass's log (the one place a decline is
-    counted; outside a pass it is only logged at debug level)."""
-    now = decisions.current()
-    if now is not None:
-        p = now[0]
-        p.log.decline(name, reason, label)
-        if reason == CPU_NOT_ASKED and not p.warned:
-            p.warned = True
-            log.warning("miner fusions: not firing on CPU tensors (the Triton interpreter is for tests, "
-                        "~100x slower); to run them anyway: install(..., interpret=True) or "
-                        "MINER_INTERPRET=1 with TRITON_INTERPRET=1")
-    log.debug("%s decline %s: %s", name, label, reason)
-
-
-def match_ok(match, op_name: str, n_inputs: int, input_kinds: Sequence[str], random: bool = False,
-             region: bool = False) -> bool:
-    """The safety part of every ``extra_check``: :func:`match_reasons`, each reason of a declined
-    match counted (:func:`record_decline`). ``op_name`` is the pattern module's ``OP_NAME``;
-    ``random``: a region kernel that draws its dropout numbers itself; ``region``: a kernel that
-    replaces a whole Inductor kernel (``miner.rules.safety.check_meta``)."""
-    reasons = match_reasons(match, n_inputs, input_kinds, random, region)
-    record_declines(match, op_name, n_inputs, reasons)
-    return not reasons
-
-
-def record_declines(match, op_name: str, n_inputs: int, reasons: Sequence[str]) -> None:
-    """Count each reason of a declined match (:func:`record_decline`), labelled by its inputs' metas.
-
-    A match is counted once per graph: the pass runs in both post-grad slots (``inductor_options``),
-    and the second run sees the same declined match again.
-    """
-    if reasons:
-        node = match.output_node()
-        now = decisions.current()
-        if now is not None and not now[0].log.first_time(node.graph, node.name, op_name):
-            return
-        vals = match_vals(match, n_inputs) or ()
-        # str() of a symbolic size reads it without specializing it (int() would add a guard)
-        label = " ".join(f"{dtypes.name(v.dtype)}[{','.join(map(str, v.shape))}]" for v in vals)
-        for r in reasons:
-            record_decline(op_name.split("::")[-1], r, label)
 
 
 # --------------------------------------------------------------------------- the gate
