@@ -56,6 +56,10 @@ def resolve(ref: str):
 
 
 _KERNEL = dict(checks="miner.check.validate:validate_kernel", generator="miner.generate.generate:generate_one")
+_UPCAST = dict(command="miner generate --upcasts mined/upcasts.json", generator="miner.generate.upcast:generate",
+               checks="miner.check.upcast:validate", test_cases="miner.check.upcast:fusion_test_cases",
+               harness="upcast", bench="an aten rewrite with no kernel of its own: "
+                                       "tests/test_upcast_matmul_gpu.py times its GEMM, `miner verify --ab` its step")
 KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("row_kernel", "a Triton kernel for a mined pattern of pointwise ops and last-dim reductions",
          command="miner generate [--top N | --only ID,...]", **_KERNEL,
@@ -71,17 +75,9 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          generator="miner.generate.reduce:generate_one",
          checks="miner.check.reduce:validate", fusion_files=None, test_cases=None, harness=None),
     Kind("upcast_matmul", "an aten rewrite: a float32 bmm/mm of exact bf16/fp16 upcasts as a .dtype GEMM",
-         command="miner generate --upcasts mined/upcasts.json", generator="miner.generate.upcast:generate",
-         checks="miner.check.upcast:validate", fusion_files="miner.generate.upcast:render_fusion",
-         test_cases="miner.check.upcast:fusion_test_cases", harness="upcast",
-         bench="an aten rewrite with no kernel of its own: tests/test_upcast_matmul_gpu.py times its GEMM, "
-               "`miner verify --ab` its step"),
+         fusion_files="miner.generate.upcast:render_fusion", **_UPCAST),
     Kind("demote_matmul", "an aten rewrite: one float32 operand rounded where the output is rounded anyway",
-         command="miner generate --upcasts mined/upcasts.json", generator="miner.generate.upcast:generate",
-         checks="miner.check.upcast:validate", fusion_files="miner.generate.upcast:render_demoted_fusion",
-         test_cases="miner.check.upcast:fusion_test_cases", harness="upcast",
-         bench="an aten rewrite with no kernel of its own: tests/test_upcast_matmul_gpu.py times its GEMM, "
-               "`miner verify --ab` its step"),
+         fusion_files="miner.generate.upcast:render_demoted_fusion", **_UPCAST),
     Kind("compute_once", "an identity after a small value Inductor recomputes per consumer (no kernel)",
          command="miner generate --recomputed mined/recomputed.json", generator="miner.generate.realize:generate",
          checks="miner.check.realize:validate", fusion_files="miner.generate.realize:render_fusion",
