@@ -185,11 +185,31 @@ def test_ab_judges_a_variant_with_a_philox4_fusion_by_injected_masks(tmp_path):
     assert judge(default, other, before) is None
     # a step with more dropout elements than the reference reproduces is not judged, and says where it
     # is (a t5-base step's 2.4e9 elements stalled the H200 A/B past its 10-minute call)
-    old = masks.MAX_ELEMENTS
+    old = masks.MAX_ELEMENTS, masks.MAX_ELEMENTS_GPU
     try:
-        masks.MAX_ELEMENTS = 1
+        masks.MAX_ELEMENTS = masks.MAX_ELEMENTS_GPU = 1
         big = masks.ab_judge(built, built.inputs, {"x4": module}, mode="train", device=DEVICE)
         p = big(default, x4, before)
         assert p.ok is False and "not judged" in p.judged and "miner validate" in p.reason, p
     finally:
-        masks.MAX_ELEMENTS = old
+        masks.MAX_ELEMENTS, masks.MAX_ELEMENTS_GPU = old
+
+
+@pytest.mark.parametrize("seed", [0, 12345, -(2**62) + 7, 2**63 - 1])
+def test_inductor_masks_drawn_by_triton_equal_the_int64_reference(seed):
+    """The GPU path of Inductor's stream (``tl.rand`` in a Triton kernel, what the A/B uses for
+    t5-base's 2.4e9 elements) draws bit-for-bit the numbers of the int64 torch Philox (under the
+    interpreter here; the committed H200 run compares them on the GPU), for negative and large
+    seeds too; and one planted change (the next counter) is caught."""
+    from miner.runtime import philox
+
+    if DEVICE == "cpu":
+        from miner.runtime.launch import interpreting
+        if not interpreting():
+            pytest.skip("needs TRITON_INTERPRET=1")
+    n = 1000
+    got = masks.triton_uniform(seed, n, DEVICE).cpu()
+    want = philox.to_uniform(philox.philox4x32(seed, torch.arange(n))[0])
+    assert torch.equal(got, want)
+    shifted = philox.to_uniform(philox.philox4x32(seed, torch.arange(1, n + 1))[0])
+    assert not torch.equal(got, shifted)

@@ -127,7 +127,7 @@ def _step(n, env) -> tuple:
             return 0.0 if i == 1 and isinstance(a, (int, float)) and not isinstance(a, bool) else f64(a)
         return torch.fx.node.map_aggregate(n.args, get), torch.fx.node.map_aggregate(n.kwargs, get)
 
-    (v, kw), (e, ekw) = pick(0), pick(1)
+    (v, kw), (e, _) = pick(0), pick(1)
     value = n.target(*v, **kw)
     if not isinstance(value, torch.Tensor) or not value.is_floating_point():
         return (value, None)

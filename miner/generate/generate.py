@@ -493,8 +493,6 @@ def generate_one(pattern, workspace: Workspace, command: str, source: dict | Non
 def render_fusion(folder: Path, name: str, meta: dict, head: str) -> list[Path]:
     """kernel.py and pattern.py of the fusion ``name`` promoted from row-kernel candidate ``meta``, rendered
     again from its pattern (the same generator: the validated kernel) with the fusion's names and gate."""
-    from miner.core.pattern import pattern_from_json
-
     spec = spec_from_pattern(pattern_from_json(meta["pattern"]))
     prog = lower.lower(spec)
     return [write_text(folder / "kernel.py", render_kernel_py(prog, head)),
