@@ -106,3 +106,17 @@ def test_smoke_tiny_bert_on_the_cpu_then_resume(tmp_path, monkeypatch, capsys):
     names = [v["name"] for v in data["results"][0]["variants"]]
     assert "knob:coordinate_descent" in names and "knob:coordinate_descent+fusions" in names
     assert (tmp_path / "reports" / "tune-bert" / "index.html").is_file()
+
+
+def test_the_decision_lists_each_candidate_alone(tmp_path):
+    """The printed decision reads the alone records (typed ``InModelRecord``s) of the A/B's verify.json:
+    the CPU smoke run on DebertaV2 crashed here once the records were typed."""
+    import types
+
+    from miner.check import abrun
+    from test_ab import result
+
+    abrun.save([result(1.03)], tmp_path / "ab")
+    lines = tune.decision_lines(types.SimpleNamespace(out=tmp_path))
+    assert any("candidate layer_norm alone: 1.030x win" in line for line in lines), lines
+    assert any("candidate log_softmax alone: 0.952x loss" in line for line in lines), lines

@@ -344,7 +344,7 @@ def decision_lines(run: Run) -> list[str]:
         if not any(v.knob for v in r.variants):
             out.append(f"{r.model} {r.mode}/{r.compile}: no knob measured")
         for f, rec in sorted(alone_records(r).items()):
-            out.append(f"  candidate {f} alone: {rec['speedup']:.3f}x {rec['verdict']} (±{100 * rec['band']:.1f}%)")
+            out.append(f"  candidate {f} alone: {rec.speedup:.3f}x {rec.verdict} (±{100 * rec.band:.1f}%)")
     return out
 
 
