@@ -7,7 +7,8 @@ pass (``torch._inductor.config.joint_custom_post_pass``, run on the joint forwar
 before the min-cut partitioner decides what is saved): for each keep mask with backward users
 it inserts ``bits = pack(keep)`` (uint8, eight elements per byte) and gives every user ``unpack(bits)``
 instead, so the partitioner saves ``bits`` (an eighth of the bytes) and the backward recomputes
-``unpack`` (pointwise). The forward's users read ``unpack(bits)`` too: the partitioner may recompute a
+``unpack`` (pointwise; its nodes are tagged ``CheckpointPolicy.MUST_RECOMPUTE``, as selective activation
+checkpointing tags them, since the min-cut's own heuristics may otherwise save the unpacked bool mask). The forward's users read ``unpack(bits)`` too: the partitioner may recompute a
 forward node in the backward (a GELU's input ``keep * x``), and a recomputed copy reading ``keep``
 would make it save the bool mask after all. The random stream and every value are unchanged: only the saved
 mask's format.
@@ -25,6 +26,7 @@ from pathlib import Path
 import torch
 import torch._inductor.inductor_prims  # noqa: F401  (registers prims.inductor_random)
 from torch._inductor.custom_graph_pass import CustomGraphPass
+from torch.utils.checkpoint import CheckpointPolicy
 
 aten, prims = torch.ops.aten, torch.ops.prims
 
@@ -79,9 +81,10 @@ def forward_nodes(graph: torch.fx.Graph) -> set[torch.fx.Node]:
     return seen
 
 
-def _traced(graph: torch.fx.Graph, fn, args: list, *, after: torch.fx.Node) -> torch.fx.Node:
+def _traced(graph: torch.fx.Graph, fn, args: list, *, after: torch.fx.Node, recompute: bool = False) -> torch.fx.Node:
     """``fn(*args)`` inserted after ``after`` (each aten call a node with its fake ``val``); ``args``
-    mixes nodes and constants. Returns the result's node."""
+    mixes nodes and constants; ``recompute``: its nodes tagged for the partitioner to recompute in the
+    backward (never saved). Returns the result's node."""
     from torch._inductor.decomposition import select_decomp_table
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -96,7 +99,12 @@ def _traced(graph: torch.fx.Graph, fn, args: list, *, after: torch.fx.Node) -> t
     gm = make_fx(body, decomposition_table=select_decomp_table(), tracing_mode="fake")(*tensors)
     env = dict(zip((n for n in gm.graph.nodes if n.op == "placeholder"), node_args))
     with graph.inserting_before(after.next):
-        return graph.graph_copy(gm.graph, env)
+        out = graph.graph_copy(gm.graph, env)
+    if recompute:
+        for n in gm.graph.nodes:
+            if n.op == "call_function":
+                env[n].meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
+    return out
 
 
 class PackDropoutMasks(CustomGraphPass):
@@ -113,7 +121,7 @@ class PackDropoutMasks(CustomGraphPass):
                 continue
             shape = list(mask.meta["val"].shape)
             bits = _traced(graph, pack, [mask], after=mask)
-            keep = _traced(graph, lambda b: unpack(b, shape), [bits], after=bits)
+            keep = _traced(graph, lambda b: unpack(b, shape), [bits], after=bits, recompute=True)
             for u in users:
                 u.replace_input_with(mask, keep)
         graph.lint()
