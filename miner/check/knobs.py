@@ -14,7 +14,9 @@ per-variant tag) and with Inductor's FX and AOT caches off: a global flag is in 
 hit would silently run the default's code.
 
 Built in (``KNOBS``): ``sdpa_reduced_math``, ``reduce_overhead``, ``max_autotune_no_cudagraphs``,
-``coordinate_descent``, ``combo_kernels``, ``benchmark_fusion``. Your own: ``--knobs module:attr``
+``coordinate_descent``, ``combo_kernels``, ``benchmark_fusion``, ``pack_dropout_masks`` (a joint-graph
+pass, ``miner.check.mask_bits``: training's dropout keep masks saved for the backward as one bit per
+element instead of one byte; memory, not numerics). Your own: ``--knobs module:attr``
 where ``attr`` is a :class:`Knob` (or a function returning one), imported from the current
 directory like a model factory::
 
@@ -32,6 +34,7 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
 
+from miner.check.mask_bits import PackDropoutMasks
 from miner.core.errors import UsageError
 
 CUDAGRAPHS = "triton.cudagraphs"  # the option mode="reduce-overhead" sets (torch._inductor.list_mode_options)
@@ -114,6 +117,12 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("combo_kernels", "Inductor combo_kernels: independent kernels launched as one", options={"combo_kernels": True}),
     Knob("benchmark_fusion", "Inductor benchmark_fusion: times fused vs unfused kernels before fusing",
          options={"benchmark_fusion": True}),
+    Knob("pack_dropout_masks",
+         "Inductor joint_custom_post_pass miner.check.mask_bits.PackDropoutMasks: in training, each dropout keep "
+         "mask is saved for the backward as one bit per element (uint8, 8 per byte) instead of one bool byte, "
+         "and unpacked where it is read; changes saved-activation memory (an eighth of the masks' bytes) and "
+         "adds pack/unpack work, not the numerics (same random stream, same masks, bitwise-equal values)",
+         options={"joint_custom_post_pass": PackDropoutMasks()}),
 )}
 
 

@@ -1,0 +1,133 @@
+"""Dropout keep masks saved for the backward as one bit per element (the ``pack_dropout_masks`` knob).
+
+In training, Inductor's dropout draws ``keep = inductor_random(shape, seed) > p`` (a bool tensor) in
+the forward and multiplies by it in both the forward and the backward, so AOTAutograd's partitioner
+saves ``keep`` for the backward: one byte per element. :class:`PackDropoutMasks` is a joint-graph
+pass (``torch._inductor.config.joint_custom_post_pass``, run on the joint forward+backward graph
+before the min-cut partitioner decides what is saved): for each keep mask with backward users
+it inserts ``bits = pack(keep)`` (uint8, eight elements per byte) and gives every user ``unpack(bits)``
+instead, so the partitioner saves ``bits`` (an eighth of the bytes) and the backward recomputes
+``unpack`` (pointwise; its nodes are tagged ``CheckpointPolicy.MUST_RECOMPUTE``, as selective activation
+checkpointing tags them, since the min-cut's own heuristics may otherwise save the unpacked bool mask). The forward's users read ``unpack(bits)`` too: the partitioner may recompute a
+forward node in the backward (a GELU's input ``keep * x``), and a recomputed copy reading ``keep``
+would make it save the bool mask after all. The random stream and every value are unchanged: only the saved
+mask's format.
+
+Both functions are plain aten ops over the mask flattened (padded with ``False`` to a multiple of 8);
+bit ``k`` of byte ``i`` is element ``8 * i + k``. Masks with a symbolic element count are left alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+
+import torch
+import torch._inductor.inductor_prims  # noqa: F401  (registers prims.inductor_random)
+from torch._inductor.custom_graph_pass import CustomGraphPass
+from torch.utils.checkpoint import CheckpointPolicy
+
+aten, prims = torch.ops.aten, torch.ops.prims
+
+# The ops a keep mask is compared from: Inductor's own random draw (its decomposition of rand/rand_like)
+# and the eager ones (``fallback_random``).
+RANDOM_OPS = frozenset({prims.inductor_random.default, aten.rand.default, aten.rand_like.default})
+COMPARISONS = frozenset({aten.gt.Scalar, aten.ge.Scalar, aten.lt.Scalar, aten.le.Scalar})
+BITS = 8  # mask elements per saved byte
+
+
+def pack(mask: torch.Tensor) -> torch.Tensor:
+    """``mask`` (bool, any shape) as uint8 bytes, element ``8 * i + k`` in bit ``k`` of byte ``i``."""
+    flat = mask.reshape(-1).to(torch.uint8)
+    rows = torch.nn.functional.pad(flat, [0, -flat.numel() % BITS]).view(-1, BITS)
+    out = rows[:, 0]
+    for k in range(1, BITS):
+        out = out | (rows[:, k] << k)
+    return out
+
+
+def unpack(bits: torch.Tensor, shape) -> torch.Tensor:
+    """The bool mask of ``shape`` that :func:`pack` made ``bits`` from."""
+    shifts = torch.arange(BITS, dtype=torch.uint8, device=bits.device)
+    spread = (bits.unsqueeze(1) >> shifts) & 1
+    return spread.view(-1)[:math.prod(shape)].view(shape).to(torch.bool)
+
+
+def is_keep_mask(node: torch.fx.Node) -> bool:
+    """``node`` compares a random draw with a constant into a bool tensor of a static element count."""
+    val = node.meta.get("val")
+    return (node.op == "call_function" and node.target in COMPARISONS and isinstance(val, torch.Tensor)
+            and val.dtype == torch.bool and isinstance(node.args[0], torch.fx.Node)
+            and node.args[0].target in RANDOM_OPS
+            and all(isinstance(s, int) for s in val.shape))
+
+
+def forward_nodes(graph: torch.fx.Graph) -> set[torch.fx.Node]:
+    """The nodes the joint graph's forward outputs depend on (empty when ``graph`` has no tangents:
+    an inference graph). The joint graph returns the forward outputs, then one gradient per primal."""
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    if not any(n.name.startswith("tangents") for n in placeholders):
+        return set()
+    n_grads = sum(n.name.startswith("primals") for n in placeholders)
+    outputs = torch.utils._pytree.arg_tree_leaves(*graph.output_node().args)
+    stack = [o for o in outputs[:len(outputs) - n_grads] if isinstance(o, torch.fx.Node)]
+    seen: set[torch.fx.Node] = set()
+    while stack:
+        n = stack.pop()
+        if n not in seen:
+            seen.add(n)
+            stack.extend(n.all_input_nodes)
+    return seen
+
+
+def _traced(graph: torch.fx.Graph, fn, args: list, *, after: torch.fx.Node, recompute: bool = False) -> torch.fx.Node:
+    """``fn(*args)`` inserted after ``after`` (each aten call a node with its fake ``val``); ``args``
+    mixes nodes and constants; ``recompute``: its nodes tagged for the partitioner to recompute in the
+    backward (never saved). Returns the result's node."""
+    from torch._inductor.decomposition import select_decomp_table
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    fake_args = [a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in args]
+    node_args = [a for a in args if isinstance(a, torch.fx.Node)]
+    tensors = [v for v in fake_args if isinstance(v, torch.Tensor)]
+
+    def body(*ts):
+        it = iter(ts)
+        return fn(*[next(it) if isinstance(v, torch.Tensor) else v for v in fake_args])
+
+    gm = make_fx(body, decomposition_table=select_decomp_table(), tracing_mode="fake")(*tensors)
+    env = dict(zip((n for n in gm.graph.nodes if n.op == "placeholder"), node_args))
+    with graph.inserting_before(after.next):
+        out = graph.graph_copy(gm.graph, env)
+    if recompute:
+        for n in gm.graph.nodes:
+            if n.op == "call_function":
+                env[n].meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
+    return out
+
+
+class PackDropoutMasks(CustomGraphPass):
+    """The joint-graph pass: each dropout keep mask the backward uses is saved as :func:`pack`'s
+    bytes, every user reading :func:`unpack` of them (forward-only graphs are left alone)."""
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        fwd = forward_nodes(graph)
+        if not fwd:
+            return
+        for mask in [n for n in graph.nodes if n in fwd and is_keep_mask(n)]:
+            users = list(mask.users)
+            if all(u in fwd for u in users):
+                continue
+            shape = list(mask.meta["val"].shape)
+            bits = _traced(graph, pack, [mask], after=mask)
+            keep = _traced(graph, lambda b: unpack(b, shape), [bits], after=bits, recompute=True)
+            for u in users:
+                u.replace_input_with(mask, keep)
+        graph.lint()
+
+    def uuid(self) -> bytes:
+        return hashlib.sha256(Path(__file__).read_bytes()).digest()
+
+    def __deepcopy__(self, memo):  # torch.compile deep-copies the inductor config
+        return self

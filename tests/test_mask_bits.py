@@ -1,0 +1,136 @@
+"""The ``pack_dropout_masks`` knob (miner.check.mask_bits): dropout keep masks saved as bits, on the CPU."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+from miner.check import knobs, mask_bits
+
+SHAPE = (3, 5, 13)  # 195 elements per mask: not a multiple of 8 (a 5-element pad)
+N_MASKS = 2
+
+
+class TwoDropouts(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(13, 13)
+        self.b = torch.nn.Linear(13, 13)
+
+    def forward(self, x):
+        y = torch.nn.functional.gelu(torch.nn.functional.dropout(self.a(x), 0.3, True))
+        return torch.nn.functional.dropout(self.b(y), 0.4, True).square().sum()
+
+
+class SavedMasks(CustomGraphPass):
+    """Records, for the partitioned forward graph (the first post-grad graph with primals), the bytes
+    of its bool and uint8 outputs: the masks it saves for the backward."""
+
+    def __init__(self):
+        self.mask_bytes: list[int] = []
+
+    def __call__(self, graph):
+        if self.mask_bytes or not any(n.name.startswith("primals") for n in graph.find_nodes(op="placeholder")):
+            return
+        outs = torch.utils._pytree.arg_tree_leaves(*graph.output_node().args)
+        vals = [o.meta["val"] for o in outs if isinstance(o, torch.fx.Node)]
+        self.mask_bytes = [v.numel() * v.element_size() for v in vals if v.dtype in (torch.bool, torch.uint8)]
+
+    def uuid(self):
+        return None
+
+
+def _step(joint_pass, *, simdlen=None):
+    """Loss and gradients of one seeded training step of TwoDropouts compiled with ``joint_pass`` as
+    the joint-graph pass (and Inductor's ``cpp.simdlen``: 1 for scalar C++ kernels), and the saved
+    masks' bytes of its forward graph."""
+    import torch._functorch.config as fconfig
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = TwoDropouts()
+    x = torch.randn(SHAPE, requires_grad=True)
+    saved = SavedMasks()
+    compiled = torch.compile(model, options={"joint_custom_post_pass": joint_pass, "post_grad_custom_pre_pass": saved,
+                                             "fx_graph_cache": False, "cpp.simdlen": simdlen})
+    with fconfig.patch(enable_autograd_cache=False):
+        torch.manual_seed(1)
+        loss = compiled(x)
+        loss.backward()
+    grads = [x.grad] + [p.grad for p in model.parameters()]
+    return loss.detach(), grads, saved.mask_bytes
+
+
+@pytest.fixture(scope="module")
+def default_step():
+    return _step(None, simdlen=1)
+
+
+def test_pack_unpack_round_trip_odd_sizes():
+    for shape in [(13,), (3, 5, 13), (8,), (2, 7)]:
+        mask = torch.rand(shape, generator=torch.Generator().manual_seed(3)) > 0.5
+        bits = mask_bits.pack(mask)
+        assert bits.dtype == torch.uint8 and bits.numel() == math.ceil(mask.numel() / 8)
+        assert torch.equal(mask_bits.unpack(bits, shape), mask)
+
+
+def test_the_knob_keeps_values_and_saves_an_eighth_of_the_mask_bytes(default_step):
+    loss, grads, default_bytes = default_step
+    k_loss, k_grads, knob_bytes = _step(mask_bits.PackDropoutMasks(), simdlen=1)
+    # same random stream, same masks: bitwise-equal loss and gradients (with scalar C++ kernels: see below)
+    assert torch.equal(loss, k_loss) and all(torch.equal(g, h) for g, h in zip(grads, k_grads))
+    n = math.prod(SHAPE)
+    assert sorted(default_bytes) == [n] * N_MASKS  # the default saves both masks as bool bytes
+    assert sorted(knob_bytes) == [math.ceil(n / 8)] * N_MASKS  # the knob: their bits
+    assert sum(default_bytes) / sum(knob_bytes) > 7.5
+
+
+def test_vectorized_kernels_differ_only_in_the_last_bits():
+    """With Inductor's vectorized C++ kernels the kernels are split differently (the unpack inside
+    them), so GELU's erf/exp or the loss's sum may run scalar in one and vectorized in the other: a few ulps."""
+    loss, grads, _ = _step(None)
+    k_loss, k_grads, _ = _step(mask_bits.PackDropoutMasks())
+    assert torch.allclose(loss, k_loss, rtol=1e-6, atol=0)
+    assert all(torch.allclose(g, h, rtol=1e-5, atol=1e-6) for g, h in zip(grads, k_grads))
+
+
+def _reversed_bits(bits, shape):
+    shifts = 7 - torch.arange(8, dtype=torch.uint8, device=bits.device)
+    spread = (bits.unsqueeze(1) >> shifts) & 1
+    return spread.view(-1)[:math.prod(shape)].view(shape).to(torch.bool)
+
+
+def _off_by_one(bits, shape):
+    shifts = torch.arange(8, dtype=torch.uint8, device=bits.device)
+    spread = (bits.unsqueeze(1) >> shifts) & 1
+    return spread.view(-1)[1:math.prod(shape) + 1].view(shape).to(torch.bool)
+
+
+@pytest.mark.parametrize("planted", [_reversed_bits, _off_by_one])
+def test_a_planted_unpack_bug_changes_the_gradients(default_step, monkeypatch, planted):
+    loss, grads, _ = default_step
+    monkeypatch.setattr(mask_bits, "unpack", planted)
+    k_loss, k_grads, _ = _step(mask_bits.PackDropoutMasks(), simdlen=1)
+    assert max((g - h).abs().max().item() for g, h in zip(grads, k_grads)) > 1e-2
+
+
+def test_inference_graphs_are_left_alone():
+    graph = torch.fx.Graph()
+    x = graph.placeholder("arg0_1")
+    graph.output(graph.call_function(torch.ops.aten.relu.default, (x,)))
+    assert mask_bits.forward_nodes(graph) == set()
+
+
+def test_the_knob_is_registered_and_documented():
+    import torch._inductor
+
+    knob = knobs.get("pack_dropout_masks")
+    assert isinstance(knob.options["joint_custom_post_pass"], mask_bits.PackDropoutMasks)
+    assert "joint_custom_post_pass" in torch._inductor.list_options()
+    assert "one bit per element" in knob.doc and "not the numerics" in knob.doc and not knob.numerics
+    assert "pack_dropout_masks" in knobs.describe()
+    # its uuid is in Inductor's FX graph cache key, and follows the pass's source
+    assert knob.options["joint_custom_post_pass"].uuid() == mask_bits.PackDropoutMasks().uuid()
