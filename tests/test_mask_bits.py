@@ -35,7 +35,7 @@ class SavedMasks(CustomGraphPass):
     def __call__(self, graph):
         if self.mask_bytes or not any(n.name.startswith("primals") for n in graph.find_nodes(op="placeholder")):
             return
-        outs = torch.utils._pytree.arg_tree_leaves(*graph.output_node().args)
+        outs = torch.utils._pytree.arg_tree_leaves(*next(iter(graph.find_nodes(op="output"))).args)
         vals = [o.meta["val"] for o in outs if isinstance(o, torch.fx.Node)]
         self.mask_bytes = [v.numel() * v.element_size() for v in vals if v.dtype in (torch.bool, torch.uint8)]
 

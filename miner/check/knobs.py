@@ -121,7 +121,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "Inductor joint_custom_post_pass miner.check.mask_bits.PackDropoutMasks: in training, each dropout keep "
          "mask is saved for the backward as one bit per element (uint8, 8 per byte) instead of one bool byte, "
          "and unpacked where it is read; changes saved-activation memory (an eighth of the masks' bytes) and "
-         "adds pack/unpack work, not the numerics (same random stream, same masks, bitwise-equal values)",
+         "adds pack/unpack work, not the numerics (same random stream, same masks; only kernels split differently "
+         "around the unpack may round differently in the last bits)",
          options={"joint_custom_post_pass": PackDropoutMasks()}),
 )}
 

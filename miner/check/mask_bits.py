@@ -4,14 +4,18 @@ In training, Inductor's dropout draws ``keep = inductor_random(shape, seed) > p`
 the forward and multiplies by it in both the forward and the backward, so AOTAutograd's partitioner
 saves ``keep`` for the backward: one byte per element. :class:`PackDropoutMasks` is a joint-graph
 pass (``torch._inductor.config.joint_custom_post_pass``, run on the joint forward+backward graph
-before the min-cut partitioner decides what is saved): for each keep mask with backward users
-it inserts ``bits = pack(keep)`` (uint8, eight elements per byte) and gives every user ``unpack(bits)``
+before the min-cut partitioner decides what is saved): for each keep mask with backward users it
+inserts ``bits = pack(keep)`` (uint8, eight elements per byte) and gives every user ``unpack(bits)``
 instead, so the partitioner saves ``bits`` (an eighth of the bytes) and the backward recomputes
-``unpack`` (pointwise; its nodes are tagged ``CheckpointPolicy.MUST_RECOMPUTE``, as selective activation
-checkpointing tags them, since the min-cut's own heuristics may otherwise save the unpacked bool mask). The forward's users read ``unpack(bits)`` too: the partitioner may recompute a
-forward node in the backward (a GELU's input ``keep * x``), and a recomputed copy reading ``keep``
-would make it save the bool mask after all. The random stream and every value are unchanged: only the saved
-mask's format.
+``unpack`` (pointwise). The unpack's nodes are tagged ``CheckpointPolicy.MUST_RECOMPUTE`` (as selective
+activation checkpointing tags nodes): without it the min-cut's heuristics may save the unpacked bool
+mask. The forward's users read ``unpack(bits)`` too: the partitioner may recompute a forward node in
+the backward (a GELU's input ``keep * x``), and a recomputed copy reading ``keep`` would make it save
+the bool mask after all.
+
+The random stream and the masks are unchanged, only the saved mask's format: the same ops on the same
+values (bitwise-equal results with scalar C++ kernels on the CPU); kernels split differently around
+the unpack may differ in the last bits where a vectorized and a scalar math function meet.
 
 Both functions are plain aten ops over the mask flattened (padded with ``False`` to a multiple of 8);
 bit ``k`` of byte ``i`` is element ``8 * i + k``. Masks with a symbolic element count are left alone.
@@ -70,7 +74,7 @@ def forward_nodes(graph: torch.fx.Graph) -> set[torch.fx.Node]:
     if not any(n.name.startswith("tangents") for n in placeholders):
         return set()
     n_grads = sum(n.name.startswith("primals") for n in placeholders)
-    outputs = torch.utils._pytree.arg_tree_leaves(*graph.output_node().args)
+    outputs = torch.utils._pytree.arg_tree_leaves(*next(iter(graph.find_nodes(op="output"))).args)
     stack = [o for o in outputs[:len(outputs) - n_grads] if isinstance(o, torch.fx.Node)]
     seen: set[torch.fx.Node] = set()
     while stack:
