@@ -78,7 +78,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          fusion_files="miner.generate.upcast:render_fusion", **_UPCAST),
     Kind("demote_matmul", "an aten rewrite: one float32 operand rounded where the output is rounded anyway",
          fusion_files="miner.generate.upcast:render_demoted_fusion", **_UPCAST),
-    Kind("compute_once", "an identity after a small value Inductor recomputes per consumer (no kernel)",
+    Kind("compute_once", "an identity after a small, expensive value Inductor recomputes per element of a "
+                         "broadcast (no kernel)",
          command="miner generate --recomputed mined/recomputed.json", generator="miner.generate.realize:generate",
          checks="miner.check.realize:validate", fusion_files="miner.generate.realize:render_fusion",
          test_cases="miner.check.realize:fusion_test_cases", harness="compute_once",

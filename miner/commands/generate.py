@@ -24,9 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --regions: the random stream of dropout regions: philox4 (default; four numbers per "
                              "Philox call, candidate <id>_x4, its own mask) or inductor (Inductor's exact numbers)")
     parser.add_argument("--recomputed", metavar="RECOMPUTED_JSON",
-                        help="write the compute-once candidate (small transcendental values Inductor recomputes in "
-                             "each kernel that reads them, e.g. llama's RoPE cos/sin) from this mined/recomputed.json "
-                             "(`miner mine` writes it)")
+                        help="write the compute-once candidates, one per family (small, expensive values Inductor "
+                             "recomputes per element of the larger kernels that read them: llama's RoPE cos/sin, t5's "
+                             "relative-position bias lookup) from this mined/recomputed.json (`miner mine` writes it)")
     parser.add_argument("--upcasts", metavar="UPCASTS_JSON",
                         help="write the upcast-matmul candidate (float32 bmm/mm of exact bf16/fp16 upcasts as a "
                              "bf16/fp16 GEMM with float32 output) from this mined/upcasts.json (`miner mine` writes it)")
@@ -169,18 +169,20 @@ def _run_upcasts(args: argparse.Namespace, ws) -> int:
 
 
 def _run_recomputed(args: argparse.Namespace, ws) -> int:
-    """``--recomputed FILE``: the compute-once candidate (``miner.generate.realize``); keeps the other candidates."""
+    """``--recomputed FILE``: the compute-once candidates, one per family (``miner.generate.realize``); keeps
+    the other candidates."""
     from miner.report.terminal import next_step, say
 
     from miner.generate import realize
     from miner.generate.generate import describe
 
     rel = _mined_input(ws, "--recomputed", args.recomputed, "mined/recomputed.json")
-    g = realize.generate(ws, rel, f"miner generate --recomputed {rel}")
-    if g is None:
-        say(f"{args.recomputed}: no value there is recomputed in several kernels and small enough to compute "
-              f"once; nothing written", file=sys.stderr)
+    done = realize.generate(ws, rel, f"miner generate --recomputed {rel}")
+    if not done:
+        say(f"{args.recomputed}: no small, expensive value there is recomputed per element of a broadcast; "
+            f"nothing written", file=sys.stderr)
         return 1
-    say(describe(g, ws.root))
+    for g in done:
+        say(describe(g, ws.root))
     next_step("`miner validate --all`")
     return 0

@@ -181,8 +181,8 @@ def _generate(run: Run) -> dict:
         kind("upcasts", lambda: [upcast.generate(run.ws, "mined/upcasts.json", "miner generate --upcasts "
                                                  "mined/upcasts.json", demote=d) for d in (False, True)])
     if (mined / "recomputed.json").is_file():
-        kind("recomputed", lambda: [realize.generate(run.ws, "mined/recomputed.json",
-                                                     "miner generate --recomputed mined/recomputed.json")])
+        kind("recomputed", lambda: realize.generate(run.ws, "mined/recomputed.json",
+                                                    "miner generate --recomputed mined/recomputed.json"))
     return {"candidates": ids}
 
 

@@ -226,6 +226,19 @@ def recompute_decision(node: torch.fx.Node):
         return recompute.Decision(node.name, (f"rule failed: {type(e).__name__}: {e}",))
 
 
+def register_op_patterns(pass_dict, patterns, extra_check, handler) -> None:
+    """Register ``handler`` for each ``(op, positional arguments, keyword names, x0's position)`` of
+    ``patterns`` (a compute-once ``pattern.py``'s ``PATTERNS``): a ``CallFunction`` of that op whose input
+    at position ``x0`` is ``KeywordArg("x0")`` and every other argument ``Ignored()``."""
+    from torch._inductor.pattern_matcher import CallFunction, Ignored, KeywordArg, register_graph_pattern
+
+    for target, n_args, kwargs, key in patterns:
+        _, op, overload = target.split(".")
+        args = [KeywordArg("x0") if k == key else Ignored() for k in range(n_args)]
+        pattern = CallFunction(getattr(getattr(torch.ops.aten, op), overload), *args, **{k: Ignored() for k in kwargs})
+        register_graph_pattern(pattern, extra_check=extra_check, pass_dict=pass_dict)(handler)
+
+
 def realize_once(node: torch.fx.Node) -> torch.fx.Node:
     """Put ``prims.inductor_force_stride_order`` (same strides: an identity) after ``node`` and move
     every user onto it: Inductor then computes ``node`` into a buffer once (the lowering copies an
@@ -458,5 +471,6 @@ def entry_for(pattern_path: str | Path, name: str, module: ModuleType | None = N
 __all__ = ["Entry", "FusionPass", "GATE_MODES", "WINS_FILE", "decide", "define_op", "entry_for",
            "decision_state", "inductor_options", "interpret_requested", "interpreter_enabled", "load_module", "load_wins", "match_ok",
            "match_reasons", "match_vals", "record_decline", "record_declines", "upcast_decision", "canonicalize_dims",
-           "module_name", "op_schema", "realize_once", "recompute_decision", "scalar_trace_values", "upcast_replace",
+           "module_name", "op_schema", "realize_once", "recompute_decision", "register_op_patterns", "scalar_trace_values",
+           "upcast_replace",
            "wins_gate"]
