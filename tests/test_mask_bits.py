@@ -43,16 +43,32 @@ class SavedMasks(CustomGraphPass):
         return None
 
 
-def _step(joint_pass, *, simdlen=None):
-    """Loss and gradients of one seeded training step of TwoDropouts compiled with ``joint_pass`` as
-    the joint-graph pass (and Inductor's ``cpp.simdlen``: 1 for scalar C++ kernels), and the saved
-    masks' bytes of its forward graph."""
+class ReluDropout(torch.nn.Module):
+    """A feed-forward block as t5's: relu, dropout, a second relu; 8192 elements per mask (>= MIN_NUMEL)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(64, 64)
+        self.b = torch.nn.Linear(64, 64)
+
+    def forward(self, x):
+        y = torch.nn.functional.dropout(torch.relu(self.a(x)), 0.3, True)
+        return torch.relu(self.b(y)).square().sum()
+
+
+BIG = (4, 32, 64)
+
+
+def _step(joint_pass, *, simdlen=None, model_cls=TwoDropouts, shape=SHAPE):
+    """Loss and gradients of one seeded training step of ``model_cls`` (on ``shape``) compiled with
+    ``joint_pass`` as the joint-graph pass (and Inductor's ``cpp.simdlen``: 1 for scalar C++ kernels),
+    and the saved masks' bytes of its forward graph."""
     import torch._functorch.config as fconfig
 
     torch._dynamo.reset()
     torch.manual_seed(0)
-    model = TwoDropouts()
-    x = torch.randn(SHAPE, requires_grad=True)
+    model = model_cls()
+    x = torch.randn(shape, requires_grad=True)
     saved = SavedMasks()
     compiled = torch.compile(model, options={"joint_custom_post_pass": joint_pass, "post_grad_custom_pre_pass": saved,
                                              "fx_graph_cache": False, "cpp.simdlen": simdlen})
@@ -124,6 +140,37 @@ def test_inference_graphs_are_left_alone():
     assert mask_bits.forward_nodes(graph) == set()
 
 
+def test_pack_bool_masks_saves_relu_and_dropout_masks_as_bits_and_keeps_values():
+    """``pack_bool_masks``: ReLU's ``le`` masks (which ``pack_dropout_masks`` leaves as bool bytes) and the
+    dropout keep mask all saved as bits; bitwise-equal loss and gradients with scalar C++ kernels."""
+    loss, grads, default_bytes = _step(None, simdlen=1, model_cls=ReluDropout, shape=BIG)
+    _, _, dropout_bytes = _step(mask_bits.PackDropoutMasks(), simdlen=1, model_cls=ReluDropout, shape=BIG)
+    k_loss, k_grads, bool_bytes = _step(mask_bits.PackBoolMasks(), simdlen=1, model_cls=ReluDropout, shape=BIG)
+    n = math.prod(BIG)
+    assert len(default_bytes) >= 2 and set(default_bytes) == {n}  # the keep mask and relu's mask(s), as bool
+    assert sum(n // 8 == b for b in dropout_bytes) == 1 and n in dropout_bytes  # only the keep mask packed
+    assert set(bool_bytes) == {n // 8} and len(bool_bytes) == len(default_bytes)  # every one packed
+    assert torch.equal(loss, k_loss) and all(torch.equal(g, h) for g, h in zip(grads, k_grads))
+
+
+def test_pack_bool_masks_leaves_small_and_backward_only_masks_alone():
+    """A bool tensor under ``MIN_NUMEL`` elements, or one computed from the tangents (the backward's own),
+    is no candidate: TwoDropouts' 195-element masks stay bool bytes."""
+    _, _, small = _step(mask_bits.PackBoolMasks(), simdlen=1)
+    assert sorted(small) == [math.prod(SHAPE)] * N_MASKS
+    graph = torch.fx.Graph()
+    x, t = graph.placeholder("primals_1"), graph.placeholder("tangents_1")
+    with torch._subclasses.FakeTensorMode():
+        for node in (x, t):
+            node.meta["val"] = torch.empty(64, 128)
+    m = graph.call_function(torch.ops.aten.gt.Scalar, (t, 0.0))
+    with torch._subclasses.FakeTensorMode():
+        m.meta["val"] = torch.empty(64, 128, dtype=torch.bool)
+    graph.output((graph.call_function(torch.ops.aten.mul.Tensor, (x, m)),))
+    assert m in mask_bits.tangent_dependent(graph)
+    assert not mask_bits.is_saved_bool(m, set(), mask_bits.tangent_dependent(graph))
+
+
 def test_the_knob_is_registered_and_documented():
     import torch._inductor
 
@@ -134,3 +181,6 @@ def test_the_knob_is_registered_and_documented():
     assert "pack_dropout_masks" in knobs.describe()
     # its uuid is in Inductor's FX graph cache key, and follows the pass's source
     assert knob.options["joint_custom_post_pass"].uuid() == mask_bits.PackDropoutMasks().uuid()
+    both = knobs.get("pack_bool_masks")
+    assert isinstance(both.options["joint_custom_post_pass"], mask_bits.PackBoolMasks) and not both.numerics
+    assert "le(out, 0)" in both.doc and "pack_bool_masks" in knobs.describe()

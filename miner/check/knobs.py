@@ -16,7 +16,8 @@ hit would silently run the default's code.
 Built in (``KNOBS``): ``sdpa_reduced_math``, ``reduce_overhead``, ``max_autotune_no_cudagraphs``,
 ``coordinate_descent``, ``combo_kernels``, ``benchmark_fusion``, ``pack_dropout_masks`` (a joint-graph
 pass, ``miner.check.mask_bits``: training's dropout keep masks saved for the backward as one bit per
-element instead of one byte; memory, not numerics). Your own: ``--knobs module:attr``
+element instead of one byte; memory, not numerics), ``pack_bool_masks`` (the same for every bool tensor
+the backward reads: dropout's and ReLU's masks). Your own: ``--knobs module:attr``
 where ``attr`` is a :class:`Knob` (or a function returning one), imported from the current
 directory like a model factory::
 
@@ -34,7 +35,7 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
 
-from miner.check.mask_bits import PackDropoutMasks
+from miner.check.mask_bits import PackBoolMasks, PackDropoutMasks
 from miner.core.errors import UsageError
 
 CUDAGRAPHS = "triton.cudagraphs"  # the option mode="reduce-overhead" sets (torch._inductor.list_mode_options)
@@ -124,6 +125,13 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "adds pack/unpack work, not the numerics (same random stream, same masks; only kernels split differently "
          "around the unpack may round differently in the last bits)",
          options={"joint_custom_post_pass": PackDropoutMasks()}),
+    Knob("pack_bool_masks",
+         "Inductor joint_custom_post_pass miner.check.mask_bits.PackBoolMasks: in training, every bool tensor of "
+         "4096 elements or more that the backward reads and the forward can compute (dropout keep masks, a ReLU's "
+         "le(out, 0) mask, ...) is saved as one bit per element instead of one byte, and unpacked where it is read; "
+         "memory, not numerics (the same values; kernels split differently around the unpack may round "
+         "differently in the last bits)",
+         options={"joint_custom_post_pass": PackBoolMasks()}),
 )}
 
 

@@ -1,4 +1,5 @@
-"""Dropout keep masks saved for the backward as one bit per element (the ``pack_dropout_masks`` knob).
+"""Bool masks saved for the backward as one bit per element (the ``pack_dropout_masks`` and
+``pack_bool_masks`` knobs).
 
 In training, Inductor's dropout draws ``keep = inductor_random(shape, seed) > p`` (a bool tensor) in
 the forward and multiplies by it in both the forward and the backward, so AOTAutograd's partitioner
@@ -16,6 +17,11 @@ the bool mask after all.
 The random stream and the masks are unchanged, only the saved mask's format: the same ops on the same
 values (bitwise-equal results with scalar C++ kernels on the CPU); kernels split differently around
 the unpack may differ in the last bits where a vectorized and a scalar math function meet.
+
+:class:`PackBoolMasks` does the same for every bool tensor the backward reads that does not depend on
+the backward's inputs (the tangents) and has at least :data:`MIN_NUMEL` elements: the dropout keep masks
+and, e.g., a ReLU's ``le(out, 0)`` that the partitioner computes in the forward and saves (t5's
+feed-forward: one byte per element of ``[B, S, d_ff]`` per layer).
 
 Both functions are plain aten ops over the mask flattened (padded with ``False`` to a multiple of 8);
 bit ``k`` of byte ``i`` is element ``8 * i + k``. Masks with a symbolic element count are left alone.
@@ -39,6 +45,7 @@ aten, prims = torch.ops.aten, torch.ops.prims
 RANDOM_OPS = frozenset({prims.inductor_random.default, aten.rand.default, aten.rand_like.default})
 COMPARISONS = frozenset({aten.gt.Scalar, aten.ge.Scalar, aten.lt.Scalar, aten.le.Scalar})
 BITS = 8  # mask elements per saved byte
+MIN_NUMEL = 1 << 12  # PackBoolMasks: smaller bool tensors are left alone (a pack and an unpack for a few bytes)
 
 
 def pack(mask: torch.Tensor) -> torch.Tensor:
@@ -85,6 +92,38 @@ def forward_nodes(graph: torch.fx.Graph) -> set[torch.fx.Node]:
     return seen
 
 
+def tangent_dependent(graph: torch.fx.Graph) -> set[torch.fx.Node]:
+    """The joint graph's nodes that depend on a tangent (the backward's own inputs): the backward proper."""
+    stack = [n for n in graph.find_nodes(op="placeholder") if n.name.startswith("tangents")]
+    seen: set[torch.fx.Node] = set()
+    while stack:
+        n = stack.pop()
+        if n not in seen:
+            seen.add(n)
+            stack.extend(u for u in n.users if u.op != "output")
+    return seen
+
+
+def is_saved_bool(node: torch.fx.Node, forward: set[torch.fx.Node], backward: set[torch.fx.Node]) -> bool:
+    """``node`` is a bool tensor of a static element count of at least :data:`MIN_NUMEL`, computable in the
+    forward (not in ``backward``: :func:`tangent_dependent`) and read on the backward's side (a user the
+    forward outputs do not need, :func:`forward_nodes`: the backward, or a cast the backward reads)."""
+    val = node.meta.get("val")
+    return (node.op == "call_function" and node not in backward and isinstance(val, torch.Tensor)
+            and val.dtype == torch.bool and all(isinstance(s, int) for s in val.shape)
+            and val.numel() >= MIN_NUMEL and any(u not in forward for u in node.users))
+
+
+def _pack_through_bits(graph: torch.fx.Graph, mask: torch.fx.Node) -> None:
+    """Insert ``bits = pack(mask)`` and give every user of ``mask`` ``unpack(bits)`` (tagged to be recomputed)."""
+    users = list(mask.users)
+    shape = list(mask.meta["val"].shape)
+    bits = _traced(graph, pack, [mask], after=mask)
+    keep = _traced(graph, lambda b: unpack(b, shape), [bits], after=bits, recompute=True)
+    for u in users:
+        u.replace_input_with(mask, keep)
+
+
 def _traced(graph: torch.fx.Graph, fn, args: list, *, after: torch.fx.Node, recompute: bool = False) -> torch.fx.Node:
     """``fn(*args)`` inserted after ``after`` (each aten call a node with its fake ``val``); ``args``
     mixes nodes and constants; ``recompute``: its nodes tagged for the partitioner to recompute in the
@@ -120,14 +159,8 @@ class PackDropoutMasks(CustomGraphPass):
         if not fwd:
             return
         for mask in [n for n in graph.nodes if n in fwd and is_keep_mask(n)]:
-            users = list(mask.users)
-            if all(u in fwd for u in users):
-                continue
-            shape = list(mask.meta["val"].shape)
-            bits = _traced(graph, pack, [mask], after=mask)
-            keep = _traced(graph, lambda b: unpack(b, shape), [bits], after=bits, recompute=True)
-            for u in users:
-                u.replace_input_with(mask, keep)
+            if not all(u in fwd for u in mask.users):
+                _pack_through_bits(graph, mask)
         graph.lint()
 
     def uuid(self) -> bytes:
@@ -135,3 +168,16 @@ class PackDropoutMasks(CustomGraphPass):
 
     def __deepcopy__(self, memo):  # torch.compile deep-copies the inductor config
         return self
+
+
+class PackBoolMasks(PackDropoutMasks):
+    """The joint-graph pass for every bool tensor the backward reads (:func:`is_saved_bool`): the dropout
+    keep masks, a ReLU's ``le`` mask, ...: saved as :func:`pack`'s bytes, every user reading :func:`unpack`."""
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        forward, backward = forward_nodes(graph), tangent_dependent(graph)
+        if not backward:
+            return
+        for mask in [n for n in graph.nodes if is_saved_bool(n, forward, backward)]:
+            _pack_through_bits(graph, mask)
+        graph.lint()
