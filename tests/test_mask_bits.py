@@ -184,3 +184,81 @@ def test_the_knob_is_registered_and_documented():
     both = knobs.get("pack_bool_masks")
     assert isinstance(both.options["joint_custom_post_pass"], mask_bits.PackBoolMasks) and not both.numerics
     assert "le(out, 0)" in both.doc and "pack_bool_masks" in knobs.describe()
+
+
+class Fold(CustomGraphPass):
+    """The post-grad pre pass a fusion pass starts with (``miner.runtime.bits.fold_round_trips``),
+    recording per graph (forward, then backward) how many round trips it folded and which unpack nodes remain."""
+
+    def __init__(self, planted=None):
+        self.folded: list[int] = []
+        self.unpacks_left: list[int] = []
+        self.planted = planted
+
+    def __call__(self, graph):
+        from miner.runtime import bits
+
+        self.folded.append(bits.fold_round_trips(graph) if self.planted is None else self.planted(graph))
+        self.unpacks_left.append(sum(n.meta.get(bits.TAG) in (bits.UNPACK, bits.UNPACKED) for n in graph.nodes))
+
+    def uuid(self):
+        return None
+
+
+def _folded_step(fold: Fold):
+    import torch._functorch.config as fconfig
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = TwoDropouts()
+    x = torch.randn(SHAPE, requires_grad=True)
+    compiled = torch.compile(model, options={"joint_custom_post_pass": mask_bits.PackDropoutMasks(),
+                                             "post_grad_custom_pre_pass": fold, "fx_graph_cache": False,
+                                             "cpp.simdlen": 1})
+    with fconfig.patch(enable_autograd_cache=False):
+        torch.manual_seed(1)
+        loss = compiled(x)
+        loss.backward()
+    return loss.detach(), [x.grad] + [p.grad for p in model.parameters()]
+
+
+def test_the_forward_reads_its_masks_again_and_the_backward_its_bits(default_step):
+    """With the round trip folded (what a fusion pass does first, so a dropout region's ``mul(x, mask)``
+    matches), the forward has no unpack left, the backward keeps its own (its bits are an input), and
+    loss and gradients stay bitwise equal."""
+    loss, grads = default_step[:2]
+    fold = Fold()
+    k_loss, k_grads = _folded_step(fold)
+    assert fold.folded == [N_MASKS, 0] and fold.unpacks_left[0] == 0 and fold.unpacks_left[1] > 0
+    assert torch.equal(loss, k_loss) and all(torch.equal(g, h) for g, h in zip(grads, k_grads))
+
+
+def test_a_planted_fold_to_the_wrong_mask_changes_the_loss(default_step):
+    """The check above fails on a fold that hands the forward another mask (the two dropouts' swapped)."""
+    from miner.runtime import bits
+
+    def swapped(graph):
+        pairs = [(n, bits.source_mask(n)) for n in graph.nodes if n.meta.get(bits.TAG) == bits.UNPACKED]
+        pairs = [(n, m) for n, m in pairs if m is not None]
+        for (n, _), (_, m) in zip(pairs, pairs[::-1]):
+            n.replace_all_uses_with(m)
+        return len(pairs)
+
+    loss = default_step[0]
+    k_loss, _ = _folded_step(Fold(planted=swapped))
+    assert not torch.equal(loss, k_loss)
+
+
+def test_an_unpack_of_bits_from_an_input_is_left_alone():
+    """A backward graph's unpack reads the saved bits (a placeholder, tagged as the pack's result by the
+    partitioner's meta copy): no mask in the graph, nothing folded."""
+    from miner.runtime import bits
+
+    graph = torch.fx.Graph()
+    b = graph.placeholder("getitem_1")
+    with torch._subclasses.FakeTensorMode():
+        b.meta.update({"val": torch.empty(25, dtype=torch.uint8), bits.TAG: bits.BITS})
+        u = graph.call_function(torch.ops.aten.ne.Scalar, (b, 0))
+        u.meta.update({"val": torch.empty(25, dtype=torch.bool), bits.TAG: bits.UNPACKED})
+    graph.output((u,))
+    assert bits.source_mask(u) is None and bits.fold_round_trips(graph) == 0 and u in graph.nodes

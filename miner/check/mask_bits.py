@@ -12,7 +12,9 @@ instead, so the partitioner saves ``bits`` (an eighth of the bytes) and the back
 activation checkpointing tags nodes): without it the min-cut's heuristics may save the unpacked bool
 mask. The forward's users read ``unpack(bits)`` too: the partitioner may recompute a forward node in
 the backward (a GELU's input ``keep * x``), and a recomputed copy reading ``keep`` would make it save
-the bool mask after all.
+the bool mask after all. Every node the pass inserts carries a ``miner.runtime.bits`` tag, so that a
+fusion pass can fold the forward's ``unpack(pack(mask))`` back to ``mask`` after the partition (the saved
+bits stay): a dropout region's pattern reads the mask itself.
 
 The random stream and the masks are unchanged, only the saved mask's format: the same ops on the same
 values (bitwise-equal results with scalar C++ kernels on the CPU); kernels split differently around
@@ -37,6 +39,8 @@ import torch
 import torch._inductor.inductor_prims  # noqa: F401  (registers prims.inductor_random)
 from torch._inductor.custom_graph_pass import CustomGraphPass
 from torch.utils.checkpoint import CheckpointPolicy
+
+from miner.runtime import bits as bits_tag
 
 aten, prims = torch.ops.aten, torch.ops.prims
 
@@ -118,16 +122,19 @@ def _pack_through_bits(graph: torch.fx.Graph, mask: torch.fx.Node) -> None:
     """Insert ``bits = pack(mask)`` and give every user of ``mask`` ``unpack(bits)`` (tagged to be recomputed)."""
     users = list(mask.users)
     shape = list(mask.meta["val"].shape)
-    bits = _traced(graph, pack, [mask], after=mask)
-    keep = _traced(graph, lambda b: unpack(b, shape), [bits], after=bits, recompute=True)
+    bits = _traced(graph, pack, [mask], after=mask, tags=(bits_tag.PACK, bits_tag.BITS))
+    keep = _traced(graph, lambda b: unpack(b, shape), [bits], after=bits, recompute=True,
+                   tags=(bits_tag.UNPACK, bits_tag.UNPACKED))
     for u in users:
         u.replace_input_with(mask, keep)
 
 
-def _traced(graph: torch.fx.Graph, fn, args: list, *, after: torch.fx.Node, recompute: bool = False) -> torch.fx.Node:
+def _traced(graph: torch.fx.Graph, fn, args: list, *, after: torch.fx.Node, tags: tuple[str, str],
+            recompute: bool = False) -> torch.fx.Node:
     """``fn(*args)`` inserted after ``after`` (each aten call a node with its fake ``val``); ``args``
     mixes nodes and constants; ``recompute``: its nodes tagged for the partitioner to recompute in the
-    backward (never saved). Returns the result's node."""
+    backward (never saved); ``tags``: the ``miner.runtime.bits`` tags of its nodes and of its result
+    (what lets a post-grad pass fold ``unpack(pack(mask))`` back to ``mask``). Returns the result's node."""
     from torch._inductor.decomposition import select_decomp_table
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -143,10 +150,12 @@ def _traced(graph: torch.fx.Graph, fn, args: list, *, after: torch.fx.Node, reco
     env = dict(zip((n for n in gm.graph.nodes if n.op == "placeholder"), node_args))
     with graph.inserting_before(after.next):
         out = graph.graph_copy(gm.graph, env)
-    if recompute:
-        for n in gm.graph.nodes:
-            if n.op == "call_function":
+    for n in gm.graph.nodes:
+        if n.op == "call_function":
+            env[n].meta[bits_tag.TAG] = tags[0]
+            if recompute:
                 env[n].meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
+    out.meta[bits_tag.TAG] = tags[1]
     return out
 
 

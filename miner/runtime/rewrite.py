@@ -49,7 +49,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 from miner import rules
 from miner.core.errors import MinerError
 from miner.core.modules import load_module, module_name  # generated pattern.py files call them here too
-from miner.runtime import decisions
+from miner.runtime import bits, decisions
 from miner.runtime.decisions import CPU_NOT_ASKED, match_vals, record_decline, record_declines  # noqa: F401 (generated files call them here)
 from miner.runtime.evidence import FUSION_FILE as WINS_FILE, FUSION_KIND as WINS_KIND, FUSION_SCHEMA as WINS_SCHEMA
 
@@ -396,6 +396,7 @@ class FusionPass(CustomGraphPass):
         if self._passes is None:
             self._passes = self._build()
         canonicalize_dims(graph)
+        bits.fold_round_trips(graph)  # a packed mask's forward users read the mask again (patterns see it)
         for name, p in self._passes.items():
             with decisions.applying(self, name):
                 n = p.apply(graph)
@@ -411,7 +412,8 @@ class FusionPass(CustomGraphPass):
         # edit within one process would keep the old hash.
         # A listed file may be absent (a fusion's wins.json before any GPU run): hashed as absent, so
         # the measurement appearing later changes the uuid too.
-        files = tuple(sorted({f for e in self.entries for f in e.files} | {__file__} | set(RULE_FILES)))
+        files = tuple(sorted({f for e in self.entries for f in e.files} | {__file__, bits.__file__}
+                             | set(RULE_FILES)))
         h = hashlib.sha256(",".join(e.name for e in self.entries).encode())
         # what a match's decision depends on besides the files: a graph compiled with the kernels
         # interpreted on CPU tensors must never be served to a process without the interpreter

@@ -1,0 +1,87 @@
+"""A saved mask's bit round trip folded away where the mask itself is at hand.
+
+The ``pack_dropout_masks`` / ``pack_bool_masks`` knobs (``miner.check.mask_bits``) give every user of a
+bool mask ``unpack(pack(mask))`` in the joint graph, so that the partitioner saves the packed bytes.
+After the partition the forward graph still holds ``mask`` and reads it back through the round trip:
+the same values, but a dropout region's pattern (``mul(x, mask)``) no longer matches, and the forward
+reads the bits it just wrote. :func:`fold_round_trips` gives those users ``mask`` again; the pack stays
+(its bytes are the saved output), and a backward graph, where the bits arrive as an input and the mask
+is not in the graph, is left alone.
+
+The nodes are recognized by the tag :data:`TAG` in their ``meta`` (set by ``mask_bits`` when it inserts
+them; the partitioner copies a node's meta into the forward and backward graphs), never by shape:
+``"pack"`` on the nodes of ``pack(mask)``, ``"bits"`` on its result, ``"unpack"`` on the nodes of
+``unpack(bits)`` and ``"unpacked"`` on its result.
+"""
+
+from __future__ import annotations
+
+import torch
+
+TAG = "miner_mask_bits"
+PACK, BITS, UNPACK, UNPACKED = "pack", "bits", "unpack", "unpacked"
+
+
+def _sources(node: torch.fx.Node, through: frozenset[str]) -> set[torch.fx.Node]:
+    """The nodes ``node`` reads, followed back through nodes tagged one of ``through``; constants'
+    nodes (no tensor ``val``) left out."""
+    out: set[torch.fx.Node] = set()
+    stack, seen = list(node.all_input_nodes), set()
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.meta.get(TAG) in through and n.op == "call_function":
+            stack.extend(n.all_input_nodes)
+        elif isinstance(n.meta.get("val"), torch.Tensor):
+            out.add(n)
+    return out
+
+
+def source_mask(unpacked: torch.fx.Node) -> torch.fx.Node | None:
+    """The mask ``unpacked`` (a node tagged ``"unpacked"``) is ``unpack(pack(mask))`` of, when ``mask``
+    is a node of this graph of the same shape and dtype; else None (the bits are a graph input)."""
+    bits = _sources(unpacked, frozenset({UNPACK}))
+    if len(bits) != 1:
+        return None
+    (b,) = bits
+    if b.meta.get(TAG) != BITS or b.op != "call_function":
+        return None
+    masks = _sources(b, frozenset({PACK, BITS}))
+    if len(masks) != 1:
+        return None
+    (mask,) = masks
+    m, u = mask.meta.get("val"), unpacked.meta.get("val")
+    if mask.meta.get(TAG) or not isinstance(m, torch.Tensor) or not isinstance(u, torch.Tensor):
+        return None
+    if m.dtype != u.dtype or tuple(m.shape) != tuple(u.shape):
+        return None
+    return mask
+
+
+def fold_round_trips(graph: torch.fx.Graph) -> int:
+    """Give every user of ``unpack(pack(mask))`` ``mask`` where ``mask`` is in ``graph``; the unpack's
+    nodes left without users are removed (nothing else). Returns the number of round trips folded."""
+    folded = 0
+    for node in list(graph.nodes):
+        if node.meta.get(TAG) != UNPACKED or not node.users:
+            continue
+        mask = source_mask(node)
+        if mask is not None:
+            node.replace_all_uses_with(mask)
+            _erase_unused(node)
+            folded += 1
+    return folded
+
+
+def _erase_unused(node: torch.fx.Node) -> None:
+    """Erase ``node`` and, back through its inputs, every unpack node left without users."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.users or n.op != "call_function" or n.meta.get(TAG) not in (UNPACK, UNPACKED):
+            continue
+        inputs = n.all_input_nodes
+        n.graph.erase_node(n)
+        stack.extend(inputs)
