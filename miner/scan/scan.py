@@ -33,15 +33,25 @@ DEFAULT_TIMEOUT_S = 1800
 
 
 @dataclass(frozen=True)
-class ScanRequest:
-    model: str
+class Capture:
+    """What a scan captures of each model: the fields a scan request and the command's options share."""
+
     preset: str = "tiny"
     modes: tuple[str, ...] = ("train",)
     device: str = "cpu"
     dtype: str = "auto"  # auto: float32 on CPU, bfloat16 autocast on CUDA
     batch: int | None = None  # override the preset's batch size / sequence length
     seq: int | None = None
-    profile: bool = False  # also time and profile the compiled step (miner.scan.profile)
+    # also time and profile the compiled step in the same process (``miner.scan.profile``); a saved
+    # scan is then reused only when its profile is saved too
+    profile: bool = False
+
+
+@dataclass(frozen=True)
+class ScanRequest(Capture):
+    """One model's scan, as a worker process (or a Ray task) gets it."""
+
+    model: str = ""
 
 
 def reusable(ws: Workspace, model: str, preset: str, mode: str,
@@ -139,7 +149,8 @@ def worker_main(argv: list[str] | None = None) -> int:
     p.add_argument("--seq", type=int, default=None)
     p.add_argument("--profile", action="store_true")
     a = p.parse_args(argv)
-    req = ScanRequest(a.model, a.preset, tuple(a.modes.split(",")), a.device, a.dtype, a.batch, a.seq, a.profile)
+    req = ScanRequest(model=a.model, preset=a.preset, modes=tuple(a.modes.split(",")), device=a.device, dtype=a.dtype,
+                      batch=a.batch, seq=a.seq, profile=a.profile)
 
     def progress(msg: str) -> None:
         print(f"PROGRESS {msg}", flush=True)
@@ -290,27 +301,23 @@ def store(ws: Workspace, bundle: ScanBundle) -> list[ScanResult]:
                     prof.save(ws, p)
         ws.save_scan(r)
     if results:
-        write_text(ws.captures / "logs" / log_name(ScanRequest(results[0].model, results[0].preset)),
+        write_text(ws.captures / "logs" / log_name(ScanRequest(model=results[0].model, preset=results[0].preset)),
                    f"# ran on {bundle.where} (miner scan --executor ray)\n" + bundle.log)
     return results
 
 
 @dataclass(frozen=True)
-class ScanOptions:
+class ScanOptions(Capture):
     """How ``miner scan`` (and ``miner profile``) capture each model; built once from the command line."""
 
-    preset: str = "tiny"
-    modes: tuple[str, ...] = ("train",)
-    device: str = "cpu"
-    dtype: str = "auto"  # auto: float32 on CPU, bfloat16 autocast on CUDA
-    batch: int | None = None  # override the preset's batch size / sequence length
-    seq: int | None = None
-    # also profile the compiled step in the same process (``miner.scan.profile``); a saved scan is
-    # then reused only when its profile is saved too
-    profile: bool = False
     force: bool = False  # capture again even where an earlier result could be reused
     jobs: int = 1  # models at once in the default local pool
     timeout: float = DEFAULT_TIMEOUT_S  # seconds per model's process
+
+    def request(self, model: str, modes: tuple[str, ...]) -> ScanRequest:
+        """The scan of ``model`` in ``modes`` with these options' capture fields."""
+        shared = {f.name: getattr(self, f.name) for f in dataclasses.fields(Capture)}
+        return ScanRequest(**{**shared, "modes": tuple(modes)}, model=model)
 
 
 def scan(model_names: list[str], options: ScanOptions = ScanOptions(), *, workspace: Workspace,
@@ -344,7 +351,7 @@ def scan(model_names: list[str], options: ScanOptions = ScanOptions(), *, worksp
             else:
                 missing.append(mode)
         if missing:
-            todo.append(ScanRequest(m, preset, tuple(missing), device, options.dtype, batch, seq, profile))
+            todo.append(options.request(m, tuple(missing)))
         else:
             echo(f"[{m}] reusing saved graphs ({', '.join(modes)}); --force to recompile")
 
