@@ -262,3 +262,27 @@ def test_an_unpack_of_bits_from_an_input_is_left_alone():
         u.meta.update({"val": torch.empty(25, dtype=torch.bool), bits.TAG: bits.UNPACKED})
     graph.output((u,))
     assert bits.source_mask(u) is None and bits.fold_round_trips(graph) == 0 and u in graph.nodes
+
+
+def test_a_fusion_pass_folds_the_round_trip_first(default_step):
+    """The fusion pass itself (no fusions in it) is that fold: installed in both post-grad slots with the
+    knob, the forward's unpacks are gone and the values stay bitwise equal."""
+    from miner.runtime import bits
+    from miner.runtime.rewrite import FusionPass
+
+    seen = Fold(planted=lambda graph: 0)  # only counts what the fusion pass left
+    fusion_pass = FusionPass([])
+
+    class Both(CustomGraphPass):
+        def __call__(self, graph):
+            fusion_pass(graph)
+            seen(graph)
+
+        def uuid(self):
+            return None
+
+    loss, grads = default_step[:2]
+    k_loss, k_grads = _folded_step(Both())
+    assert seen.unpacks_left[0] == 0 and seen.unpacks_left[1] > 0
+    assert torch.equal(loss, k_loss) and all(torch.equal(g, h) for g, h in zip(grads, k_grads))
+    assert FusionPass([]).uuid() == fusion_pass.uuid()
