@@ -207,6 +207,23 @@ def test_gate_verdicts_and_the_gated_shortcut_follow_the_evidence():
     assert ab._gated_shortcut(r) is None  # mixed: compile it
 
 
+def test_knob_plus_candidates_is_compiled_though_the_gate_would_decline_them():
+    """The 2026-12-06 t5 run on an H100: with ``--candidates`` and no evidence the gate declines every
+    context, and ``knob:<k>+fusions`` was reported as the knob's own graph although candidates are
+    ungated and fire (``all`` fired 131 matches). Only a gated set skips it."""
+    from miner.check.abrun import CandidateSet, NoFusions
+
+    r = result()
+    r.variants = [v for v in r.variants if v.name != "alone:log_softmax"]
+    r.gate = ab.gate_verdicts(r, {}, "default")
+    shortcut = ab._gated_shortcut(r)
+    assert shortcut == "default"
+    assert not ab.knob_graph_only(shortcut, CandidateSet.gated)  # candidates: compile knob+fusions
+    assert ab.knob_graph_only(shortcut, True)  # promoted fusions the gate declines: the knob's graph
+    assert not ab.knob_graph_only("all", True) and not ab.knob_graph_only(None, True)
+    assert NoFusions.gated is False
+
+
 def test_peer_rows_without_liger_say_so(monkeypatch):
     import builtins
 

@@ -435,6 +435,13 @@ def gate_verdicts(r: ABResult, modules: dict[str, Any], compile_mode: str,
     return out
 
 
+def knob_graph_only(shortcut: str | None, gated: bool) -> bool:
+    """Whether ``knob:<k>+fusions`` is the knob's own graph (recorded, not compiled): only where a gate
+    declines every match (``shortcut`` "default"). Candidates (``gated`` False) have no gate: every match
+    of theirs fires, so the variant is compiled whatever the gate would have decided."""
+    return gated and shortcut == "default"
+
+
 def _gated_shortcut(r: ABResult) -> str | None:
     """"all" / "default" when the gated graph equals one already measured, else None (compile it).
 
@@ -555,7 +562,7 @@ def run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions, 
     for knob in knobs:
         for fused in (False, True) if names else (False,):
             name = f"knob:{knob.name}" + ("+fusions" if fused else "")
-            if fused and shortcut == "default":  # with the gate on no fusion fires: the knob's own graph
+            if fused and knob_graph_only(shortcut, gated_on):  # no fusion fires: the knob's own graph
                 r.variants.append(VariantResult(name, names, fused_mode, knob=knob.name, numerics=knob.numerics,
                                                 note=f"same graph as `knob:{knob.name}`: with the gate on no match "
                                                      "fires; not compiled"))
