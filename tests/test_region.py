@@ -402,3 +402,26 @@ def test_t5_attention_softmax_regions_lower(rps, rid):
             assert set(node.kwargs.get("device", {"device_of": 0})) == {"device_of"}
     prog = lower.lower(gen.spec_from_pattern(p))
     assert len(prog.gathers) == T5_SOFTMAX[rid] and prog.levels == 1 and prog.online_softmax
+
+
+def test_a_region_kernel_reads_a_heads_last_input_in_place():
+    """t5's encoder attention region (``pbb9b9d613b_x4``) with its shared position bias laid out heads last
+    (strides ``[.., 1, S * H, H]``, as the H100 run of 2026-12-06 saw it): the kernel's outputs equal its
+    reference's on the same strided tensor, and that reference equals the one on a contiguous copy."""
+    from miner.core.modules import load_module
+
+    kernel = load_module(Path(__file__).resolve().parents[1] / "candidates" / "pbb9b9d613b_x4" / "kernel.py",
+                         "miner_test_pbb9b9d613b_x4_kernel")
+    g = torch.Generator().manual_seed(0)
+    B, H, S = 2, 3, 40
+    seeds = torch.randint(0, 2 ** 31, (4,), dtype=torch.int64, generator=g)
+    scores = torch.randn(B, H, S, S, generator=g)
+    bias = torch.randn(B, S, S, H, generator=g).permute(0, 3, 1, 2)
+    assert not bias.is_contiguous()
+    scalars = (1, 0.1, float("-inf"), 0.0, 1 / 0.9)
+    out = kernel.launch(seeds, scores, bias, *scalars)
+    ref = kernel.reference(seeds, scores, bias, *scalars)
+    dense = kernel.reference(seeds, scores, bias.contiguous(), *scalars)
+    for o, r, d in zip(out, ref, dense):
+        assert torch.equal(r, d)
+        assert o.dtype == r.dtype and torch.allclose(o.float(), r.float(), rtol=1e-6, atol=1e-6)

@@ -201,6 +201,18 @@ def test_dropped_reduced_dim_used_inside_rejects():
     assert twin.ok, twin.reasons
 
 
+def test_a_region_takes_a_non_contiguous_input_with_a_note():
+    """A region kernel reads every input in place through its strides (``test_region.py`` runs one on
+    t5's heads-last bias): the reason a row kernel declines is a note for a region."""
+    from miner.rules.safety import check_meta
+
+    g = fx_graph(lambda x: torch.exp(x.t()) + 1.0, X)
+    occ = pattern_at(g, _compute(g)).occurrences[0]
+    row, region = check_meta(occ, g), check_meta(occ, g, region=True)
+    assert any("not contiguous" in r for r in row.reasons)
+    assert not region.reasons and any("not contiguous" in n for n in region.notes)
+
+
 def test_non_contiguous_input_rejects_and_contiguous_twin_passes():
     v, _ = _verdict(lambda x: torch.exp(x.t()) + 1.0, X)
     assert not v.ok and _rules(v) == {"meta"} and "not contiguous" in v.reasons[0]

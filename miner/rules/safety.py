@@ -247,7 +247,8 @@ def check_meta(occ: Occurrence, graph: CapturedGraph, *, ctx: _Ctx | None = None
     mixing float dtypes is no difference from what it replaces (a note, not a reason); and the region
     kernel reads every input through broadcasting strides and computes each pointwise value at the
     inputs' full broadcast shape (``launch.shape_contract``'s model), so a pointwise op broadcasting
-    an operand (t5's decoder bias ``[1, H, S, S]`` and causal mask ``[B, 1, S, S]``) is a note too.
+    an operand (t5's decoder bias ``[1, H, S, S]`` and causal mask ``[B, 1, S, S]``) is a note too, as is
+    a non-contiguous input (t5's encoder bias ``[B, H, S, S]`` with strides ``[.., 1, 6144, 12]``).
     """
     c = ctx or _Ctx(occ, graph)
     reasons, notes = [], []
@@ -257,7 +258,10 @@ def check_meta(occ: Occurrence, graph: CapturedGraph, *, ctx: _Ctx | None = None
             continue
         m = meta[0]
         if m.contiguous is False:
-            reasons.append(f"meta: in{k} is not contiguous (shape {list(m.shape)}, stride {list(m.stride)})")
+            # a region kernel reads it in place through its strides (t5's shared position bias, laid out
+            # heads last by its embedding); a row kernel reads rows of contiguous columns
+            (notes if region else reasons).append(
+                f"meta: in{k} is not contiguous (shape {list(m.shape)}, stride {list(m.stride)})")
     for j, rec in enumerate(c.recs):
         if rec.category == "reduction":
             reasons += _reduction_reasons(c, j, rec)
