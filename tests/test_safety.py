@@ -259,3 +259,52 @@ def test_non_convex_occurrence_rejects():
     assert not v.ok and any("not convex" in r for r in v.reasons)
     twin, _ = _verdict(lambda x, w: torch.tanh(torch.exp(x) + x @ w), X, W)
     assert twin.ok, twin.reasons
+
+
+def _two_layers(b, x):
+    """A shared value ``s`` (t5's position bias) read by two layers, the second layer's input computed
+    from the first layer's output."""
+    s = b + 1.0
+    y1 = torch.tanh(x + s)
+    m = y1 * 3.0
+    return torch.tanh(m + s)
+
+
+def test_a_shared_value_the_replacement_recomputes_is_no_cycle():
+    """Layer 2's region holds ``s``; ``s`` is also read by layer 1, whose output reaches layer 2's input:
+    one fused op computing ``s`` would form a cycle (declined: the H100 run's 11 of 12 decoder layers). A
+    region recomputes a shared output from its inputs outside the fused op, so from there no cycle forms;
+    a path from a node the fused op computes still declines."""
+    g = fx_graph(_two_layers, X, X)
+    adds = [n.name for n in g.nodes if n.target == "aten.add.Tensor"]
+    tanhs = [n.name for n in g.nodes if n.target == "aten.tanh.default"]
+    s, add2, t2 = adds[0], adds[2], tanhs[1]
+    occ = pattern_at(g, [s, add2, t2]).occurrences[0]
+    assert "not convex" in " ".join(safety.check_users(occ, g, max_extra_outputs=1).reasons)
+    ok = safety.check_users(occ, g, max_extra_outputs=1, recomputed=frozenset({s}))
+    assert not any("not convex" in r for r in ok.reasons), ok.reasons
+    wrong = safety.check_users(occ, g, max_extra_outputs=1, recomputed=frozenset({add2}))  # planted: the wrong node
+    assert "not convex" in " ".join(wrong.reasons)
+
+
+def test_recomputed_names_are_the_shared_outputs_and_what_they_depend_on():
+    """``check_match``'s split of a match's outputs: the first ``kernel_outputs`` are the fused op's, the
+    rest (a region's shared outputs) and the match's nodes they depend on are recomputed outside it."""
+    gm = torch.fx.symbolic_trace(lambda b, x: torch.tanh(x + torch.exp(b + 1.0)))
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
+    assert [n.name for n in nodes] == ["add", "exp", "add_1", "tanh"]
+    _, exp, add_x, tanh = nodes
+
+    class Match:  # the two things recomputed_names reads of an Inductor Match
+        def __init__(self, outs):
+            self.nodes, self._outs = nodes, outs
+
+        def output_nodes(self):
+            return self._outs
+
+    occ = Occurrence(graph="m", nodes=tuple(n.name for n in nodes), inputs=("b", "x"), outputs=())
+    shared_exp = Match([tanh, exp])
+    assert safety.recomputed_names(shared_exp, occ, 1) == {"exp", "add"}
+    assert safety.recomputed_names(shared_exp, occ, 2) == frozenset()  # every output the kernel's
+    assert safety.recomputed_names(shared_exp, occ, None) == frozenset()  # unknown op: nothing skipped
+    assert add_x.name not in safety.recomputed_names(shared_exp, occ, 1)

@@ -143,8 +143,11 @@ def _graph_facts(graph: CapturedGraph) -> dict[str, Any]:
 
 
 def check_users(occ: Occurrence, graph: CapturedGraph, *, max_extra_outputs: int = 2, ctx: _Ctx | None = None,
-                **_) -> Finding:
-    """Interior nodes used outside: extra outputs (recorded), rejected beyond ``max_extra_outputs``."""
+                recomputed: frozenset[str] = frozenset(), **_) -> Finding:
+    """Interior nodes used outside: extra outputs (recorded), rejected beyond ``max_extra_outputs``; and
+    convexity (:func:`_re_entry`). ``recomputed``: pattern nodes the replacement recomputes outside the
+    fused op from the pattern's inputs (a region's shared outputs and the nodes they depend on, see
+    :func:`check_match`): their outside readers read that copy, so a path from them is no cycle."""
     c = ctx or _Ctx(occ, graph)
     reasons, extra = [], []
     for j, rec in enumerate(c.recs):
@@ -159,22 +162,24 @@ def check_users(occ: Occurrence, graph: CapturedGraph, *, max_extra_outputs: int
     if len(extra) > max_extra_outputs:
         reasons.append(f"users: {len(extra)} interior nodes are used outside ("
                        + ", ".join(f"n{j}" for j in extra) + f"); more than {max_extra_outputs} extra outputs")
-    back = _re_entry(c)
+    back = _re_entry(c, recomputed)
     if back is not None:
         reasons.append(f"users: not convex: {c.ref(back)} depends on an outside node that depends on the pattern "
                        "(one fused op would form a cycle)")
     return Finding(tuple(reasons), tuple(extra))
 
 
-def _re_entry(c: _Ctx) -> str | None:
-    """A pattern node reached again by a path that leaves the occurrence, or None (convex).
+def _re_entry(c: _Ctx, recomputed: frozenset[str] = frozenset()) -> str | None:
+    """A pattern node reached again by a path that leaves the occurrence from a node the fused op
+    computes (not one of ``recomputed``), or None (convex).
 
     Graph order is topological, so only outside nodes placed before the occurrence's last
     node can lie on such a path.
     """
     pos = c.facts["pos"]
     last = max(pos[n] for n in c.occ.nodes)
-    stack = [u for rec in c.recs for u in rec.users if u not in c.inside and pos.get(u, last) < last]
+    stack = [u for rec in c.recs if rec.name not in recomputed
+             for u in rec.users if u not in c.inside and pos.get(u, last) < last]
     seen: set[str] = set()
     while stack:
         u = stack.pop()
@@ -581,6 +586,26 @@ def match_occurrence(match, n_inputs: int) -> Occurrence | None:
                       outputs=outputs)
 
 
+def recomputed_names(match, occ: Occurrence, kernel_outputs: int | None) -> frozenset[str]:
+    """The match's nodes that its replacement recomputes outside the fused op: the outputs after the
+    first ``kernel_outputs`` (a region's shared outputs: t5's position bias, read by every layer) and
+    the match's nodes they depend on. Empty when every output is the fused op's."""
+    outs = list(match.output_nodes())
+    if kernel_outputs is None or len(outs) <= kernel_outputs:
+        return frozenset()
+    inside = set(occ.nodes)
+    stack = [o.name for o in outs[kernel_outputs:] if o is not None and o.name in inside]
+    by_name = {n.name: n for n in match.nodes}
+    seen: set[str] = set()
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        stack.extend(i.name for i in by_name[name].all_input_nodes if i.name in inside)
+    return frozenset(seen)
+
+
 def scalar_reasons(match) -> list[str]:
     """A pattern's scalars (``c0``, ``c1``, ...: an eps, an exponent) are constants compiled into the
     kernel; one bound to a graph value declines. Under ``dynamic=True`` Dynamo turns a Python float
@@ -598,16 +623,19 @@ def scalar_reasons(match) -> list[str]:
 
 
 def check_match(match, n_inputs: int, input_kinds: Sequence[str] = (), random: bool = False,
-                region: bool = False) -> Verdict:
+                region: bool = False, kernel_outputs: int | None = None) -> Verdict:
     """``RULES`` on one compile-time match (no extra outputs: a fusion returns what its pattern does),
     plus the input kinds the fusion's pattern was traced with ("float" / "bool" / "seed").
     ``random``: the fused op draws its random numbers itself (see :func:`check_randomness`);
-    ``region``: it replaces a whole Inductor kernel (see :func:`check_meta`). Never
-    raises: an unexpected error is a reason of its own ("error: ...")."""
+    ``region``: it replaces a whole Inductor kernel (see :func:`check_meta`); ``kernel_outputs``: how
+    many of the match's outputs, in order, the fused op computes: the rest are a region's shared
+    outputs, which the replacement recomputes from the inputs outside it (:func:`recomputed_names`).
+    Never raises: an unexpected error is a reason of its own ("error: ...")."""
     try:
         occ = match_occurrence(match, n_inputs)
         if occ is None:
             return Verdict.of(["meta: an input is not a graph node"])
+        recomputed = recomputed_names(match, occ, kernel_outputs)
         scalars = scalar_reasons(match)
         if scalars:
             return Verdict.of(scalars)
@@ -620,7 +648,8 @@ def check_match(match, n_inputs: int, input_kinds: Sequence[str] = (), random: b
                 reasons.append(f"kernel: in{k} is {dt}; the fusion's pattern takes {kind}")
         ctx = _Ctx(occ, graph)
         for rule in RULES.values():
-            reasons += rule(occ, graph, max_extra_outputs=0, ctx=ctx, random=random, region=region).reasons
+            reasons += rule(occ, graph, max_extra_outputs=0, ctx=ctx, random=random, region=region,
+                            recomputed=recomputed).reasons
         return Verdict.of(reasons)
     except Exception as e:  # a decline with its reason, never a crash of the user's compile
         return Verdict.of([f"error: {type(e).__name__}: {e}"])

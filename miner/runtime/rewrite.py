@@ -140,7 +140,7 @@ def match_ok(match, op_name: str, n_inputs: int, input_kinds: Sequence[str], ran
     match counted (:func:`record_decline`). ``op_name`` is the pattern module's ``OP_NAME``;
     ``random``: a region kernel that draws its dropout numbers itself; ``region``: a kernel that
     replaces a whole Inductor kernel (``miner.rules.safety.check_meta``)."""
-    reasons = match_reasons(match, n_inputs, input_kinds, random, region)
+    reasons = match_reasons(match, n_inputs, input_kinds, random, region, kernel_outputs=op_outputs(op_name))
     record_declines(match, op_name, n_inputs, reasons)
     return not reasons
 
@@ -164,19 +164,27 @@ def device_reasons(vals: Sequence[torch.Tensor], interpret: bool | None = None) 
     return []
 
 
+def op_outputs(op_name: str) -> int | None:
+    """How many tensors the custom op ``op_name`` (defined by :func:`define_op`) returns; None if unknown."""
+    op = _OPS.get(op_name)
+    return None if op is None else len(op._schema.returns)
+
+
 def match_reasons(match, n_inputs: int, input_kinds: Sequence[str], random: bool = False,
-                  region: bool = False) -> list[str]:
+                  region: bool = False, *, kernel_outputs: int | None = None) -> list[str]:
     """Why the fused op must not replace this match ([] when it may): devices, then
     ``miner.rules.safety.check_match`` (the rules mining applies, the kernel's shape contract
     included; ``random``: the kernel draws the match's random numbers itself; ``region``: it replaces
-    a whole Inductor kernel). Never raises."""
+    a whole Inductor kernel; ``kernel_outputs``: the fused op's outputs, the match's first ones: a
+    region's search returns its shared outputs after them). Never raises."""
     from miner.rules import safety
 
     vals = match_vals(match, n_inputs)
     if vals is None:
         return ["meta: an input is not a tensor"]
     reasons = device_reasons(vals)
-    return reasons or list(safety.check_match(match, n_inputs, input_kinds, random=random, region=region).reasons)
+    return reasons or list(safety.check_match(match, n_inputs, input_kinds, random=random, region=region,
+                                              kernel_outputs=kernel_outputs).reasons)
 
 
 def upcast_decision(node: torch.fx.Node, demote: bool = False):
