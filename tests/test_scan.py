@@ -23,8 +23,13 @@ def test_bad_models_are_recorded_and_the_rest_go_on(tmp_path, capsys):
     models = f"tests.zoo_fixtures:raises,tests.zoo_fixtures:crashes,{GOOD}"
     code = main(["--workspace", str(tmp_path), "scan", "--models", models, "--mode", "train", "--jobs", "2"])
     assert code == 1
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out, err = captured.out, captured.err
     assert "FAILED" in out and "1/3 scans ok" in out
+    # each failure's whole reason and its log below the table (the table's status column is cut)
+    reasons = " ".join(err.split())
+    assert "tests.zoo_fixtures:raises/train:" in reasons and "broken on purpose" in reasons
+    assert "exited with code 3" in reasons and "(log: " in reasons and "tests.zoo_fixtures_raises.tiny.log" in reasons
     assert main(["--workspace", str(tmp_path), "scan", "--models", "tests.zoo_fixtures:hangs", "--timeout", "5"]) == 1
     ws = Workspace(tmp_path)
     by_model = {r.model: r for r in ws.scans()}

@@ -100,8 +100,14 @@ def run(args) -> int:
     say(f"\n{len(results) - len(failed)}/{len(results)} scans ok in {time.perf_counter() - t0:.1f}s; "
         f"graphs under {Workspace(args.workspace).captures}")
     if failed:
-        say(f"miner scan: {len(failed)} scan(s) failed: " + ", ".join(f"{r.model}/{r.mode}" for r in failed),
-            file=sys.stderr)
+        from miner.scan.scan import ScanRequest, log_name
+
+        logs = Workspace(args.workspace).captures / "logs"
+        say(f"miner scan: {len(failed)} scan(s) failed:", file=sys.stderr)
+        for r in failed:  # the whole reason: the table's status column is cut
+            log = logs / log_name(ScanRequest(model=r.model, preset=r.preset))
+            say(f"  {r.model}/{r.mode}: {r.error or 'no reason recorded'}"
+                + (f" (log: {log})" if log.exists() else ""), file=sys.stderr)
         next_step("`miner scan --models ...` again for the failed ones (saved graphs are reused), or `miner mine`")
         return 1
     next_step("`miner mine`")
