@@ -635,7 +635,6 @@ def check_match(match, n_inputs: int, input_kinds: Sequence[str] = (), random: b
         occ = match_occurrence(match, n_inputs)
         if occ is None:
             return Verdict.of(["meta: an input is not a graph node"])
-        recomputed = recomputed_names(match, occ, kernel_outputs)
         scalars = scalar_reasons(match)
         if scalars:
             return Verdict.of(scalars)
@@ -647,6 +646,7 @@ def check_match(match, n_inputs: int, input_kinds: Sequence[str] = (), random: b
             if dt is not None and (dt == "bool") != (kind == "bool"):
                 reasons.append(f"kernel: in{k} is {dt}; the fusion's pattern takes {kind}")
         ctx = _Ctx(occ, graph)
+        recomputed = recomputed_names(match, occ, kernel_outputs)
         for rule in RULES.values():
             reasons += rule(occ, graph, max_extra_outputs=0, ctx=ctx, random=random, region=region,
                             recomputed=recomputed).reasons
