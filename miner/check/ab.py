@@ -646,7 +646,13 @@ def _parity(lives: Sequence[_Live], mode: str, device: str, reference: tuple | N
         got = parity_of(live, mode, device)
         live.res.parity = make_parity(ref[0], got[0], ref[1], got[1], ref[2], got[2], reference=reference)
         if masked is not None:
-            live.res.parity = masked(lives[0], live, live.res.parity) or live.res.parity
+            try:
+                live.res.parity = masked(lives[0], live, live.res.parity) or live.res.parity
+            except Exception as e:  # noqa: BLE001 - a judge that breaks leaves the variant unjudged, not the run lost
+                import dataclasses
+
+                live.res.parity = dataclasses.replace(live.res.parity, ok=False, judged="masks injected (not judged)",
+                                                      reason=f"the judge failed: {type(e).__name__}: {e}"[:300])
         if live.res.verdict is not None and not live.res.parity.ok:
             live.res.verdict = PARITY_FAIL
         del got

@@ -20,11 +20,21 @@ compiled step is compared with that reference:
    reference with its masks. ``miner.check.verify.judge_parity`` then asks whether the candidate's
    step is as close to its reference as the default's is to its own (loss, logits, gradients).
 
+5. Dropout inside a fused attention kernel (cuDNN, memory-efficient or flash SDPA on a GPU: t5's
+   cross-attention, whose mask needs no gradient) draws no Inductor seed. The kernel takes its
+   Philox ``(seed, offset)`` from the CUDA generator and returns it; :func:`recording_fused_attention`
+   keeps it from each call the compiled step makes. The reference asks, per ``scaled_dot_product_attention``
+   call, which kernel the compiled step chose (``torch._fused_sdp_choice`` on the autocast dtype), and
+   for a fused one runs that very kernel on the autocast dtype with the generator set to the recorded
+   ``(seed, offset)``: the same mask, forward and backward (the backward reads the saved pair), held
+   equal between the step and its reference. Those calls are then as precise as the kernel (bf16),
+   in the candidate's reference and in the floor's alike.
+
 What it catches: a wrong scale (the forward's values), a mask output that is not the mask applied to
 the values, a backward that reads another mask than the forward applied (the gradients). What it
 cannot judge (``ok=None``, with the reason): a step whose dropout calls do not match the compiled
-graph's random ops one to one (e.g. dropout inside a fused SDPA kernel), or a floor beyond
-``PARITY_FLOOR_MAX`` (the default's own masks not reproduced).
+graph's random ops and fused attention calls one to one, or a floor beyond ``PARITY_FLOOR_MAX``
+(the default's own masks, or the fused kernels' replayed masks, not reproduced).
 """
 
 from __future__ import annotations
@@ -32,7 +42,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from miner.core.dtypes import PARITY_FLOOR_MAX
@@ -166,28 +176,168 @@ def recorded_masks(calls, slots_of: dict[str, list[MaskSlot]]) -> tuple[dict[int
     return masks, seeds, problems
 
 
+# --------------------------------------------------------------------------- dropout inside fused attention
+
+FUSED_ATTENTION = {  # the CUDA attention ops that draw their own dropout -> the backend that runs them
+    "_scaled_dot_product_cudnn_attention": "CUDNN_ATTENTION",
+    "_scaled_dot_product_efficient_attention": "EFFICIENT_ATTENTION",
+    "_scaled_dot_product_flash_attention": "FLASH_ATTENTION",
+}
+
+
+@dataclass(frozen=True)
+class FusedDraw:
+    """One call of a fused attention op with dropout in a compiled step: the op, the ``SDPBackend``
+    name that runs it, its dropout ``p``, the query's shape, and the Philox ``(seed, offset)`` it
+    drew from the CUDA generator."""
+
+    op: str
+    backend: str
+    p: float
+    shape: tuple
+    seed: int
+    offset: int
+
+
+def arguments(op, args: tuple, kwargs: dict) -> dict:
+    """An op call's arguments by name (its schema's defaults filled in)."""
+    return {a.name: (args[i] if i < len(args) else kwargs.get(a.name, a.default_value))
+            for i, a in enumerate(op._schema.arguments)}
+
+
+def philox_pair(op, result) -> tuple[int, int]:
+    """``(seed, offset)`` a fused attention call returned: ``philox_seed``/``philox_offset``, or
+    flash's two-word ``rng_state``, found by the op's schema."""
+    names = [r.name for r in op._schema.returns]
+    if "philox_seed" in names:
+        return int(result[names.index("philox_seed")].item()), int(result[names.index("philox_offset")].item())
+    state = result[names.index("rng_state")].reshape(-1)
+    return int(state[0].item()), int(state[1].item())
+
+
+@contextlib.contextmanager
+def recording_fused_attention(ops: dict | None = None):
+    """Within it, each call of a fused attention op (``FUSED_ATTENTION``, or ``ops``: ``"ns::name"``
+    -> backend) with dropout appends a :class:`FusedDraw` to the yielded list, in call order.
+
+    Inductor's wrapper code calls a fallback op as ``torch.ops.aten.<name>.default(...)``, looked up
+    at each call: the overload is replaced on its packet for the duration (compiled code only runs
+    it; nothing is traced here)."""
+    import torch
+
+    draws: list = []
+    saved = []
+    ops = FUSED_ATTENTION if ops is None else ops
+    for name in ops:
+        namespace, _, op_name = name.rpartition("::")
+        packet = getattr(getattr(torch.ops, namespace or "aten"), op_name, None)
+        if packet is None:
+            continue
+        original = packet.default
+
+        def recorded(*args, _op=original, _name=name, **kwargs):
+            result = _op(*args, **kwargs)
+            p = float(arguments(_op, args, kwargs).get("dropout_p") or 0.0)
+            if p > 0:
+                draws.append(FusedDraw(_name, ops[_name], p, tuple(args[0].shape), *philox_pair(_op, result)))
+            return result
+
+        saved.append((packet, original))
+        setattr(packet, "default", recorded)
+    try:
+        yield draws
+    finally:
+        for packet, original in saved:
+            setattr(packet, "default", original)
+
+
+def fused_backend(q, k, v, attn_mask, dropout_p: float, is_causal: bool, scale, enable_gqa: bool, dtype) -> int:
+    """The ``SDPBackend`` value the compiled step's ``scaled_dot_product_attention`` chose for these
+    inputs under autocast to ``dtype`` (None: no autocast): ``torch._fused_sdp_choice``, which the
+    composite op itself asks while it is traced."""
+    import torch
+
+    def cast(t):
+        return t if t is None or dtype is None or not t.is_floating_point() else t.to(dtype)
+
+    return int(torch._fused_sdp_choice(cast(q), cast(k), cast(v), cast(attn_mask), dropout_p, is_causal,
+                                       scale=scale, enable_gqa=enable_gqa))
+
+
+@contextlib.contextmanager
+def generator_at(device, seed: int, offset: int):
+    """The CUDA generator of ``device`` set to ``(seed, offset)`` within, restored after."""
+    import torch
+
+    gen = torch.cuda.default_generators[torch.device(device).index or torch.cuda.current_device()]
+    state = gen.get_state()
+    gen.manual_seed(seed & 0xFFFF_FFFF_FFFF_FFFF)
+    gen.set_offset(offset)
+    try:
+        yield
+    finally:
+        gen.set_state(state)
+
+
+def replay_fused(sdpa: Callable, draw: FusedDraw, q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa, dtype):
+    """``draw``'s kernel run again on ``q, k, v`` cast to ``dtype`` with the generator at its
+    ``(seed, offset)``: the compiled step's mask, forward and backward; the output in ``q``'s dtype."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def cast(t):
+        return t if t is None or dtype is None or not t.is_floating_point() else t.to(dtype)
+
+    with generator_at(q.device, draw.seed, draw.offset), sdpa_kernel([getattr(SDPBackend, draw.backend)]):
+        out = sdpa(cast(q), cast(k), cast(v), attn_mask=cast(attn_mask), dropout_p=dropout_p, is_causal=is_causal,
+                   scale=scale, enable_gqa=enable_gqa)
+    return out.to(q.dtype) if torch.is_tensor(out) else out
+
+
 # --------------------------------------------------------------------------- the eager reference
 
 class Injector:
     """Replaces ``torch.nn.functional.dropout`` (``nn.Dropout`` calls it) and the dropout of
     ``scaled_dot_product_attention`` (the math written out) with ``x * keep_k * (1 / (1 - p))``,
-    ``keep_k = mask_of(k, shape, p)`` for the ``k``-th dropout call in training with ``p > 0``.
-    ``calls`` lists ``(shape, p)`` per call."""
+    ``keep_k = mask_of(k, shape, p)`` for the ``k``-th dropout call in training with ``p > 0`` that
+    Inductor draws. An attention call the compiled step ran in a fused kernel (``fused``: its draws,
+    in call order; ``choose(q, k, v, mask, p, causal, scale, gqa) -> bool`` says which calls) runs
+    that kernel again at its recorded draw (:func:`replay_fused`; ``replay`` replaces it in tests).
+    ``calls`` lists ``(shape, p)`` per dropout call; ``fused_calls`` counts the replayed ones."""
 
-    def __init__(self, mask_of: Callable):
+    def __init__(self, mask_of: Callable, fused: list | None = None, dtype=None, choose: Callable | None = None,
+                 replay: Callable | None = None):
+        import torch.nn.functional as F
+
         self.mask_of = mask_of
+        self.fused = list(fused or [])
+        self.dtype = dtype
+        self.choose = choose or (lambda *a: fused_backend(*a, dtype=dtype) != 0)
+        self.replay = replay or replay_fused
+        self.sdpa_original = F.scaled_dot_product_attention
         self.calls: list[tuple[tuple, float]] = []
+        self.fused_calls = 0
+        self.unmatched: list[str] = []  # fused calls the reference could not pair with a recorded draw
 
     def dropout(self, input, p: float = 0.5, training: bool = True, inplace: bool = False):
         if not training or p == 0:
             return input
-        keep = self.mask_of(len(self.calls), tuple(input.shape), float(p))
+        keep = self.mask_of(len(self.calls) - self.fused_calls, tuple(input.shape), float(p))
         self.calls.append((tuple(input.shape), float(p)))
         return input * keep.to(device=input.device, dtype=input.dtype) * (1.0 / (1.0 - p))
 
     def sdpa(self, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         import torch
 
+        if self.fused and dropout_p > 0 and self.choose(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+            i = self.fused_calls
+            self.calls.append((tuple(q.shape[:-1]) + (k.size(-2),), float(dropout_p)))
+            self.fused_calls += 1
+            if i < len(self.fused) and self.fused[i].shape == tuple(q.shape) and self.fused[i].p == float(dropout_p):
+                return self.replay(self.sdpa_original, self.fused[i], q, k, v, attn_mask, dropout_p, is_causal,
+                                   scale, enable_gqa, self.dtype)
+            self.unmatched.append(f"fused attention call {i} {tuple(q.shape)} p={dropout_p}")
+            dropout_p = 0.0  # the reference is discarded (``unmatched``); it only has to run on
         if enable_gqa and k.size(-3) != q.size(-3):
             k = k.repeat_interleave(q.size(-3) // k.size(-3), -3)
             v = v.repeat_interleave(q.size(-3) // v.size(-3), -3)
@@ -204,6 +354,7 @@ class Injector:
         import torch.nn.functional as F
 
         saved = F.dropout, F.scaled_dot_product_attention
+        self.sdpa_original = saved[1]
         F.dropout, F.scaled_dot_product_attention = self.dropout, self.sdpa
         try:
             yield self
@@ -211,24 +362,29 @@ class Injector:
             F.dropout, F.scaled_dot_product_attention = saved
 
 
-def eager_reference(built, mode: str, device: str, mask_of: Callable, seed: int) -> tuple[tuple, list]:
+def eager_reference(built, mode: str, device: str, mask_of: Callable, seed: int, *, fused: list | None = None,
+                    autocast: bool = True) -> tuple[tuple, Injector]:
     """``(loss, logits, grads)`` of one eager step of a copy of ``built``'s model without autocast,
-    its dropouts applying ``mask_of``'s masks, and the dropout calls ``(shape, p)`` it made."""
+    its dropouts applying ``mask_of``'s masks and its fused attention calls replaying ``fused``
+    (the compiled step's draws; ``autocast``: the compiled step ran under bf16 autocast, so its
+    fused kernels ran in bf16), and the :class:`Injector` that says which calls it made."""
+    import torch
+
     from miner.check.verify import make_step, observe_step
 
     model = copy.deepcopy(built.model)
-    inj = Injector(mask_of)
+    inj = Injector(mask_of, fused=fused, dtype=torch.bfloat16 if autocast else None)
     with inj.active():
         step = make_step(model, built.inputs, built.loss, mode, device, autocast=False)
         out = observe_step(step, model, mode=mode, device=device, seed=seed)
-    return out, inj.calls
+    return out, inj
 
 
 def dropout_calls(built, mode: str, device: str) -> list[tuple[tuple, float]]:
     """The ``(shape, p)`` of each dropout call of one eager step (all elements kept: a dry run)."""
     import torch
 
-    return eager_reference(built, mode, device, lambda k, shape, p: torch.ones((), dtype=torch.bool), 0)[1]
+    return eager_reference(built, mode, device, lambda k, shape, p: torch.ones((), dtype=torch.bool), 0)[1].calls
 
 
 # --------------------------------------------------------------------------- the parity
@@ -249,10 +405,12 @@ class MaskedParity:
 
 @dataclass
 class Compiled:
-    """One observed compiled step: ``(loss, logits, grads)`` and the dropout launches it recorded."""
+    """One observed compiled step: ``(loss, logits, grads)``, the dropout launches it recorded and the
+    draws of its fused attention calls (:class:`FusedDraw`)."""
 
     observed: tuple
     calls: list
+    fused: list = field(default_factory=list)
 
 
 def observe_compiled(built, mode: str, device: str, *, graph_pass=None, autocast: bool, seed: int,
@@ -268,8 +426,8 @@ def observe_compiled(built, mode: str, device: str, *, graph_pass=None, autocast
 
     if runner is not None:
         step, model = runner
-        with launch.recording() as calls:
-            return Compiled(observe_step(step, model, mode=mode, device=device, seed=seed), calls)
+        with launch.recording() as calls, recording_fused_attention() as fused:
+            return Compiled(observe_step(step, model, mode=mode, device=device, seed=seed), calls, fused)
     torch._dynamo.reset()
     model = copy.deepcopy(built.model)
     options = rewrite.inductor_options(graph_pass) if graph_pass is not None else None
@@ -279,8 +437,8 @@ def observe_compiled(built, mode: str, device: str, *, graph_pass=None, autocast
                 gate_context(graph_pass, gate_open):
             step = make_step(compiled, built.inputs, built.loss, mode, device, autocast=autocast)
             step()  # compiles
-            with launch.recording() as calls:
-                return Compiled(observe_step(step, model, mode=mode, device=device, seed=seed), calls)
+            with launch.recording() as calls, recording_fused_attention() as fused:
+                return Compiled(observe_step(step, model, mode=mode, device=device, seed=seed), calls, fused)
     finally:
         torch._dynamo.reset()
 
@@ -295,22 +453,28 @@ def _mask_source(drawn: dict[int, Any], seeds, device_type: str) -> Callable:
 
 
 def _errors_to_reference(built, mode: str, device: str, compiled: Compiled, drawn: dict, seed: int,
-                         count: int) -> tuple[dict | None, str]:
-    """The relative errors of ``compiled``'s step to the eager reference with its masks."""
+                         count: int, autocast: bool) -> tuple[dict | None, str]:
+    """The relative errors of ``compiled``'s step to the eager reference with its masks (Inductor's
+    seed vector for the ``count`` dropout calls less the fused attention calls, which replay)."""
     from miner.check.verify import errors
 
-    seeds = seed_vector(seed, count, device).cpu()
-    ref, calls = eager_reference(built, mode, device, _mask_source(drawn, seeds, device.split(":")[0]), seed)
-    if len(calls) != count:
-        return None, f"the reference made {len(calls)} dropout calls, the dry run {count}"
+    seeds = seed_vector(seed, count - len(compiled.fused), device).cpu()
+    ref, inj = eager_reference(built, mode, device, _mask_source(drawn, seeds, device.split(":")[0]), seed,
+                               fused=compiled.fused, autocast=autocast)
+    if len(inj.calls) != count:
+        return None, f"the reference made {len(inj.calls)} dropout calls, the dry run {count}"
+    if inj.unmatched or inj.fused_calls != len(compiled.fused):
+        return None, (f"the reference ran {inj.fused_calls} attention calls in a fused kernel, the compiled step "
+                      f"{len(compiled.fused)}" + (f" ({inj.unmatched[0]} unmatched)" if inj.unmatched else ""))
     return errors(compiled.observed, ref), ""
 
 
 def floor_of(built, mode: str, device: str, *, autocast: bool, seed: int, count: int,
              default: Compiled | None = None) -> tuple[dict | None, str]:
-    """The default compile's relative errors to the eager reference with Inductor's own masks."""
+    """The default compile's relative errors to the eager reference with Inductor's own masks (and
+    its fused attention calls' draws replayed)."""
     default = default or observe_compiled(built, mode, device, autocast=autocast, seed=seed)
-    return _errors_to_reference(built, mode, device, default, {}, seed, count)
+    return _errors_to_reference(built, mode, device, default, {}, seed, count, autocast)
 
 
 def masked_parity(built, compiled: Compiled, *, mode: str, device: str, slots_of: dict[str, list[MaskSlot]],
@@ -337,10 +501,11 @@ def masked_parity(built, compiled: Compiled, *, mode: str, device: str, slots_of
     drawn, seeds, problems = recorded_masks(compiled.calls, slots_of)
     if not drawn:
         return MaskedParity(None, "no dropout kernel of the candidates ran in the step", dropouts=count)
-    if len(seeds) != count:
-        return MaskedParity(None, f"the compiled step drew {len(seeds)} seeds for {count} eager dropout calls "
-                            "(dropout inside a fused kernel?)", recorded=len(drawn), dropouts=count)
-    if not bool((seeds.cpu() == seed_vector(seed, count, device).cpu()).all()):
+    fused = len(compiled.fused)
+    if len(seeds) + fused != count:
+        return MaskedParity(None, f"the compiled step drew {len(seeds)} seeds and ran {fused} fused attention "
+                            f"dropouts for {count} eager dropout calls", recorded=len(drawn), dropouts=count)
+    if not bool((seeds.cpu() == seed_vector(seed, len(seeds), device).cpu()).all()):
         problems.append("the recorded seed vector is not the one the step's RNG state draws")
     if problems:
         return MaskedParity(False, "; ".join(problems), recorded=len(drawn), dropouts=count)
@@ -351,9 +516,10 @@ def masked_parity(built, compiled: Compiled, *, mode: str, device: str, slots_of
     far = [q for q, v in floor.items() if v is not None and not v <= PARITY_FLOOR_MAX]
     if far:
         return MaskedParity(None, f"the default compile is {floor[far[0]]:.3g} from its own masks injected in "
-                            f"{far[0]} (> {PARITY_FLOOR_MAX}): Inductor's stream not reproduced here",
+                            f"{far[0]} (> {PARITY_FLOOR_MAX}): Inductor's stream"
+                            + (" or the fused attention kernels' draws" if fused else "") + " not reproduced here",
                             floor=floor, recorded=len(drawn), dropouts=count)
-    error, why = _errors_to_reference(built, mode, device, compiled, drawn, seed, count)
+    error, why = _errors_to_reference(built, mode, device, compiled, drawn, seed, count, autocast)
     if error is None:
         return MaskedParity(None, why, floor=floor, recorded=len(drawn), dropouts=count)
     ok, reason = judge_parity(error, floor, atol=atol_for(device))
