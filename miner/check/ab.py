@@ -530,6 +530,7 @@ def run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions, 
         for live in phase_a[1:]:
             live.res.verdict = verdict(live.res.speedup, r.noise_band)
         _parity(phase_a, mode, device, reference, masked)
+        _log_phase(phase_a, log, f"  {model} {mode}/{compile_mode}")
         _explain(phase_a, options.kernel_times, device, options.profile_steps)
     r.variants[:0] = [live.res for live in phase_a]
     this_run = {f: [rec] for f, rec in alone_records(r).items()}  # join the evidence of the gated compiles
@@ -592,6 +593,7 @@ def run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions, 
                 (live.res.step, live.res.speedup, live.res.speedup_p20, live.res.speedup_p80,
                  live.res.verdict) = kept
         _parity([default] + phase_b[2:], mode, device, reference, masked)
+        _log_phase([default] + phase_b[2:], log, f"  {model} {mode}/{compile_mode}")
         _explain([default] + phase_b[2:], options.kernel_times, device, options.profile_steps)
         r.variants.extend(live.res for live in phase_b[2:])
     if default.res.step is None:  # neither phase had more than the two defaults: time them for the band
@@ -634,6 +636,20 @@ def _same_as_knob(r: ABResult) -> None:
                 v.step, v.speedup, v.speedup_p20, v.speedup_p80, v.verdict, v.parity, v.compile_s = (
                     src.step, src.speedup, src.speedup_p20, src.speedup_p80, src.verdict, src.parity, src.compile_s)
                 v.cudagraphs = src.cudagraphs
+
+
+def _log_phase(lives: Sequence[_Live], log: Callable, prefix: str) -> None:
+    """One line per variant as soon as a phase is measured: a call killed later keeps these in its log."""
+    for live in lives:
+        v = live.res
+        if v.step is None:
+            continue
+        parity = "" if v.parity is None else (" parity ok" if v.parity.ok else " parity FAIL") + (
+            f" ({v.parity.judged}: {v.parity.reason[:120]})" if v.parity.reason else f" ({v.parity.judged})")
+        log(f"{prefix} {v.name}: {v.step.median_ms:.2f} ms ({v.step.p20_ms:.2f}-{v.step.p80_ms:.2f})"
+            + (f" {v.speedup:.3f}x (p20-p80 {v.speedup_p20:.3f}-{v.speedup_p80:.3f})"
+               if v.speedup and v.speedup_p20 is not None else "")
+            + f" peak {v.step.peak_mem_bytes / 2**30:.2f} GiB" + (f" {v.verdict}" if v.verdict else "") + parity)
 
 
 def _parity(lives: Sequence[_Live], mode: str, device: str, reference: tuple | None = None,
