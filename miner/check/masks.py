@@ -426,7 +426,7 @@ def observe_compiled(built, mode: str, device: str, *, graph_pass=None, autocast
 
     if runner is not None:
         step, model = runner
-        with launch.recording() as calls, recording_fused_attention() as fused:
+        with launch.recording() as calls, recording_fused_attention() as fused, graphs_run_eagerly():
             return Compiled(observe_step(step, model, mode=mode, device=device, seed=seed), calls, fused)
     torch._dynamo.reset()
     model = copy.deepcopy(built.model)
@@ -441,6 +441,21 @@ def observe_compiled(built, mode: str, device: str, *, graph_pass=None, autocast
                 return Compiled(observe_step(step, model, mode=mode, device=device, seed=seed), calls, fused)
     finally:
         torch._dynamo.reset()
+
+
+@contextlib.contextmanager
+def graphs_run_eagerly():
+    """A variant compiled with CUDA graphs (``reduce_overhead``) runs its compiled kernels without
+    replaying a graph within (cudagraph trees' warm-up path, ``triton.force_cudagraphs_warmup``): a
+    replay runs no Python, so neither the region kernels' launches nor the fused attention calls
+    would be recorded. The same kernels run, on the same inputs."""
+    import torch._inductor.config as config
+
+    if not hasattr(config.triton, "force_cudagraphs_warmup"):
+        yield
+        return
+    with config.patch({"triton.force_cudagraphs_warmup": True}):
+        yield
 
 
 def _mask_source(drawn: dict[int, Any], seeds, device_type: str) -> Callable:
