@@ -128,3 +128,25 @@ def test_runs_of_one_model_step_split_over_calls_are_pooled():
                                                                              verdict="noise")]
     [rec] = recommendations([first, second, third])
     assert next(c for c in rec.configs if c.name == "sdpa_reduced_math").speedup == 1.01
+
+
+def test_a_masks_injected_parity_shows_its_own_error_and_a_marginal_win_says_so():
+    # a variant judged with its own masks injected (another random stream) shows the error to that
+    # reference beside the default's floor, never the direct difference of two streams (0.56 on t5);
+    # a win whose p20 is below 1.0 reads "marginal win" in the table
+    import dataclasses
+
+    from miner.check.configs import cells
+
+    r = _result()
+    fused = r.variants[5]
+    r.variants[5] = dataclasses.replace(
+        fused, speedup_p20=0.98, parity=dataclasses.replace(fused.parity, loss_rel=0.56, logits_rel=0.56, grads_rel=0.56,
+                                                            judged="masks injected", error={"grads": 7.4e-3},
+                                                            floor={"grads": 7.5e-3}))
+    c = {x.name: x for x in configurations(r)}["sdpa_reduced_math+fusions"]
+    assert c.error_rel == 7.4e-3 and c.floor_rel == 7.5e-3
+    row = cells(c)
+    assert row[3] == "marginal win" and "masks injected: 7.4e-03, the default's floor 7.5e-03" in row[6], row
+    plain = {x.name: x for x in configurations(_result())}["sdpa_reduced_math+fusions"]
+    assert plain.floor_rel is None and cells(plain)[3] == "win" and cells(plain)[6] == "ok (1.0e-03)"

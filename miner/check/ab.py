@@ -196,6 +196,18 @@ def verdict(speedup: float | None, band: float | None, parity: Parity | None = N
     return "noise"
 
 
+MARGINAL = "marginal win"
+
+
+def step_label(verdict: str | None, p20: float | None) -> str:
+    """The one verdict shown for one measurement: a ``win`` whose p20 of the per-round ratios reaches
+    below 1.0 is a ``marginal win`` (the median is beyond the noise band, but a fifth or more of the
+    rounds were slower); anything else as measured (win / loss / noise / parity-fail)."""
+    if verdict == "win" and p20 is not None and p20 < 1.0:
+        return MARGINAL
+    return verdict or "-"
+
+
 # --------------------------------------------------------------------------- variants
 
 @dataclass

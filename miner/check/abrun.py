@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 
 from miner.check import explain
 from miner.check.ab import (COMPILE_MODES, ABOptions, ABResult, VariantResult, ab_from_json, ab_to_json, alone_records,
-                            rounds_for, run_ab)
+                            rounds_for, run_ab, step_label)
 from miner.check.promotion import _root
 from miner.check.verify import format_step, load_fusions, run_env
 from miner.core.dtypes import AUTOCAST_MODEL_TOL, PARITY_ATOL, PARITY_K
@@ -257,7 +257,8 @@ def summary_table(results: Sequence[ABResult]) -> str:
         d, a, g = r.variant("default"), r.variant("all"), r.variant("gated")
 
         def sp(v):
-            return "-" if v is None or v.speedup is None else f"{v.speedup:.3f}x {v.verdict or ''}".strip()
+            return ("-" if v is None or v.speedup is None else
+                    f"{v.speedup:.3f}x {step_label(v.verdict, v.speedup_p20) if v.verdict else ''}".strip())
         fires = []
         for f, n in sorted(r.fires.items()):
             v = r.variant(f"alone:{f}") or (a if n and [k for k, m in r.fires.items() if m] == [f] else None)
@@ -294,7 +295,7 @@ def detail(r: ABResult) -> str:
         par = parity_cell(v.parity)
         cs = "-" if v.compile_s is None else f"{v.compile_s:.1f}"
         out.append(f"| {v.name} | {v.gate} | {format_step(v.step)} | "
-                   f"{_speedup(v)} | {v.verdict or '-'} | {_gib(v, r.compile)} | {m} | "
+                   f"{_speedup(v)} | {step_label(v.verdict, v.speedup_p20)} | {_gib(v, r.compile)} | {m} | "
                    f"{par} | {cs} | {explain.describe(v.kernels)} | {v.note} |")
     if r.gate:
         cpu = "" if r.env.get("device", "cuda") == "cuda" else " (CPU run: the gate passes here; this is what it would decide on CUDA)"
@@ -312,8 +313,8 @@ def parity_cell(p) -> str:
     if p is None:
         return "-"
     judged = getattr(p, "judged", "fixed tolerance")
-    if judged == "float32 floor":
-        return f"{'ok' if p.ok else 'FAIL'} (vs float32: {p.reason})"
+    if judged == "float32 floor" or judged.startswith("masks injected"):
+        return f"{'ok' if p.ok else 'FAIL'} ({judged}: {p.reason})"
     return ("ok" if p.ok else f"FAIL (loss {p.loss_rel}, grads {p.grads_rel})") + f" ({judged})"
 
 

@@ -48,6 +48,10 @@ class Config:
     error: str | None = None
     band: float | None = None  # the noise band of the run that measured it
     source: str = ""  # that run's verify.json
+    # how parity was judged (``Parity.judged``); under "masks injected" ``error_rel`` is the largest error to
+    # the eager reference holding the step's own masks and ``floor_rel`` the default's own to its reference
+    parity_judged: str = ""
+    floor_rel: float | None = None
 
     @property
     def changes(self) -> int:
@@ -152,9 +156,23 @@ def recommend(configs: Sequence[Config], band: float | None, *, model: str = "",
 # --------------------------------------------------------------------------- from A/B results
 
 def _error_rel(parity: Any) -> float | None:
+    """The largest relative difference behind a parity verdict: to the default compile, or, where the
+    variant draws other random numbers and was judged with its own masks injected (``error``), to
+    that reference (the direct difference then compares two random streams: it says nothing)."""
     if parity is None:
         return None
+    if _masked(parity):
+        return _largest(parity.error)
     vals = [v for v in (parity.loss_rel, parity.logits_rel, parity.grads_rel) if v is not None]
+    return max(vals) if vals else None
+
+
+def _masked(parity: Any) -> bool:
+    return str(getattr(parity, "judged", "")).startswith("masks injected") and bool(getattr(parity, "error", None))
+
+
+def _largest(d: dict | None) -> float | None:
+    vals = [v for v in (d or {}).values() if v is not None]
     return max(vals) if vals else None
 
 
@@ -164,7 +182,8 @@ def _config(name: str, v: Any, *, knob: str | None, fusions: bool, r: Any, sourc
                   v.verdict, None if v.parity is None else bool(v.parity.ok), _error_rel(v.parity), v.numerics,
                   None if s is None else s.median_ms,
                   None if s is None or v.cudagraphs else s.peak_mem_bytes / 2**30, v.compile_s, v.error,
-                  r.noise_band, source)
+                  r.noise_band, source, "" if v.parity is None else str(getattr(v.parity, "judged", "")),
+                  _largest(getattr(v.parity, "floor", None)) if v.parity is not None and _masked(v.parity) else None)
 
 
 def configurations(r: Any, source: str = "") -> list[Config]:
@@ -243,10 +262,13 @@ HEADER = ("configuration", "ms", "speedup [p20-p80]", "verdict", "peak GiB", "co
 
 def cells(c: Config) -> list[str]:
     """The cells of :data:`HEADER` for one configuration."""
+    from miner.check.ab import step_label
+
     par = ("-" if c.parity_ok is None else "ok" if c.parity_ok else "FAIL") + (
-        f" ({c.error_rel:.1e})" if c.error_rel is not None else "")
+        f" (masks injected: {c.error_rel:.1e}, the default's floor {c.floor_rel:.1e})" if c.floor_rel is not None
+        else f" ({c.error_rel:.1e})" if c.error_rel is not None else "")
     return [c.name + (" *" if c.numerics else ""), "-" if c.ms is None else f"{c.ms:.2f}",
-            c.error or _sp(c), c.verdict or "-", "-" if c.peak_gib is None else f"{c.peak_gib:.2f}",
+            c.error or _sp(c), step_label(c.verdict, c.p20) if c.verdict else "-", "-" if c.peak_gib is None else f"{c.peak_gib:.2f}",
             "-" if c.compile_s is None else f"{c.compile_s:.1f}", par]
 
 

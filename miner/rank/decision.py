@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from miner.check.ab import MARGINAL, step_label  # one definition: every view shows a measurement so
 from miner.core.errors import MinerError
 from miner.core.workspace import Workspace, read_json
 from miner.rank.records import BenchRun, CandidateInfo, Review
@@ -71,18 +72,6 @@ class StepChange:
     def shown(self) -> str:
         """The verdict as every view shows it (:func:`step_label`)."""
         return step_label(self.verdict, self.lo)
-
-
-MARGINAL = "marginal win"
-
-
-def step_label(verdict: str | None, p20: float | None) -> str:
-    """The one verdict shown for one measurement: a ``win`` whose p20 of the per-round ratios reaches
-    below 1.0 is a ``marginal win`` (the median is beyond the noise band, but a fifth or more of the
-    rounds were slower); anything else as measured (win / loss / noise / parity-fail)."""
-    if verdict == "win" and p20 is not None and p20 < 1.0:
-        return MARGINAL
-    return verdict or "-"
 
 
 def setup_of(r) -> str:
