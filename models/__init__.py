@@ -17,6 +17,8 @@ Name forms ``resolve`` accepts, first match wins:
 
 from __future__ import annotations
 
+import dataclasses
+
 import difflib
 import re
 
@@ -63,7 +65,16 @@ def group(name: str) -> list[str]:
 
 
 def resolve(name: str) -> ModelSpec:
-    """The spec of one model name (see the module docstring for the accepted forms)."""
+    """The spec of one model name (see the module docstring for the accepted forms).
+
+    ``<name>@<knob>`` is ``<name>``'s model under the label ``<name>@<knob>``: miner compiles it with
+    that knob (``miner profile --models t5@sdpa_reduced_math``); the zoo builds the same model."""
+    base, at, knob = name.partition("@")
+    if at:
+        if not knob or not base:
+            raise UsageError(f"{name!r}: a knob label is <model>@<knob>, e.g. t5@sdpa_reduced_math")
+        spec = resolve(base)
+        return dataclasses.replace(spec, name=f"{spec.name}@{knob}")
     name = _canonical(name)
     for registry in (lambda: REGISTRY, _suite, _generic):
         spec = registry().get(name)

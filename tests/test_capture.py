@@ -174,3 +174,39 @@ def test_gpu_mix_order_reduction_is_in_the_kernel_map():
     # one map entry per launch: no site recorded twice (Inductor's own entry and ours)
     assert all(len(k.sites) == round(k.calls_per_step) for k in triton if not k.split), \
         [(k.name, len(k.sites), k.calls_per_step) for k in triton]
+
+
+def test_a_knob_label_compiles_with_that_knob(tmp_path):
+    # ``<model>@<knob>``: the zoo builds the model, the capture compiles it with the knob's Inductor options
+    # (here pack_bool_masks: the masks saved as bits, so the graphs hold the pack's shifts) under its
+    # context, and says so; without the knob the same model's graph holds none; an unknown knob is an error
+    import miner_models as models
+    from miner.core.errors import UsageError
+    from miner.scan.scan import knob_of
+
+    assert models.resolve("t5@pack_bool_masks").name == "t5@pack_bool_masks"
+    assert knob_of("t5") is None and knob_of("t5@sdpa_reduced_math+pack_bool_masks").name == \
+        "sdpa_reduced_math+pack_bool_masks"
+    with pytest.raises(UsageError):
+        knob_of("t5@no_such_knob")
+    with pytest.raises(UsageError):
+        models.resolve("t5@")
+
+    class Dropper(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(64, 64)
+
+        def forward(self, x):
+            return {"loss": torch.nn.functional.dropout(self.proj(x), 0.5).relu().sum()}
+
+    def capture(knob):
+        torch.manual_seed(0)
+        out = capture_step(Built(Dropper(), {"x": torch.randn(128, 64)}, lambda o: o["loss"]), name="d", preset="tiny",
+                           mode="train", device="cpu", knob=knob)
+        return out, {n.target for g in out.graphs for n in g.nodes}
+
+    packed, targets = capture(knob_of("d@pack_bool_masks"))
+    assert "aten.__lshift__.Scalar" in targets and packed.graphs[0].provenance["knob"] == "pack_bool_masks"
+    plain, targets = capture(None)
+    assert "aten.__lshift__.Scalar" not in targets and "knob" not in plain.graphs[0].provenance

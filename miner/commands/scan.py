@@ -40,6 +40,10 @@ def expand_models(spec: str) -> list[str]:
     names = [m.strip() for m in spec.split(",") if m.strip()]
     if not names:
         raise UsageError("--models is empty")
+    from miner.scan.scan import knob_of
+
+    for n in names:
+        knob_of(n)  # <model>@<knob>: an unknown knob is a usage error before anything compiles
     expand = getattr(models, "expand", None)
     if expand is not None:
         return expand(names)

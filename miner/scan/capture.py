@@ -252,20 +252,29 @@ def versions() -> dict[str, str]:
 
 
 def capture_step(built, *, name: str, preset: str, mode: str, device: str, autocast_dtype: torch.dtype | None = None,
-                 progress: Callable[[str], None] = lambda s: None, profile: bool = False) -> StepOutcome:
+                 progress: Callable[[str], None] = lambda s: None, profile: bool = False, knob=None) -> StepOutcome:
     """Compile ``built.model`` (a ``miner_models.Built``) with Inductor and run one step (train:
     ``built.loss(model(**built.inputs))`` + backward), capturing graphs.
 
     ``profile``: then, with the same compiled model (so the profiled kernel names are the captured
     ones), time and profile further steps (``miner.scan.profile.measure``) and join the kernel table
     to the graphs' kernel maps: ``StepOutcome.profile``. Training steps set ``grad = None`` first.
+    ``knob``: a ``miner.check.knobs.Knob``: its Inductor options go to ``torch.compile``, its context
+    holds over the compile and every step (``StepOutcome``'s provenance names it).
     """
+    with knob.context() if knob is not None and knob.context is not None else contextlib.nullcontext():
+        return _capture_step(built, name=name, preset=preset, mode=mode, device=device, autocast_dtype=autocast_dtype,
+                             progress=progress, profile=profile, knob=knob)
+
+
+def _capture_step(built, *, name, preset, mode, device, autocast_dtype, progress, profile, knob) -> StepOutcome:
     from torch._dynamo.utils import counters
 
     model, inputs, loss_fn = built.model, built.inputs, built.loss
     torch._dynamo.reset()
     counters.clear()
-    compiled = torch.compile(model, backend="inductor", dynamic=False)
+    compiled = torch.compile(model, backend="inductor", dynamic=False,
+                             options=dict(knob.options) if knob is not None and knob.options else None)
     amp = (torch.autocast(device_type=device.split(":")[0], dtype=autocast_dtype)
            if autocast_dtype is not None else contextlib.nullcontext())
     phase_seconds = {}
@@ -308,7 +317,8 @@ def capture_step(built, *, name: str, preset: str, mode: str, device: str, autoc
     seconds = time.perf_counter() - t0 - phase_seconds.get("profile", 0.0)
     breaks = sum(counters["graph_break"].values())
     provenance = {**versions(), "device": device, "date": time.strftime("%Y-%m-%d"),
-                  "autocast": str(autocast_dtype).removeprefix("torch.") if autocast_dtype else None}
+                  "autocast": str(autocast_dtype).removeprefix("torch.") if autocast_dtype else None,
+                  **({"knob": knob.name} if knob is not None else {})}
     if device.startswith("cuda"):
         provenance["gpu"] = torch.cuda.get_device_name()
     graphs = captured_graphs(cap, name, preset, mode, provenance)

@@ -105,7 +105,7 @@ def scan_in_process(req: ScanRequest, ws: Workspace, progress: Callable[[str], N
             autocast = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(
                 req.dtype, torch.bfloat16 if req.device.startswith("cuda") else None)
             outcome = capture_step(built, name=req.model, preset=req.preset, mode=mode, device=req.device,
-                                   autocast_dtype=autocast,
+                                   autocast_dtype=autocast, knob=knob_of(req.model),
                                    progress=lambda s: progress(f"{mode}: {s}"), profile=req.profile)
             if outcome.profile is not None:
                 from miner.scan.profile import save as save_profile
@@ -126,6 +126,16 @@ def scan_in_process(req: ScanRequest, ws: Workspace, progress: Callable[[str], N
         results.append(result)
         progress(f"{mode}: {'done' if result.ok else 'failed'} in {result.seconds:.1f}s")
     return results
+
+
+def knob_of(model: str):
+    """The knob a ``<model>@<knob>`` label compiles with (``miner.check.knobs``: ``a+b`` for two), None
+    for a plain name. The captures, profiles and regions of such a model are those of the step a user
+    runs with that knob: regions mined there are the ones left to take on top of it."""
+    from miner.check import knobs
+
+    _, at, spec = model.partition("@")
+    return knobs.parse(spec)[0] if at else None
 
 
 def replace_graphs(ws: Workspace, model: str, preset: str, mode: str, graphs) -> None:
