@@ -325,3 +325,18 @@ def test_compile_limits_are_raised_and_a_hit_is_an_error():
     with dc.patch(recompile_limit=8, cache_size_limit=8, fail_on_recompile_limit_hit=False):
         ab.raise_compile_limits()
         assert dc.recompile_limit >= 64 and dc.fail_on_recompile_limit_hit is True
+
+
+def test_each_rounds_gpu_and_host_times_are_kept_and_the_host_bound_rounds_counted():
+    # the per-round GPU and host times go to verify.json (round trip) and the log says in how many
+    # rounds the host took at least the GPU time: a step the host bounds shows everything the host does
+    from miner.check.ab import ABResult, VariantResult, ab_from_json, ab_to_json, host_share
+
+    v = VariantResult("all", ["f"], "open", round_ms=[60.0, 60.0, 60.0, 80.0], host_ms=[40.0, 61.0, 59.9, 80.5])
+    assert host_share(v).endswith("as long as the GPU step or longer in 2 of 4 rounds"), host_share(v)
+    r = ABResult("t5", "train", "default", "base", 16, 512, variants=[v])
+    back = ab_from_json(ab_to_json(r)).variants[0]
+    assert back.round_ms == v.round_ms and back.host_ms == v.host_ms
+    old = ab_to_json(r)
+    del old["variants"][0]["round_ms"], old["variants"][0]["host_ms"]  # a verify.json written before them
+    assert ab_from_json(old).variants[0].host_ms == []

@@ -200,13 +200,13 @@ def test_a_knob_label_compiles_with_that_knob(tmp_path):
         def forward(self, x):
             return {"loss": torch.nn.functional.dropout(self.proj(x), 0.5).relu().sum()}
 
-    def capture(knob):
+    def capture(name):
         torch.manual_seed(0)
-        out = capture_step(Built(Dropper(), {"x": torch.randn(128, 64)}, lambda o: o["loss"]), name="d", preset="tiny",
-                           mode="train", device="cpu", knob=knob)
+        out = capture_step(Built(Dropper(), {"x": torch.randn(128, 64)}, lambda o: o["loss"]), name=name,
+                           preset="tiny", mode="train", device="cpu")
         return out, {n.target for g in out.graphs for n in g.nodes}
 
-    packed, targets = capture(knob_of("d@pack_bool_masks"))
+    packed, targets = capture("d@pack_bool_masks")
     assert "aten.__lshift__.Scalar" in targets and packed.graphs[0].provenance["knob"] == "pack_bool_masks"
-    plain, targets = capture(None)
+    plain, targets = capture("d")
     assert "aten.__lshift__.Scalar" not in targets and "knob" not in plain.graphs[0].provenance

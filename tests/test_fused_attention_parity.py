@@ -80,13 +80,13 @@ class Block(nn.Module):
 def _inject(fused, chosen=(1,)):
     asked, replayed, drawn = [], [], []
 
-    def choose(*args):
+    def choose(call):
         asked.append(len(asked))
         return len(asked) - 1 in chosen
 
-    def replay(sdpa, draw, q, k, v, attn_mask, p, is_causal, scale, gqa, dtype):
+    def replay(sdpa, draw, call, dtype):
         replayed.append((draw, dtype))
-        return sdpa(q, k, v, attn_mask=attn_mask, dropout_p=0.0, is_causal=is_causal, scale=scale)
+        return sdpa(call.q, call.k, call.v, attn_mask=call.attn_mask, dropout_p=0.0, is_causal=call.is_causal)
 
     def mask_of(k, shape, p):
         drawn.append((k, shape, p))

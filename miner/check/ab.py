@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
 from miner.check.verify import (Parity, StepStats, _zero_grads, make_parity, make_step, observe_step, resize_inputs,
-                                time_step)
+                                time_step_host)
 
 COMPILE_MODES = ("default", "dynamic", "reduce-overhead")
 GATE_OPEN, GATE_ON, NO_GATE = "open", "on", "-"
@@ -96,6 +96,9 @@ class VariantResult:
     knob: str | None = None  # knob:<k> and knob:<k>+fusions variants: the knob's name (miner.check.knobs)
     numerics: str = ""  # how the knob changes numerics ("" when it does not)
     cudagraphs: bool = False  # ran under CUDA graphs (its step peak is the graphs' pool, not measured)
+    # per timed round of the phase its numbers come from: the step's GPU ms, and the host's ms to issue it
+    round_ms: list[float] = field(default_factory=list)
+    host_ms: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -216,6 +219,7 @@ class _Live:
     model: Any
     step: Callable
     times: list[float] = field(default_factory=list)
+    host: list[float] = field(default_factory=list)
     peak: int = 0
 
 
@@ -352,8 +356,9 @@ def interleave(lives: Sequence[_Live], rounds: int, device: str) -> None:
             for live in list(lives[r % n:]) + list(lives[:r % n]):
                 _zero_grads(live.model)
                 with gpu_timing_lock():
-                    ms, peak = time_step(live.step, device)
+                    ms, peak, host = time_step_host(live.step, device)
                 live.times.append(ms)
+                live.host.append(host)
                 live.peak = max(live.peak, peak)
 
 
@@ -393,7 +398,9 @@ def _record_phase(lives: Sequence[_Live], band: float | None) -> list[float]:
             control = ratios
         if live.res.name != "default":
             live.res.verdict = verdict(live.res.speedup, band)
-        live.times = []
+        live.res.round_ms = [round(t, 3) for t in live.times]
+        live.res.host_ms = [round(t, 3) for t in live.host]
+        live.times, live.host = [], []
     return control
 
 
@@ -594,8 +601,8 @@ def run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions, 
             for live in phase_b[1:]:
                 live.res.verdict = verdict(live.res.speedup, r.noise_band)
         else:
-            saved = [(live.res.step, live.res.speedup, live.res.speedup_p20, live.res.speedup_p80, live.res.verdict)
-                     for live in (default, control)]
+            saved = [(live.res.step, live.res.speedup, live.res.speedup_p20, live.res.speedup_p80, live.res.verdict,
+                      live.res.round_ms, live.res.host_ms) for live in (default, control)]
             _record_phase(phase_b, r.noise_band)
             for live in phase_b[2:]:
                 live.res.note = ((live.res.note + "; ") if live.res.note else "") + (
@@ -603,7 +610,7 @@ def run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions, 
                     f"{default.res.step.median_ms:.2f} ms, control {control.res.speedup:.3f}x)")
             for live, kept in zip((default, control), saved):  # phase A's numbers stand
                 (live.res.step, live.res.speedup, live.res.speedup_p20, live.res.speedup_p80,
-                 live.res.verdict) = kept
+                 live.res.verdict, live.res.round_ms, live.res.host_ms) = kept
         _parity([default] + phase_b[2:], mode, device, reference, masked)
         _log_phase([default] + phase_b[2:], log, f"  {model} {mode}/{compile_mode}")
         _explain([default] + phase_b[2:], options.kernel_times, device, options.profile_steps)
@@ -650,6 +657,18 @@ def _same_as_knob(r: ABResult) -> None:
                 v.cudagraphs = src.cudagraphs
 
 
+def host_share(v: VariantResult) -> str:
+    """``41.2 ms (p20-p80 40.1-44.0), as long as the GPU step or longer in 3 of 15 rounds``: the host's
+    time to issue the step, and in how many rounds it took at least the step's GPU time (the GPU
+    then waited on the host: the ~1 ms of work queued ahead is all the head start it had)."""
+    from miner.bench import roofline as rl
+
+    m, lo, hi = rl.summarize(v.host_ms)
+    bound = sum(h >= g for h, g in zip(v.host_ms, v.round_ms))
+    return (f"{m:.1f} ms (p20-p80 {lo:.1f}-{hi:.1f}), as long as the GPU step or longer in {bound} of "
+            f"{len(v.host_ms)} rounds")
+
+
 def _log_phase(lives: Sequence[_Live], log: Callable, prefix: str) -> None:
     """One line per variant as soon as a phase is measured: a call killed later keeps these in its log."""
     for live in lives:
@@ -661,7 +680,8 @@ def _log_phase(lives: Sequence[_Live], log: Callable, prefix: str) -> None:
         log(f"{prefix} {v.name}: {v.step.median_ms:.2f} ms ({v.step.p20_ms:.2f}-{v.step.p80_ms:.2f})"
             + (f" {v.speedup:.3f}x (p20-p80 {v.speedup_p20:.3f}-{v.speedup_p80:.3f})"
                if v.speedup and v.speedup_p20 is not None else "")
-            + f" peak {v.step.peak_mem_bytes / 2**30:.2f} GiB" + (f" {v.verdict}" if v.verdict else "") + parity)
+            + f" peak {v.step.peak_mem_bytes / 2**30:.2f} GiB" + (f" {v.verdict}" if v.verdict else "")
+            + (f"; host issues it in {host_share(v)}" if v.host_ms else "") + parity)
 
 
 def _parity(lives: Sequence[_Live], mode: str, device: str, reference: tuple | None = None,

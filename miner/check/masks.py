@@ -251,17 +251,40 @@ def recording_fused_attention(ops: dict | None = None):
             setattr(packet, "default", original)
 
 
-def fused_backend(q, k, v, attn_mask, dropout_p: float, is_causal: bool, scale, enable_gqa: bool, dtype) -> int:
-    """The ``SDPBackend`` value the compiled step's ``scaled_dot_product_attention`` chose for these
-    inputs under autocast to ``dtype`` (None: no autocast): ``torch._fused_sdp_choice``, which the
-    composite op itself asks while it is traced."""
+@dataclass(frozen=True)
+class AttentionCall:
+    """One ``scaled_dot_product_attention`` call's arguments."""
+
+    q: Any
+    k: Any
+    v: Any
+    attn_mask: Any = None
+    dropout_p: float = 0.0
+    is_causal: bool = False
+    scale: float | None = None
+    enable_gqa: bool = False
+
+    def cast(self, dtype) -> "AttentionCall":
+        """The floating tensors in ``dtype`` (as autocast casts them; None: unchanged)."""
+        def cast(t):
+            return t if t is None or dtype is None or not t.is_floating_point() else t.to(dtype)
+        return AttentionCall(cast(self.q), cast(self.k), cast(self.v), cast(self.attn_mask), self.dropout_p,
+                             self.is_causal, self.scale, self.enable_gqa)
+
+    def run(self, sdpa: Callable):
+        return sdpa(self.q, self.k, self.v, attn_mask=self.attn_mask, dropout_p=self.dropout_p,
+                    is_causal=self.is_causal, scale=self.scale, enable_gqa=self.enable_gqa)
+
+
+def fused_backend(call: AttentionCall, dtype) -> int:
+    """The ``SDPBackend`` value the compiled step's ``scaled_dot_product_attention`` chose for this call
+    under autocast to ``dtype`` (None: no autocast): ``torch._fused_sdp_choice``, which the composite
+    op itself asks while it is traced."""
     import torch
 
-    def cast(t):
-        return t if t is None or dtype is None or not t.is_floating_point() else t.to(dtype)
-
-    return int(torch._fused_sdp_choice(cast(q), cast(k), cast(v), cast(attn_mask), dropout_p, is_causal,
-                                       scale=scale, enable_gqa=enable_gqa))
+    c = call.cast(dtype)
+    return int(torch._fused_sdp_choice(c.q, c.k, c.v, c.attn_mask, c.dropout_p, c.is_causal, scale=c.scale,
+                                       enable_gqa=c.enable_gqa))
 
 
 @contextlib.contextmanager
@@ -279,19 +302,15 @@ def generator_at(device, seed: int, offset: int):
         gen.set_state(state)
 
 
-def replay_fused(sdpa: Callable, draw: FusedDraw, q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa, dtype):
-    """``draw``'s kernel run again on ``q, k, v`` cast to ``dtype`` with the generator at its
-    ``(seed, offset)``: the compiled step's mask, forward and backward; the output in ``q``'s dtype."""
+def replay_fused(sdpa: Callable, draw: FusedDraw, call: AttentionCall, dtype):
+    """``draw``'s kernel run again on ``call`` cast to ``dtype`` with the generator at its
+    ``(seed, offset)``: the compiled step's mask, forward and backward; the output in the query's dtype."""
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    def cast(t):
-        return t if t is None or dtype is None or not t.is_floating_point() else t.to(dtype)
-
-    with generator_at(q.device, draw.seed, draw.offset), sdpa_kernel([getattr(SDPBackend, draw.backend)]):
-        out = sdpa(cast(q), cast(k), cast(v), attn_mask=cast(attn_mask), dropout_p=dropout_p, is_causal=is_causal,
-                   scale=scale, enable_gqa=enable_gqa)
-    return out.to(q.dtype) if torch.is_tensor(out) else out
+    with generator_at(call.q.device, draw.seed, draw.offset), sdpa_kernel([getattr(SDPBackend, draw.backend)]):
+        out = call.cast(dtype).run(sdpa)
+    return out.to(call.q.dtype) if torch.is_tensor(out) else out
 
 
 # --------------------------------------------------------------------------- the eager reference
@@ -301,8 +320,8 @@ class Injector:
     ``scaled_dot_product_attention`` (the math written out) with ``x * keep_k * (1 / (1 - p))``,
     ``keep_k = mask_of(k, shape, p)`` for the ``k``-th dropout call in training with ``p > 0`` that
     Inductor draws. An attention call the compiled step ran in a fused kernel (``fused``: its draws,
-    in call order; ``choose(q, k, v, mask, p, causal, scale, gqa) -> bool`` says which calls) runs
-    that kernel again at its recorded draw (:func:`replay_fused`; ``replay`` replaces it in tests).
+    in call order; ``choose(AttentionCall) -> bool`` says which calls) runs that kernel again at its
+    recorded draw (:func:`replay_fused`; ``replay`` replaces it in tests).
     ``calls`` lists ``(shape, p)`` per dropout call; ``fused_calls`` counts the replayed ones."""
 
     def __init__(self, mask_of: Callable, fused: list | None = None, dtype=None, choose: Callable | None = None,
@@ -312,7 +331,7 @@ class Injector:
         self.mask_of = mask_of
         self.fused = list(fused or [])
         self.dtype = dtype
-        self.choose = choose or (lambda *a: fused_backend(*a, dtype=dtype) != 0)
+        self.choose = choose or (lambda call: fused_backend(call, dtype) != 0)
         self.replay = replay or replay_fused
         self.sdpa_original = F.scaled_dot_product_attention
         self.calls: list[tuple[tuple, float]] = []
@@ -329,13 +348,13 @@ class Injector:
     def sdpa(self, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         import torch
 
-        if self.fused and dropout_p > 0 and self.choose(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+        call = AttentionCall(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+        if self.fused and dropout_p > 0 and self.choose(call):
             i = self.fused_calls
             self.calls.append((tuple(q.shape[:-1]) + (k.size(-2),), float(dropout_p)))
             self.fused_calls += 1
             if i < len(self.fused) and self.fused[i].shape == tuple(q.shape) and self.fused[i].p == float(dropout_p):
-                return self.replay(self.sdpa_original, self.fused[i], q, k, v, attn_mask, dropout_p, is_causal,
-                                   scale, enable_gqa, self.dtype)
+                return self.replay(self.sdpa_original, self.fused[i], call, self.dtype)
             self.unmatched.append(f"fused attention call {i} {tuple(q.shape)} p={dropout_p}")
             dropout_p = 0.0  # the reference is discarded (``unmatched``); it only has to run on
         if enable_gqa and k.size(-3) != q.size(-3):

@@ -340,6 +340,14 @@ PREFILL_CYCLES = 2_000_000  # GPU clock cycles (about 1 ms on an H200)
 def time_step(step: Callable, device: str) -> tuple[float, int]:
     """One step: milliseconds (CUDA events; wall clock on CPU) and its peak memory beyond what was
     allocated before it (weights, optimizer-free state: what the step itself needs)."""
+    ms, peak, _ = time_step_host(step, device)
+    return ms, peak
+
+
+def time_step_host(step: Callable, device: str) -> tuple[float, int, float]:
+    """:func:`time_step` and the host's milliseconds to issue the step (``step()`` called until it
+    returns, before the synchronize): a step whose host time reaches its GPU time is bound by the
+    host (Python, launches), and then anything on the host shows in the step."""
     import torch
 
     if device.startswith("cuda"):
@@ -351,13 +359,16 @@ def time_step(step: Callable, device: str) -> tuple[float, int]:
         # first launches (Dynamo's guards, Python) overlap it instead of being timed as idle GPU.
         torch.cuda._sleep(PREFILL_CYCLES)
         a.record()
+        t0 = time.perf_counter()
         step()
+        host = (time.perf_counter() - t0) * 1e3
         b.record()
         torch.cuda.synchronize()
-        return a.elapsed_time(b), int(torch.cuda.max_memory_allocated() - base)
+        return a.elapsed_time(b), int(torch.cuda.max_memory_allocated() - base), host
     t0 = time.perf_counter()
     step()
-    return (time.perf_counter() - t0) * 1e3, 0
+    ms = (time.perf_counter() - t0) * 1e3
+    return ms, 0, ms
 
 
 @dataclass

@@ -252,22 +252,27 @@ def versions() -> dict[str, str]:
 
 
 def capture_step(built, *, name: str, preset: str, mode: str, device: str, autocast_dtype: torch.dtype | None = None,
-                 progress: Callable[[str], None] = lambda s: None, profile: bool = False, knob=None) -> StepOutcome:
+                 progress: Callable[[str], None] = lambda s: None, profile: bool = False) -> StepOutcome:
     """Compile ``built.model`` (a ``miner_models.Built``) with Inductor and run one step (train:
     ``built.loss(model(**built.inputs))`` + backward), capturing graphs.
 
     ``profile``: then, with the same compiled model (so the profiled kernel names are the captured
     ones), time and profile further steps (``miner.scan.profile.measure``) and join the kernel table
     to the graphs' kernel maps: ``StepOutcome.profile``. Training steps set ``grad = None`` first.
-    ``knob``: a ``miner.check.knobs.Knob``: its Inductor options go to ``torch.compile``, its context
-    holds over the compile and every step (``StepOutcome``'s provenance names it).
+    ``name`` ``<model>@<knob>`` (``miner.scan.scan.knob_of``): the knob's Inductor options go to ``torch.compile``,
+    its context holds over the compile and every step, and the provenance names it.
     """
+    from miner.scan.scan import knob_of
+
+    knob = knob_of(name)
     with knob.context() if knob is not None and knob.context is not None else contextlib.nullcontext():
-        return _capture_step(built, name=name, preset=preset, mode=mode, device=device, autocast_dtype=autocast_dtype,
-                             progress=progress, profile=profile, knob=knob)
+        return _capture_step(built, name, preset, mode, device, autocast_dtype, progress, profile)
 
 
-def _capture_step(built, *, name, preset, mode, device, autocast_dtype, progress, profile, knob) -> StepOutcome:
+def _capture_step(built, name, preset, mode, device, autocast_dtype, progress, profile) -> StepOutcome:
+    from miner.scan.scan import knob_of
+
+    knob = knob_of(name)
     from torch._dynamo.utils import counters
 
     model, inputs, loss_fn = built.model, built.inputs, built.loss

@@ -105,7 +105,7 @@ def scan_in_process(req: ScanRequest, ws: Workspace, progress: Callable[[str], N
             autocast = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(
                 req.dtype, torch.bfloat16 if req.device.startswith("cuda") else None)
             outcome = capture_step(built, name=req.model, preset=req.preset, mode=mode, device=req.device,
-                                   autocast_dtype=autocast, knob=knob_of(req.model),
+                                   autocast_dtype=autocast,
                                    progress=lambda s: progress(f"{mode}: {s}"), profile=req.profile)
             if outcome.profile is not None:
                 from miner.scan.profile import save as save_profile
