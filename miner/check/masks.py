@@ -591,13 +591,24 @@ def check_model(cand, model_name: str, mode: str, device: str):
     from miner.check.checks import Check, models_build
     from miner.runtime import rewrite
 
+    from miner.check import knobs
+
     t0 = time.perf_counter()
     label = f"{model_name}/tiny/{mode} ({METHOD}, bf16 autocast)"
     graph_pass = rewrite.FusionPass([rewrite.entry_for(cand.path / "pattern.py", cand.id, cand.pattern_module)])
+    # a candidate found in ``<model>@<knob>``'s profile lives in the graph that knob makes: both compiled
+    # steps (the candidate's and the default's floor) run under the knob's context
+    _, at, spec = model_name.partition("@")
+    knob = knobs.parse(spec)[0] if at else None
+    if knob is not None and knob.options:
+        return Check("rewrite", label, None, f"{knob.name} sets Inductor options, which this check does not apply: "
+                     "judge the candidate in `miner verify --ab --knobs` instead", seconds=0.0, device=device)
     try:
         built = models_build(model_name, mode, device)
-        r = masked_parity(built, observe_compiled(built, mode, device, graph_pass=graph_pass, autocast=True, seed=0),
-                          mode=mode, device=device, slots_of=slots_of([cand]), autocast=True)
+        with knob.context() if knob is not None and knob.context is not None else contextlib.nullcontext():
+            r = masked_parity(built, observe_compiled(built, mode, device, graph_pass=graph_pass, autocast=True,
+                                                      seed=0),
+                              mode=mode, device=device, slots_of=slots_of([cand]), autocast=True)
     except Exception as e:  # noqa: BLE001 - a failure to compile or run is a failed check
         return Check("rewrite", label, False, f"{type(e).__name__}: {str(e).splitlines()[0][:300]}",
                      matches=graph_pass.total(), seconds=time.perf_counter() - t0, device=device)

@@ -444,6 +444,10 @@ def triton_rand(shape: Sequence[int], seed, kind: str = "rand"):
 def elided_cast(x, dtype):
     """``x`` itself: a random number cast to bf16/fp16 (``dtype``) in the graph, as Inductor computes
     it: in float32, the cast elided (``torch._inductor.config.emulate_precision_casts`` off, its
-    default), so dropout's comparison sees the unrounded number (eager would round it)."""
-    del dtype
-    return x
+    default), so dropout's comparison sees the unrounded number (eager would round it).
+
+    On meta tensors (``_out_meta``: the outputs' shapes and dtypes) the cast is kept: the kernel
+    computes in float32 but stores each output in the pattern's dtype, and an output reached from
+    the cast through a dtype-keeping op (``where(mask, full(bf16), cast)``, a softmax under
+    ``sdpa_reduced_math``) has the cast's dtype in the pattern."""
+    return x.to(dtype) if x.device.type == "meta" else x
