@@ -168,3 +168,24 @@ def test_on_a_gpu_the_replayed_kernel_reproduces_the_compiled_steps_masks():
     planted = dataclasses.replace(got, fused=[dataclasses.replace(got.fused[0], offset=got.fused[0].offset + 4096)])
     wrong, _ = masks._errors_to_reference(built, "train", dev, planted, {}, 0, count, True)
     assert max(v for v in wrong.values() if v is not None) > 0.2, wrong
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_on_a_gpu_a_cuda_graph_variant_is_observed_through_the_warm_up_path():
+    # a replayed CUDA graph runs no Python: without graphs_run_eagerly the fused attention call of a
+    # reduce-overhead step would go unrecorded and its parity could never be judged
+    from miner.check.verify import make_step
+    from miner_models import Built
+
+    torch.manual_seed(0)
+    dev = "cuda"
+    model = CrossAttention().to(dev)
+    x, mem = torch.randn(2, 128, 64, device=dev), torch.randn(2, 96, 64, device=dev)
+    bias = torch.zeros(2, 1, 128, 96, device=dev)
+    built = Built(model, {"x": x, "memory": mem, "bias": bias}, lambda out: out)
+    compiled = torch.compile(model, options={"triton.cudagraphs": True}, dynamic=False)
+    step = make_step(compiled, built.inputs, built.loss, "train", dev, autocast=True)
+    for _ in range(4):  # warm-up, record, replay
+        step()
+    got = masks.observe_compiled(built, "train", dev, autocast=True, seed=0, runner=(step, model))
+    assert len(got.fused) == 1, got.fused
