@@ -182,7 +182,7 @@ def test_a_knob_label_compiles_with_that_knob(tmp_path):
     # context, and says so; without the knob the same model's graph holds none; an unknown knob is an error
     import miner_models as models
     from miner.core.errors import UsageError
-    from miner.scan.scan import knob_of
+    from miner.check.knobs import of_label as knob_of
 
     assert models.resolve("t5@pack_bool_masks").name == "t5@pack_bool_masks"
     assert knob_of("t5") is None and knob_of("t5@sdpa_reduced_math+pack_bool_masks").name == \

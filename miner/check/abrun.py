@@ -312,8 +312,10 @@ def parity_cell(p) -> str:
     """``ok`` / ``FAIL`` with the rule that judged it and, against the float32 floor, the numbers."""
     if p is None:
         return "-"
+    from miner.check.masks import METHOD
+
     judged = getattr(p, "judged", "fixed tolerance")
-    if judged == "float32 floor" or judged.startswith("masks injected"):
+    if judged == "float32 floor" or judged.startswith(METHOD):
         return f"{'ok' if p.ok else 'FAIL'} ({judged}: {p.reason})"
     return ("ok" if p.ok else f"FAIL (loss {p.loss_rel}, grads {p.grads_rel})") + f" ({judged})"
 

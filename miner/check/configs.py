@@ -48,9 +48,8 @@ class Config:
     error: str | None = None
     band: float | None = None  # the noise band of the run that measured it
     source: str = ""  # that run's verify.json
-    # how parity was judged (``Parity.judged``); under "masks injected" ``error_rel`` is the largest error to
-    # the eager reference holding the step's own masks and ``floor_rel`` the default's own to its reference
-    parity_judged: str = ""
+    # judged with the step's own masks injected: ``error_rel`` is the largest error to that reference and
+    # ``floor_rel`` the default's own to its reference (None: judged against the default compile)
     floor_rel: float | None = None
 
     @property
@@ -163,12 +162,13 @@ def _error_rel(parity: Any) -> float | None:
         return None
     if _masked(parity):
         return _largest(parity.error)
-    vals = [v for v in (parity.loss_rel, parity.logits_rel, parity.grads_rel) if v is not None]
-    return max(vals) if vals else None
+    return _largest({"loss": parity.loss_rel, "logits": parity.logits_rel, "grads": parity.grads_rel})
 
 
 def _masked(parity: Any) -> bool:
-    return str(getattr(parity, "judged", "")).startswith("masks injected") and bool(getattr(parity, "error", None))
+    from miner.check.masks import METHOD
+
+    return str(getattr(parity, "judged", "")).startswith(METHOD) and bool(getattr(parity, "error", None))
 
 
 def _largest(d: dict | None) -> float | None:
@@ -182,8 +182,8 @@ def _config(name: str, v: Any, *, knob: str | None, fusions: bool, r: Any, sourc
                   v.verdict, None if v.parity is None else bool(v.parity.ok), _error_rel(v.parity), v.numerics,
                   None if s is None else s.median_ms,
                   None if s is None or v.cudagraphs else s.peak_mem_bytes / 2**30, v.compile_s, v.error,
-                  r.noise_band, source, "" if v.parity is None else str(getattr(v.parity, "judged", "")),
-                  _largest(getattr(v.parity, "floor", None)) if v.parity is not None and _masked(v.parity) else None)
+                  r.noise_band, source,
+                  _largest(v.parity.floor) if v.parity is not None and _masked(v.parity) else None)
 
 
 def configurations(r: Any, source: str = "") -> list[Config]:
@@ -268,7 +268,7 @@ def cells(c: Config) -> list[str]:
         f" (masks injected: {c.error_rel:.1e}, the default's floor {c.floor_rel:.1e})" if c.floor_rel is not None
         else f" ({c.error_rel:.1e})" if c.error_rel is not None else "")
     return [c.name + (" *" if c.numerics else ""), "-" if c.ms is None else f"{c.ms:.2f}",
-            c.error or _sp(c), step_label(c.verdict, c.p20) if c.verdict else "-", "-" if c.peak_gib is None else f"{c.peak_gib:.2f}",
+            c.error or _sp(c), step_label(c.verdict, c.p20), "-" if c.peak_gib is None else f"{c.peak_gib:.2f}",
             "-" if c.compile_s is None else f"{c.compile_s:.1f}", par]
 
 

@@ -204,6 +204,19 @@ def combine(knobs: Sequence[Knob]) -> Knob:
                 together if contexts else None, "; ".join(k.numerics for k in knobs if k.numerics))
 
 
+def of_label(model: str) -> Knob | None:
+    """The knob a ``<model>@<knob>`` label compiles with (``a+b`` for two), None for a plain name. The
+    captures, profiles and regions of such a model are those of the step a user runs with that knob:
+    regions mined there are the ones left to take on top of it."""
+    _, at, spec = model.partition("@")
+    return parse(spec)[0] if at else None
+
+
+def holding(knob: Knob | None) -> ContextManager:
+    """``knob``'s context (nothing to hold for None or a knob without one)."""
+    return knob.context() if knob is not None and knob.context is not None else contextlib.nullcontext()
+
+
 def parse(spec: str | None) -> list[Knob]:
     """The knobs of ``--knobs``: comma-separated names, ``all`` (every built-in), ``a+b`` (one knob of
     both), ``module:attr`` (your own). Empty or None: none."""

@@ -598,14 +598,13 @@ def check_model(cand, model_name: str, mode: str, device: str):
     graph_pass = rewrite.FusionPass([rewrite.entry_for(cand.path / "pattern.py", cand.id, cand.pattern_module)])
     # a candidate found in ``<model>@<knob>``'s profile lives in the graph that knob makes: both compiled
     # steps (the candidate's and the default's floor) run under the knob's context
-    _, at, spec = model_name.partition("@")
-    knob = knobs.parse(spec)[0] if at else None
+    knob = knobs.of_label(model_name)
     if knob is not None and knob.options:
         return Check("rewrite", label, None, f"{knob.name} sets Inductor options, which this check does not apply: "
                      "judge the candidate in `miner verify --ab --knobs` instead", seconds=0.0, device=device)
     try:
         built = models_build(model_name, mode, device)
-        with knob.context() if knob is not None and knob.context is not None else contextlib.nullcontext():
+        with knobs.holding(knob):
             r = masked_parity(built, observe_compiled(built, mode, device, graph_pass=graph_pass, autocast=True,
                                                       seed=0),
                               mode=mode, device=device, slots_of=slots_of([cand]), autocast=True)

@@ -40,10 +40,10 @@ def expand_models(spec: str) -> list[str]:
     names = [m.strip() for m in spec.split(",") if m.strip()]
     if not names:
         raise UsageError("--models is empty")
-    from miner.scan.scan import knob_of
+    from miner.check.knobs import of_label
 
     for n in names:
-        knob_of(n)  # <model>@<knob>: an unknown knob is a usage error before anything compiles
+        of_label(n)  # <model>@<knob>: an unknown knob is a usage error before anything compiles
     expand = getattr(models, "expand", None)
     if expand is not None:
         return expand(names)

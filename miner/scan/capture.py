@@ -259,22 +259,14 @@ def capture_step(built, *, name: str, preset: str, mode: str, device: str, autoc
     ``profile``: then, with the same compiled model (so the profiled kernel names are the captured
     ones), time and profile further steps (``miner.scan.profile.measure``) and join the kernel table
     to the graphs' kernel maps: ``StepOutcome.profile``. Training steps set ``grad = None`` first.
-    ``name`` ``<model>@<knob>`` (``miner.scan.scan.knob_of``): the knob's Inductor options go to ``torch.compile``,
-    its context holds over the compile and every step, and the provenance names it.
+    ``name`` ``<model>@<knob>`` (``miner.check.knobs.of_label``): the knob's Inductor options go to
+    ``torch.compile``, its context holds over the compile and every step, and the provenance names it.
     """
-    from miner.scan.scan import knob_of
-
-    knob = knob_of(name)
-    with knob.context() if knob is not None and knob.context is not None else contextlib.nullcontext():
-        return _capture_step(built, name, preset, mode, device, autocast_dtype, progress, profile)
-
-
-def _capture_step(built, name, preset, mode, device, autocast_dtype, progress, profile) -> StepOutcome:
-    from miner.scan.scan import knob_of
-
-    knob = knob_of(name)
     from torch._dynamo.utils import counters
 
+    from miner.check import knobs
+
+    knob = knobs.of_label(name)
     model, inputs, loss_fn = built.model, built.inputs, built.loss
     torch._dynamo.reset()
     counters.clear()
@@ -297,7 +289,7 @@ def _capture_step(built, name, preset, mode, device, autocast_dtype, progress, p
                 compiled(**inputs)
 
     raw = None
-    with capturing(mode, kernel_bytes=profile) as cap:
+    with capturing(mode, kernel_bytes=profile) as cap, knobs.holding(knob):
         if mode == "train":
             progress("compiling forward")
             with amp:

@@ -128,16 +128,6 @@ def scan_in_process(req: ScanRequest, ws: Workspace, progress: Callable[[str], N
     return results
 
 
-def knob_of(model: str):
-    """The knob a ``<model>@<knob>`` label compiles with (``miner.check.knobs``: ``a+b`` for two), None
-    for a plain name. The captures, profiles and regions of such a model are those of the step a user
-    runs with that knob: regions mined there are the ones left to take on top of it."""
-    from miner.check import knobs
-
-    _, at, spec = model.partition("@")
-    return knobs.parse(spec)[0] if at else None
-
-
 def replace_graphs(ws: Workspace, model: str, preset: str, mode: str, graphs) -> None:
     """Save ``graphs`` as the (model, preset, mode)'s graphs, removing those an earlier scan left."""
     for old in ws.graph_files([model]):
