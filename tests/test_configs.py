@@ -150,3 +150,26 @@ def test_a_masks_injected_parity_shows_its_own_error_and_a_marginal_win_says_so(
     assert row[3] == "marginal win" and "masks injected: 7.4e-03, the default's floor 7.5e-03" in row[6], row
     plain = {x.name: x for x in configurations(_result())}["sdpa_reduced_math+fusions"]
     assert plain.floor_rel is None and cells(plain)[3] == "win" and cells(plain)[6] == "ok (1.0e-03)"
+
+
+def test_parity_that_could_not_be_judged_is_named_so_and_never_recommended():
+    # the judge could not run (e.g. the compiled step ran more fused attention draws than eager has calls):
+    # not a measured failure, not a win either; the table and the reason say "not judged" and why
+    import dataclasses
+
+    from miner.check.configs import cells
+
+    r = _result()
+    fused = r.variants[5]
+    why = "the compiled step drew 112 seeds and ran 24 fused attention dropouts for 124 eager dropout calls"
+    r.variants[5] = dataclasses.replace(fused, speedup=1.31, verdict="parity-fail", parity=dataclasses.replace(
+        fused.parity, ok=False, loss_rel=0.56, judged="masks injected (not judged)", reason=why))
+    c = {x.name: x for x in configurations(r)}["sdpa_reduced_math+fusions"]
+    assert c.unjudged == why and not c.usable
+    row = cells(c)
+    assert row[3] == "unjudged" and row[6] == f"not judged ({why})" and "FAIL" not in row[6], row
+    [rec] = recommendations([r])
+    assert rec.best.name != "sdpa_reduced_math+fusions"
+    assert f"sdpa_reduced_math+fusions: parity not judged ({why})" in rec.reason
+    text = "\n".join(lines(rec, 10**6))
+    assert "fusions on top of the best knob (sdpa_reduced_math): not usable: parity not judged" in text

@@ -124,6 +124,18 @@ def test_a_fused_call_without_its_draw_is_reported_not_guessed():
     assert replayed == [] and inj.fused_calls == 0 and [k for k, _, _ in drawn] == [0, 1, 2, 3]
 
 
+def test_a_draw_recorded_twice_exactly_counts_once_and_a_mismatch_says_which_draws():
+    # a fused call recorded again with the same op, shape and (seed, offset) draws the same mask: kept
+    # once; two calls with other offsets are two draws (never merged), and the description names them
+    a = masks.FusedDraw("aten::_scaled_dot_product_cudnn_attention", "CUDNN_ATTENTION", 0.1, (16, 12, 512, 64), 7, 64)
+    b = masks.FusedDraw(a.op, a.backend, 0.1, a.shape, 7, 128)
+    c = masks.Compiled.of((None, None, {}), [], [a, b, a, b])
+    assert c.fused == [a, b] and c.repeated == 2
+    c = masks.Compiled.of((None, None, {}), [], [a, b])
+    assert c.fused == [a, b] and c.repeated == 0
+    assert masks.describe_draws([a, b], 2) == "2 scaled_dot_product_cudnn_attention 16x12x512x64; 2 more repeated exactly"
+
+
 # --------------------------------------------------------------------------- on a GPU: the replay itself
 
 class CrossAttention(nn.Module):

@@ -51,6 +51,9 @@ class Config:
     # judged with the step's own masks injected: ``error_rel`` is the largest error to that reference and
     # ``floor_rel`` the default's own to its reference (None: judged against the default compile)
     floor_rel: float | None = None
+    # why parity could not be judged (the judge's reason): such a configuration is never recommended,
+    # and it is not a measured failure either
+    unjudged: str = ""
 
     @property
     def changes(self) -> int:
@@ -100,6 +103,8 @@ def _band_verdict(x: float | None, band: float | None) -> str | None:
 def _why_unusable(c: Config) -> str:
     if c.error:
         return c.error
+    if c.unjudged:
+        return f"parity not judged ({c.unjudged})"
     if c.parity_ok is False:
         return "parity failed" + (f" (max rel diff {c.error_rel:.1e})" if c.error_rel is not None else "")
     return "not timed"
@@ -183,7 +188,15 @@ def _config(name: str, v: Any, *, knob: str | None, fusions: bool, r: Any, sourc
                   None if s is None else s.median_ms,
                   None if s is None or v.cudagraphs else s.peak_mem_bytes / 2**30, v.compile_s, v.error,
                   r.noise_band, source,
-                  _largest(v.parity.floor) if v.parity is not None and _masked(v.parity) else None)
+                  _largest(v.parity.floor) if v.parity is not None and _masked(v.parity) else None,
+                  _unjudged(v.parity))
+
+
+def _unjudged(parity: Any) -> str:
+    """The judge's reason where parity could not be judged (``Parity.judged`` ends "(not judged)")."""
+    if parity is None or "not judged" not in str(getattr(parity, "judged", "")):
+        return ""
+    return str(getattr(parity, "reason", "") or "no reason recorded")
 
 
 def configurations(r: Any, source: str = "") -> list[Config]:
@@ -250,7 +263,9 @@ def lines(rec: Recommendation, width: int = 100) -> list[str]:
             out.append(f"  fusions on top of the best knob ({rec.best_knob.name}): {rec.share:.3f}x "
                        f"({rec.share_verdict} against ±{100 * (rec.band or 0):.1f}%)")
         else:
-            out.append(f"  fusions on top of the best knob ({rec.best_knob.name}): not measured")
+            unusable = next((c for c in rec.configs if c.knob == rec.best_knob.knob and c.fusions), None)
+            out.append(f"  fusions on top of the best knob ({rec.best_knob.name}): "
+                       + (f"not usable: {_why_unusable(unusable)}" if unusable is not None else "not measured"))
     out += [f"  numerics: {n}" for n in rec.numerics]
     import textwrap
 
@@ -264,11 +279,13 @@ def cells(c: Config) -> list[str]:
     """The cells of :data:`HEADER` for one configuration."""
     from miner.check.ab import step_label
 
-    par = ("-" if c.parity_ok is None else "ok" if c.parity_ok else "FAIL") + (
+    par = f"not judged ({c.unjudged})" if c.unjudged else (
+        "-" if c.parity_ok is None else "ok" if c.parity_ok else "FAIL") + (
         f" (masks injected: {c.error_rel:.1e}, the default's floor {c.floor_rel:.1e})" if c.floor_rel is not None
         else f" ({c.error_rel:.1e})" if c.error_rel is not None else "")
     return [c.name + (" *" if c.numerics else ""), "-" if c.ms is None else f"{c.ms:.2f}",
-            c.error or _sp(c), step_label(c.verdict, c.p20), "-" if c.peak_gib is None else f"{c.peak_gib:.2f}",
+            c.error or _sp(c), "unjudged" if c.unjudged else step_label(c.verdict, c.p20),
+            "-" if c.peak_gib is None else f"{c.peak_gib:.2f}",
             "-" if c.compile_s is None else f"{c.compile_s:.1f}", par]
 
 

@@ -430,6 +430,23 @@ class Compiled:
     observed: tuple
     calls: list
     fused: list = field(default_factory=list)
+    repeated: int = 0  # fused draws recorded again with the same op, shape, seed and offset (left out of ``fused``)
+
+    @classmethod
+    def of(cls, observed: tuple, calls: list, fused: list) -> "Compiled":
+        """The record of one step, a fused draw repeated exactly (same op, shape, ``(seed, offset)``:
+        the same mask) kept once."""
+        once = list(dict.fromkeys(fused))
+        return cls(observed, calls, once, len(fused) - len(once))
+
+
+def describe_draws(fused: list, repeated: int = 0) -> str:
+    """The fused attention draws of a step in a few words: per op and shape, how many."""
+    from collections import Counter
+
+    counts = Counter((d.op.rpartition("::")[2].lstrip("_"), "x".join(map(str, d.shape))) for d in fused)
+    text = ", ".join(f"{n} {op} {shape}" for (op, shape), n in counts.most_common(4))
+    return text + (f"; {repeated} more repeated exactly" if repeated else "")
 
 
 def observe_compiled(built, mode: str, device: str, *, graph_pass=None, autocast: bool, seed: int,
@@ -446,7 +463,7 @@ def observe_compiled(built, mode: str, device: str, *, graph_pass=None, autocast
     if runner is not None:
         step, model = runner
         with launch.recording() as calls, recording_fused_attention() as fused, graphs_run_eagerly():
-            return Compiled(observe_step(step, model, mode=mode, device=device, seed=seed), calls, fused)
+            return Compiled.of(observe_step(step, model, mode=mode, device=device, seed=seed), calls, fused)
     torch._dynamo.reset()
     model = copy.deepcopy(built.model)
     options = rewrite.inductor_options(graph_pass) if graph_pass is not None else None
@@ -457,7 +474,7 @@ def observe_compiled(built, mode: str, device: str, *, graph_pass=None, autocast
             step = make_step(compiled, built.inputs, built.loss, mode, device, autocast=autocast)
             step()  # compiles
             with launch.recording() as calls, recording_fused_attention() as fused:
-                return Compiled(observe_step(step, model, mode=mode, device=device, seed=seed), calls, fused)
+                return Compiled.of(observe_step(step, model, mode=mode, device=device, seed=seed), calls, fused)
     finally:
         torch._dynamo.reset()
 
@@ -538,7 +555,8 @@ def masked_parity(built, compiled: Compiled, *, mode: str, device: str, slots_of
     fused = len(compiled.fused)
     if len(seeds) + fused != count:
         return MaskedParity(None, f"the compiled step drew {len(seeds)} seeds and ran {fused} fused attention "
-                            f"dropouts for {count} eager dropout calls", recorded=len(drawn), dropouts=count)
+                            f"dropouts for {count} eager dropout calls ({describe_draws(compiled.fused, compiled.repeated)})",
+                            recorded=len(drawn), dropouts=count)
     if not bool((seeds.cpu() == seed_vector(seed, len(seeds), device).cpu()).all()):
         problems.append("the recorded seed vector is not the one the step's RNG state draws")
     if problems:
