@@ -125,3 +125,61 @@ def test_a_declined_match_counts_once_per_graph():
     assert counted(g, 1) == 0
     assert counted(graph(), 1) == 1
     assert p.declined == {"once_test": {"a reason": 2}}
+
+
+def test_a_table_two_regions_scatter_into_is_split_so_each_region_matches():
+    # t5's encoder and decoder position-bias gradients accumulate into one shared `full([32, H], 0)`:
+    # a pattern's inner node with a user outside the match never matches, so neither region fired on
+    # the GPU. Split per out-of-place index_put, both match; a table read by anything else stays shared.
+    from pathlib import Path
+
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    root = Path(__file__).resolve().parents[1] / "candidates" / "p86f4808f37"
+    if not root.exists():
+        pytest.skip("candidate p86f4808f37 not in this checkout")
+    entry = rewrite.entry_for(root / "pattern.py", "p86f4808f37")
+    mod = entry.module
+    shapes = mod.EXAMPLE_INPUTS
+
+    def make(seed):
+        g = torch.Generator().manual_seed(seed)
+        out = []
+        for shape, dtype in shapes:
+            if dtype == "int64":
+                out.append(torch.randint(0, 32, shape, generator=g))
+            elif dtype == "bool":
+                out.append(torch.rand(shape, generator=g) > 0.1)
+            else:
+                out.append(torch.randn(shape, generator=g).to(getattr(torch, dtype)))
+        return out
+
+    xs, ys = make(0), make(1)
+    n = len(xs)
+
+    def both(*a):
+        p = mod.pattern(*a[:n], 0.0, -1, 0.0)
+        q = mod.pattern(*a[n:], 0.0, -1, 0.0)
+        return (p if not isinstance(p, tuple) else p[0]), (q if not isinstance(q, tuple) else q[0])
+
+    def shared_graph():
+        gm = make_fx(both, tracing_mode="fake")(*xs, *ys)
+        tables = [x for x in gm.graph.nodes if x.target is torch.ops.aten.full.default
+                  and x.args and list(x.args[0])[:1] == [32]]
+        assert len(tables) == 2
+        tables[1].replace_all_uses_with(tables[0])  # as Inductor's graph has it: one node, two index_puts
+        gm.graph.erase_node(tables[1])
+        return gm
+
+    gm = shared_graph()
+    assert rewrite.unshare_accumulator_tables(gm.graph) == 1
+    gm.graph.lint()
+    gm.recompile()
+    want = both(*xs, *ys)
+    got = gm(*xs, *ys)
+    assert all(torch.equal(a, b) for a, b in zip(want, got))
+    assert rewrite.unshare_accumulator_tables(gm.graph) == 0  # idempotent
+
+    gp = rewrite.FusionPass([entry])
+    gp(shared_graph().graph)
+    assert gp.counts["p86f4808f37"] + sum(gp.declined.get("p86f4808f37", {}).values()) == 2, (gp.counts, gp.declined)

@@ -43,6 +43,9 @@ def test_resize_inputs():
     assert out["input_ids"].shape == (3, 6) and out["labels"].tolist() == [1, 0, 1] and out["use_cache"] is False
     assert out["input_ids"][2, :4].tolist() == [0, 1, 2, 3]
     assert verify.resize_inputs({"x": ids}, 1, 2)["x"].tolist() == [[0, 1]]
+    for b, s in ((1, 2), (2, 3), (3, 6)):  # shorter or longer: contiguous (t5's loss views labels as (-1,))
+        got = verify.resize_inputs({"labels": ids}, b, s)["labels"]
+        assert got.is_contiguous() and got.view(-1).numel() == b * s
     same = {"x": ids}
     assert verify.resize_inputs(same, None, None) is same
 

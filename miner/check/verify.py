@@ -258,6 +258,7 @@ def resize_inputs(inputs: dict[str, Any], batch: int | None, seq: int | None) ->
             if seq is not None and v.dim() == 2 and v.shape[1] != seq:
                 reps = math.ceil(seq / v.shape[1])
                 v = v.repeat(1, reps)[:, :seq]
+            v = v.contiguous()  # a slice keeps the long row's stride: the model's .view(-1) of labels breaks
         out[k] = v
     return out
 

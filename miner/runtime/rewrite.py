@@ -317,6 +317,32 @@ def canonicalize_dims(graph: torch.fx.Graph) -> int:
     return changed
 
 
+def unshare_accumulator_tables(graph: torch.fx.Graph) -> int:
+    """Give each ``index_put(table, ..., accumulate)`` of one ``full`` table its own ``full`` node.
+
+    Inductor shares one constant node between all its users (t5's encoder and decoder position-bias
+    gradients both scatter into the same ``full([32, 12], 0)``), and a pattern whose inner node has a
+    user outside the match never matches: the region holding the table cannot fire at either site.
+    ``index_put`` (not ``index_put_``) is out of place, so a copy of the constant per user computes the
+    same. Only a ``full`` whose every user reads it as an out-of-place ``index_put``'s table is split.
+    Returns the number of nodes added."""
+    added = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not torch.ops.aten.full.default or len(node.users) < 2:
+            continue
+        users = list(node.users)
+        if not all(u.target is torch.ops.aten.index_put.default and u.args and u.args[0] is node
+                   and node not in u.args[1:] and node not in u.kwargs.values() for u in users):
+            continue
+        for u in users[1:]:
+            with graph.inserting_before(u):
+                copy = graph.call_function(node.target, node.args, dict(node.kwargs))
+            copy.meta.update(node.meta)
+            u.replace_input_with(node, copy)
+            added += 1
+    return added
+
+
 @dataclass
 class Entry:
     """One pattern module in a FusionPass: its name, module and source files (hashed by uuid)."""
@@ -404,6 +430,7 @@ class FusionPass(CustomGraphPass):
         if self._passes is None:
             self._passes = self._build()
         canonicalize_dims(graph)
+        unshare_accumulator_tables(graph)
         bits.fold_round_trips(graph)  # a packed mask's forward users read the mask again (patterns see it)
         for name, p in self._passes.items():
             with decisions.applying(self, name):
