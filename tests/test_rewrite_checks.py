@@ -127,10 +127,11 @@ def test_a_declined_match_counts_once_per_graph():
     assert p.declined == {"once_test": {"a reason": 2}}
 
 
-def test_a_table_two_regions_scatter_into_is_split_so_each_region_matches():
-    # t5's encoder and decoder position-bias gradients accumulate into one shared `full([32, H], 0)`:
-    # a pattern's inner node with a user outside the match never matches, so neither region fired on
-    # the GPU. Split per out-of-place index_put, both match; a table read by anything else stays shared.
+def test_regions_sharing_constants_each_match_and_compute_the_same():
+    # t5's encoder and decoder position-bias gradients accumulate into one shared `full([32, H], 0)`
+    # and fill their `where`s from one shared `full([], 0)` (26 users): a pattern's inner node with a
+    # user outside the match never matches, so neither region fired on the GPU. Constants may have
+    # users outside (free_constants): both match, and the graph still computes what it did.
     from pathlib import Path
 
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -140,12 +141,11 @@ def test_a_table_two_regions_scatter_into_is_split_so_each_region_matches():
         pytest.skip("candidate p86f4808f37 not in this checkout")
     entry = rewrite.entry_for(root / "pattern.py", "p86f4808f37")
     mod = entry.module
-    shapes = mod.EXAMPLE_INPUTS
 
     def make(seed):
         g = torch.Generator().manual_seed(seed)
         out = []
-        for shape, dtype in shapes:
+        for shape, dtype in mod.EXAMPLE_INPUTS:
             if dtype == "int64":
                 out.append(torch.randint(0, 32, shape, generator=g))
             elif dtype == "bool":
@@ -158,28 +158,40 @@ def test_a_table_two_regions_scatter_into_is_split_so_each_region_matches():
     n = len(xs)
 
     def both(*a):
-        p = mod.pattern(*a[:n], 0.0, -1, 0.0)
-        q = mod.pattern(*a[n:], 0.0, -1, 0.0)
-        return (p if not isinstance(p, tuple) else p[0]), (q if not isinstance(q, tuple) else q[0])
+        p, q = mod.pattern(*a[:n], 0.0, -1, 0.0), mod.pattern(*a[n:], 0.0, -1, 0.0)
+        return (p[0] if isinstance(p, tuple) else p), (q[0] if isinstance(q, tuple) else q)
 
     def shared_graph():
+        """``both`` as Inductor's graph has it: one node per distinct constant, shared."""
         gm = make_fx(both, tracing_mode="fake")(*xs, *ys)
-        tables = [x for x in gm.graph.nodes if x.target is torch.ops.aten.full.default
-                  and x.args and list(x.args[0])[:1] == [32]]
-        assert len(tables) == 2
-        tables[1].replace_all_uses_with(tables[0])  # as Inductor's graph has it: one node, two index_puts
-        gm.graph.erase_node(tables[1])
+        first: dict = {}
+        for node in list(gm.graph.nodes):
+            if node.target is torch.ops.aten.full.default:
+                key = (repr(node.args), repr(sorted(node.kwargs.items())))
+                if key in first:
+                    node.replace_all_uses_with(first[key])
+                    gm.graph.erase_node(node)
+                else:
+                    first[key] = node
+        assert len(first) == 2 and all(len(x.users) > 1 for x in first.values())
+        gm.recompile()
         return gm
 
     gm = shared_graph()
-    assert rewrite.unshare_accumulator_tables(gm.graph) == 1
+    want = gm(*xs, *ys)
+    gp = rewrite.FusionPass([entry])
+    gp(gm.graph)
+    assert gp.counts["p86f4808f37"] == 2, (gp.counts, gp.declined)
     gm.graph.lint()
     gm.recompile()
-    want = both(*xs, *ys)
     got = gm(*xs, *ys)
-    assert all(torch.equal(a, b) for a, b in zip(want, got))
-    assert rewrite.unshare_accumulator_tables(gm.graph) == 0  # idempotent
+    assert all(torch.allclose(a, b, rtol=1e-4, atol=1e-4) for a, b in zip(want, got))
 
-    gp = rewrite.FusionPass([entry])
-    gp(shared_graph().graph)
-    assert gp.counts["p86f4808f37"] + sum(gp.declined.get("p86f4808f37", {}).values()) == 2, (gp.counts, gp.declined)
+    # the traced pattern as it is (constants not freed): what the H100 runs saw, neither region fires
+    import contextlib
+
+    strict = rewrite.FusionPass([entry])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(rewrite, "constants_free", contextlib.nullcontext)
+        strict(shared_graph().graph)
+    assert strict.counts["p86f4808f37"] == 0

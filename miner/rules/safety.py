@@ -141,6 +141,16 @@ def _graph_facts(graph: CapturedGraph) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- rules
 
+CONSTANT_OPS = ("aten.full.default", "aten.scalar_tensor.default")  # a value from no tensor input
+
+
+def is_constant(rec: NodeRecord) -> bool:
+    """A node whose value depends on no tensor (``CONSTANT_OPS`` without a node argument): a fused op
+    computes it again, so it may be shared with nodes outside a match (Inductor shares one node per
+    distinct constant)."""
+    return rec.op == "call_function" and rec.target in CONSTANT_OPS and not rec.inputs()
+
+
 
 def check_users(occ: Occurrence, graph: CapturedGraph, *, max_extra_outputs: int = 2, ctx: _Ctx | None = None,
                 recomputed: frozenset[str] = frozenset(), **_) -> Finding:
@@ -150,8 +160,11 @@ def check_users(occ: Occurrence, graph: CapturedGraph, *, max_extra_outputs: int
     :func:`check_match`): their outside readers read that copy, so a path from them is no cycle."""
     c = ctx or _Ctx(occ, graph)
     reasons, extra = [], []
+    constants = frozenset(rec.name for rec in c.recs if is_constant(rec))
     for j, rec in enumerate(c.recs):
         outside = [u for u in rec.users if u not in c.inside]
+        if rec.name in constants:  # the fused op computes its own copy; the graph keeps this one for the others
+            continue
         if len(rec.meta) > 1:  # multi-output: its value leaves only through getitems
             if outside:
                 reasons.append(f"users: {c.ref(rec.name)} is a multi-output op read outside the pattern "
@@ -162,7 +175,7 @@ def check_users(occ: Occurrence, graph: CapturedGraph, *, max_extra_outputs: int
     if len(extra) > max_extra_outputs:
         reasons.append(f"users: {len(extra)} interior nodes are used outside ("
                        + ", ".join(f"n{j}" for j in extra) + f"); more than {max_extra_outputs} extra outputs")
-    back = _re_entry(c, recomputed)
+    back = _re_entry(c, recomputed | constants)
     if back is not None:
         reasons.append(f"users: not convex: {c.ref(back)} depends on an outside node that depends on the pattern "
                        "(one fused op would form a cycle)")

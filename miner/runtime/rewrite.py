@@ -317,30 +317,70 @@ def canonicalize_dims(graph: torch.fx.Graph) -> int:
     return changed
 
 
-def unshare_accumulator_tables(graph: torch.fx.Graph) -> int:
-    """Give each ``index_put(table, ..., accumulate)`` of one ``full`` table its own ``full`` node.
+def free_constants(pattern) -> int:
+    """Let each constant node of ``pattern`` (a traced ``PatternExpr``; ``rules.safety.CONSTANT_OPS``: no tensor
+    input) have users outside a match (``miner.rules.safety.is_constant``: the same rule for the safety check).
 
-    Inductor shares one constant node between all its users (t5's encoder and decoder position-bias
-    gradients both scatter into the same ``full([32, 12], 0)``), and a pattern whose inner node has a
-    user outside the match never matches: the region holding the table cannot fire at either site.
-    ``index_put`` (not ``index_put_``) is out of place, so a copy of the constant per user computes the
-    same. Only a ``full`` whose every user reads it as an out-of-place ``index_put``'s table is split.
-    Returns the number of nodes added."""
-    added = 0
-    for node in list(graph.nodes):
-        if node.op != "call_function" or node.target is not torch.ops.aten.full.default or len(node.users) < 2:
-            continue
-        users = list(node.users)
-        if not all(u.target is torch.ops.aten.index_put.default and u.args and u.args[0] is node
-                   and node not in u.args[1:] and node not in u.kwargs.values() for u in users):
-            continue
-        for u in users[1:]:
-            with graph.inserting_before(u):
-                copy = graph.call_function(node.target, node.args, dict(node.kwargs))
-            copy.meta.update(node.meta)
-            u.replace_input_with(node, copy)
-            added += 1
-    return added
+    Inductor's graph holds one node per distinct constant and shares it: t5's ``full([], 0)`` is the
+    ``where`` fill of 26 nodes, the ``full([32, 12], 0)`` table is where both position-bias gradients
+    accumulate. A traced pattern requires each inner node to have exactly its in-pattern users, so a
+    region holding a shared constant never matched, anywhere. A constant is recomputed inside the
+    fused op (it reads no tensor), and the matcher erases a matched node only once it has no users, so
+    the graph keeps it for the others: the same computation. Returns the number of nodes relaxed."""
+    from torch._inductor.pattern_matcher import MULTIPLE, CallFunction, MultiOutputPattern
+
+    from miner.core.ops import target_name
+    from miner.rules.safety import CONSTANT_OPS
+
+    seen: set[int] = set()
+    relaxed = 0
+
+    def walk(expr) -> None:
+        nonlocal relaxed
+        if id(expr) in seen:
+            return
+        seen.add(id(expr))
+        if isinstance(expr, MultiOutputPattern):
+            for out in expr.outputs:
+                if out is not None:
+                    walk(out)
+            return
+        if not isinstance(expr, CallFunction):
+            return
+        if any(target_name(f) in CONSTANT_OPS for f in expr.fns) and expr.users is not MULTIPLE:
+            expr.users = MULTIPLE
+            relaxed += 1
+        for arg in list(expr.args) + list(expr.kwargs.values()):
+            for leaf in arg if isinstance(arg, (list, tuple)) else (arg,):
+                walk(leaf)
+
+    walk(pattern)
+    return relaxed
+
+
+@contextlib.contextmanager
+def constants_free() -> Iterator[None]:
+    """Inside the block every pattern Inductor traces (``pattern_matcher.fx_to_pattern``: at
+    registration, and again per match in ``register_replacement``'s shape re-check) has its constants
+    freed (:func:`free_constants`). Scoped to miner's own registration and matching: Inductor's passes
+    outside it are untouched."""
+    import torch._inductor.pattern_matcher as pm
+
+    original = getattr(pm, "fx_to_pattern", None)
+    if original is None:  # another torch: patterns as traced (a shared constant keeps its region off)
+        yield
+        return
+
+    def traced(*args, **kwargs):
+        pattern = original(*args, **kwargs)
+        free_constants(pattern)
+        return pattern
+
+    pm.fx_to_pattern = traced
+    try:
+        yield
+    finally:
+        pm.fx_to_pattern = original
 
 
 @dataclass
@@ -420,7 +460,8 @@ class FusionPass(CustomGraphPass):
         passes = {}
         for e in self.entries:
             p = PatternMatcherPass(pass_name=f"miner_{e.name}")
-            e.module.register(p)
+            with constants_free():
+                e.module.register(p)
             passes[e.name] = p
         return passes
 
@@ -430,10 +471,9 @@ class FusionPass(CustomGraphPass):
         if self._passes is None:
             self._passes = self._build()
         canonicalize_dims(graph)
-        unshare_accumulator_tables(graph)
         bits.fold_round_trips(graph)  # a packed mask's forward users read the mask again (patterns see it)
         for name, p in self._passes.items():
-            with decisions.applying(self, name):
+            with decisions.applying(self, name), constants_free():
                 n = p.apply(graph)
             if n:
                 self.counts[name] += n
