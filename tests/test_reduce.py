@@ -74,7 +74,7 @@ def test_plan_takes_outer_sums_and_refuses_last_dim_and_two_levels():
         plan(two, [((1, 4, 8), "float32"), ((2, 4, 8), "float32")], ["float32"])
 
 
-@pytest.mark.parametrize("cid", ["p22ab0db507", "pe0f8b5a81a"])
+@pytest.mark.parametrize("cid", ["p86f4808f37", "p0be6059bb5"])
 def test_committed_candidate_matches_float64_at_odd_sizes(cid):
     from miner.check import reduce as check
     from miner.core import candidate
@@ -85,3 +85,22 @@ def test_committed_candidate_matches_float64_at_odd_sizes(cid):
     xs = check.inputs_for(entry, (2, 3, 11), 32, "cpu", seed=3)
     c = check.check_case(cand, "odd", xs, [float(s) for s in entry["scalars"]])
     assert c.ok, c.detail
+
+
+def test_a_region_whose_nodes_another_kernel_recomputes_is_not_generated():
+    # t5's default-compile bias gradient: each layer's softmax-gradient fma is computed in this kernel and
+    # in the softmax-backward kernel; in the FX graph it has readers outside, so the region never matched
+    # on the GPU. The knob graph's region shares only constants: generated.
+    import json
+    from pathlib import Path
+
+    from miner.generate import reduce as gen_reduce
+    from miner.mine import regions
+
+    root = Path(__file__).resolve().parents[1] / "reports" / "gpu"
+    cases = {"2026-12-03-h200-profile": ("p22ab0db507", 12), "2026-12-06-h100-t5-knob-profile": ("p86f4808f37", 0)}
+    for run, (rid, n) in cases.items():
+        d = json.loads((root / run / "mined" / "regions.json").read_text())
+        [r] = [r for r in d["region_patterns"] if r["id"] == rid]
+        got = gen_reduce.recomputed_elsewhere(regions.region_pattern_from_json(r).pattern)
+        assert len(got) == n, (rid, got)

@@ -598,6 +598,24 @@ def launcher_source(pl: Plan, n_inputs: int, n_consts: int) -> str:
 PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47)
 
 
+def recomputed_elsewhere(pattern: Pattern) -> list[int]:
+    """Nodes of the region another Inductor kernel also holds and reads there (``region._read_elsewhere``),
+    other than constants (``miner.rules.safety.is_constant``: the matcher lets them be shared) and the
+    region's outputs. In the FX graph each has users outside the region, so the pattern cannot match
+    (t5's default-compile bias-gradient regions: the softmax gradient's ``fma`` of every layer, also
+    computed by the softmax-backward kernel)."""
+    from miner.generate import region
+    from miner.rules.safety import CONSTANT_OPS
+
+    outputs = set(pattern.occurrences[0].outputs) if pattern.occurrences else set()
+
+    def constant(n: PatternNode) -> bool:
+        return n.target in CONSTANT_OPS and not any(
+            isinstance(a, dict) and ("node" in a or "input" in a) for a in list(n.args) + list(n.kwargs.values()))
+
+    return [j for j in sorted(region._read_elsewhere(pattern)) if j not in outputs and not constant(pattern.nodes[j])]
+
+
 def small_sizes(shapes: list[list[int]], primes: tuple[int, ...] = PRIMES) -> dict[int, int]:
     """A consistent map of the observed sizes to small ones (for traces and CPU checks): each size
     that is no product of two other observed sizes gets the next of ``primes`` (so no size divides
@@ -622,6 +640,13 @@ def generate_one(pattern: Pattern, workspace, command: str, source_info: dict | 
     from miner.generate import generate as gen
 
     occ = next(o for o in pattern.occurrences if o.verdict.ok and all(m is not None for m in o.input_meta))
+    recomputed = recomputed_elsewhere(pattern)
+    if recomputed:
+        return gen.Skipped(pattern.id, pattern.ops, (
+            f"not generated: {len(recomputed)} of its nodes ({', '.join(f'n{j}' for j in recomputed[:4])}"
+            f"{', ...' if len(recomputed) > 4 else ''}) are also computed in another Inductor kernel that reads "
+            "them there; the region would never match in the graph (a reduction region does not recompute "
+            "shared nodes outside its kernel)"))
     shapes = [list(m.shape) for m in occ.input_meta]
     tied = tie_shapes(pattern, shapes)
     spec = gen.spec_from_pattern(tied)
