@@ -173,3 +173,21 @@ def test_parity_that_could_not_be_judged_is_named_so_and_never_recommended():
     assert f"sdpa_reduced_math+fusions: parity not judged ({why})" in rec.reason
     text = "\n".join(lines(rec, 10**6))
     assert "fusions on top of the best knob (sdpa_reduced_math): not usable: parity not judged" in text
+
+
+def test_runs_on_two_gpus_never_pool_and_each_names_its_setup():
+    # an H200 run and an H100 run of the same model step are two recommendations, each with its setup
+    import dataclasses
+
+    h200, h100 = _result(), _result()
+    h200.env = {**h200.env, "gpu": "NVIDIA H200", "device": "cuda"}
+    h100.env = {**h100.env, "gpu": "NVIDIA H100 80GB HBM3", "device": "cuda"}
+    h100.variants = h100.variants[:2] + [dataclasses.replace(h100.variants[4], speedup=1.40)]
+    recs = recommendations([h200, h100])
+    assert len(recs) == 2
+    by_gpu = {r.setup.split(",")[0]: r for r in recs}
+    assert by_gpu["NVIDIA H200"].best.name == "sdpa_reduced_math+fusions"
+    assert by_gpu["NVIDIA H100 80GB HBM3"].best.name == "sdpa_reduced_math"  # not the H200's 1.25x pooled in
+    assert lines(by_gpu["NVIDIA H100 80GB HBM3"], setup="NVIDIA H100 80GB HBM3")[0].startswith(
+        "t5 train/default [NVIDIA H100 80GB HBM3]: run sdpa_reduced_math")
+    assert "|" in markdown([h200, h100])  # each table built from its own run

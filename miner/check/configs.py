@@ -83,6 +83,7 @@ class Recommendation:
     numerics: tuple[str, ...] = ()
     source: str = ""
     date: str = ""
+    setup: str = ""  # where it was measured (``miner.rank.decision.setup_of``): GPU, preset, batch, seq, dtype
 
     @property
     def where(self) -> str:
@@ -219,16 +220,19 @@ def recommendations(results: Sequence[Any], sources: Sequence[str] = ()) -> list
     """One :class:`Recommendation` per (model, mode, compile mode, preset) whose A/B results measured a knob.
 
     ``results`` oldest first (``sources``: each one's file, by position): the configurations of several
-    runs of the same model step are pooled, a later measurement of a configuration replacing an earlier
-    one (a GPU session split over calls: the fusions in one, a knob in the next). Each configuration's
-    verdict is against its own run's noise band; the recommendation's band is the widest of them.
+    runs of the same model step in the same setup (GPU, preset, batch, sequence, dtype: runs on two GPUs
+    never pool) are pooled, a later measurement of a configuration replacing an earlier one (a GPU
+    session split over calls: the fusions in one, a knob in the next). Each configuration's verdict is
+    against its own run's noise band; the recommendation's band is the widest of them.
     """
+    from miner.rank.decision import setup_of
+
     pooled: dict[tuple, dict[str, Config]] = {}
     latest: dict[tuple, Any] = {}
     for i, r in enumerate(results):
         if r.error:
             continue
-        key = (r.model, r.mode, r.compile, r.preset)
+        key = (r.model, r.mode, r.compile, setup_of(r))
         confs = pooled.setdefault(key, {})
         for c in configurations(r, sources[i] if i < len(sources) else ""):
             confs[c.name] = c
@@ -241,7 +245,7 @@ def recommendations(results: Sequence[Any], sources: Sequence[str] = ()) -> list
         rec = recommend(list(confs.values()), max(bands) if bands else None, model=key[0], mode=key[1],
                         compile=key[2])
         srcs = sorted({c.source for c in confs.values() if c.source})
-        out.append(replace(rec, source=", ".join(srcs), date=str(latest[key].env.get("date") or "")))
+        out.append(replace(rec, source=", ".join(srcs), date=str(latest[key].env.get("date") or ""), setup=key[3]))
     return out
 
 
@@ -254,10 +258,12 @@ def _sp(c: Config | None) -> str:
     return f"{c.speedup:.3f}x{rng}"
 
 
-def lines(rec: Recommendation, width: int = 100) -> list[str]:
-    """The recommendation in a few lines of at most ``width`` columns (terminal, ``miner tune``'s end)."""
+def lines(rec: Recommendation, width: int = 100, *, setup: str = "") -> list[str]:
+    """The recommendation in a few lines of at most ``width`` columns (terminal, ``miner tune``'s end);
+    ``setup``: where it was measured, named in brackets (where it differs from the page's setup)."""
     band = "-" if rec.band is None else f"±{100 * rec.band:.1f}%"
-    out = [f"{rec.where}: run {rec.best.name} ({_sp(rec.best)}; noise band {band})", f"  why: {rec.reason}"]
+    out = [f"{rec.where}" + (f" [{setup}]" if setup else "") + f": run {rec.best.name} ({_sp(rec.best)}; "
+           f"noise band {band})", f"  why: {rec.reason}"]
     if rec.best_knob is not None:
         if rec.share is not None:
             out.append(f"  fusions on top of the best knob ({rec.best_knob.name}): {rec.share:.3f}x "
@@ -304,7 +310,10 @@ def markdown(results: Sequence[Any]) -> str:
 
 
 def _by(results: Sequence[Any], rec: Recommendation) -> Any:
-    return next(r for r in results if (r.model, r.mode, r.compile) == (rec.model, rec.mode, rec.compile))
+    from miner.rank.decision import setup_of
+
+    return next(r for r in results if (r.model, r.mode, r.compile, setup_of(r)) == (rec.model, rec.mode, rec.compile,
+                                                                                    rec.setup))
 
 
 __all__ = ["Config", "HEADER", "Recommendation", "cells", "configurations", "lines", "markdown", "recommend",

@@ -306,8 +306,11 @@ def decision_html(dec: Decisions) -> str:
             "measured loss.</p>")
     if dec.configs:  # knobs measured beside the fusions: what to run comes first (miner.check.configs)
         from miner.check import configs
+        from miner.rank.decision import setup_diff
 
-        head = "".join(f"<p><b>{_e(c.where)}</b>: run <b>{_e(c.best.name)}</b>.</p><ul>"
+        head = "".join(f"<p><b>{_e(c.where)}</b>"
+                       + (f" [{_e(setup_diff(c.setup, dec.setup))}]" if setup_diff(c.setup, dec.setup) else "")
+                       + f": run <b>{_e(c.best.name)}</b>.</p><ul>"
                        + "".join(f"<li>{_e(x.strip())}</li>" for x in configs.lines(c, 10**6)[1:]) + "</ul>"
                        + _table(configs.HEADER, [[_e(x) for x in configs.cells(k)] for k in c.configs], {1, 2})
                        for c in dec.configs) + head

@@ -72,8 +72,10 @@ def decision_listing(dec: Decisions) -> Listing:
     if dec.configs:  # knobs measured beside the fusions: what to run comes first (miner.check.configs)
         from miner.check.configs import lines
 
-        before[:0] = ["What to run (knobs and fusions, latest in-model A/B):"] + [x for c in dec.configs
-                                                                                 for x in lines(c)]
+        from miner.rank.decision import setup_diff
+
+        before[:0] = ["What to run (knobs and fusions, latest in-model A/B):"] + [
+            x for c in dec.configs for x in lines(c, setup=setup_diff(c.setup, dec.setup))]
     if dec.setup:
         before.insert(0, f"Setup: {dec.setup} (a row measured otherwise names what differs, in brackets).")
     if dec.models:
@@ -85,7 +87,7 @@ def decision_listing(dec: Decisions) -> Listing:
             else:
                 before.append(f"  {c[0]:<27} {c[1]:>7} -> {c[2]} ms  {c[3]} {c[4]}"
                               + ("" if m.parity else f", parity {c[7]}"))
-                before.append(f"  {'':<27} with {', '.join(sorted(m.fired))}")
+                before.append(f"  {'':<27} with {', '.join(sorted(m.fired)) or 'no fusion fired'}")
     after = [f"Rule: {_rule(dec)}.",
              "fires on CUDA: where the in-model gate fires (its evidence: fusions/<name>/wins.json); step: the "
              "fusion alone in the model step vs the default compile (`miner verify --ab`), win / loss beyond the "
