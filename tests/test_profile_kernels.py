@@ -74,3 +74,21 @@ def test_kernel_times_rejects_zero_steps():
 def test_copy_bandwidth_cpu_is_plausible():
     bw = copy_bandwidth("cpu", nbytes=8 << 20, repeats=3)
     assert 1e8 < bw < 1e13  # bytes/s
+
+
+def test_kernels_a_miner_op_launched_are_named_after_it():
+    # every generated kernel is a one_pass_kernel: only its op tells one region's from another's
+    from types import SimpleNamespace as NS
+
+    from miner.scan.profile import attribute_to_ops
+
+    k = lambda name, us: NS(name=name, duration=us)  # noqa: E731
+    totals = {"one_pass_kernel": [100.0, 4], "triton_per_fused_x": [50.0, 1]}
+    events = [NS(name="miner::cpaaa_x4", kernels=[k("one_pass_kernel", 30.0), k("one_pass_kernel", 30.0)]),
+              NS(name="miner::cpbbb", kernels=[k("one_pass_kernel", 25.0)]),
+              NS(name="aten::mm", kernels=[k("triton_per_fused_x", 50.0)])]
+    attribute_to_ops(totals, events)
+    assert totals["one_pass_kernel [miner::cpaaa_x4]"] == [60.0, 2]
+    assert totals["one_pass_kernel [miner::cpbbb]"] == [25.0, 1]
+    assert totals["one_pass_kernel"] == [15.0, 1]  # one launch outside any miner op (e.g. in a CUDA graph)
+    assert totals["triton_per_fused_x"] == [50.0, 1]
