@@ -191,3 +191,32 @@ def test_runs_on_two_gpus_never_pool_and_each_names_its_setup():
     assert lines(by_gpu["NVIDIA H100 80GB HBM3"], setup="NVIDIA H100 80GB HBM3")[0].startswith(
         "t5 train/default [NVIDIA H100 80GB HBM3]: run sdpa_reduced_math")
     assert "|" in markdown([h200, h100])  # each table built from its own run
+
+
+def test_a_candidate_measured_only_among_others_says_so_and_what_the_set_did():
+    # candidates A/B'd together under a knob were listed "not measured": a user saw nothing of the
+    # 1.25x configuration they were in. Now each shows the set, never as its own verdict.
+    import dataclasses
+
+    from miner.rank.decision import UNMEASURED, Decision, set_steps
+
+    r = _result()
+    fused = r.variants[5]
+    r.variants[5] = dataclasses.replace(fused, fusions=["f", "g"], matches={"f": 24, "g": 0, "h": 58})
+    sets = set_steps([("a/verify.json", r)])
+    assert set(sets) == {"f", "h"}  # g did not fire
+    [x] = sets["f"]
+    assert x.config == "sdpa_reduced_math+fusions" and x.others == 1 and x.step.matches == 24
+    assert abs(x.over_knob - 1.25 / 1.133) < 1e-9
+    assert x.text.startswith("1.250x win as sdpa_reduced_math+fusions with 1 other (1.103x over the knob alone)")
+    # a variant whose parity could not be judged reads so, never "win"
+    r.variants[5] = dataclasses.replace(r.variants[5], parity=dataclasses.replace(
+        fused.parity, ok=False, judged="masks injected (not judged)"), verdict="parity-fail")
+    assert set_steps([("a/verify.json", r)])["f"][0].step.shown == "parity not judged"
+
+    r = _result()
+    r.variants[5] = dataclasses.replace(fused, fusions=["pcand"], matches={"pcand": 12})
+    found = set_steps([("x", r)])["pcand"]  # alone under a knob: still a set (the knob with it)
+    assert found[0].others == 0
+    assert Decision("pcand", "label", "", False, UNMEASURED, "no A/B", together=tuple(found)).label == "not measured alone"
+    assert Decision("pcand", "label", "", False, UNMEASURED, "no A/B").label == UNMEASURED

@@ -93,6 +93,24 @@ def is_gpu_run(r) -> bool:
 
 
 @dataclass(frozen=True)
+class SetChange:
+    """A fusion measured among others in a model step: one A/B variant that held it and other fusions
+    (every candidate with the gate open, or a knob with the fusions). It says what the set did, not
+    what this fusion does alone: it never decides a verdict."""
+
+    step: StepChange  # the variant against the default compile (``matches``: this fusion's)
+    config: str  # the configuration: "fusions" or "<knob>+fusions"
+    others: int  # how many other fusions fired in it
+    over_knob: float | None = None  # its speedup over the same knob alone, in the same rounds
+
+    @property
+    def text(self) -> str:
+        return (f"{self.step.speedup:.3f}x {self.step.shown} as {self.config}"
+                + (f" with {self.others} other{'s' if self.others != 1 else ''}" if self.others else "")
+                + (f" ({self.over_knob:.3f}x over the knob alone)" if self.over_knob is not None else ""))
+
+
+@dataclass(frozen=True)
 class KernelRange:
     """Isolated kernel speedups over Inductor across the shapes of one bench run."""
 
@@ -118,12 +136,16 @@ class Decision:
     kernel: KernelRange | None = None
     status: str = ""  # the candidate's status where no ranked row has it (an upcast candidate), else ""
     coverage: tuple[str, ...] = ()  # where the gate fires, per class of measured sites (evidence.coverage)
+    together: tuple[SetChange, ...] = ()  # the latest A/B variants that held it among other fusions
 
     @property
     def label(self) -> str:
-        """The verdict as shown: ``fires only in gpt2 train/default`` spells its contexts."""
+        """The verdict as shown: ``fires only in gpt2 train/default`` spells its contexts; a fusion never
+        measured alone but measured among others is ``not measured alone``."""
         if self.verdict == ONLY:
             return f"{ONLY} {', '.join(self.fires_in or self.won)}"
+        if self.verdict == UNMEASURED and self.together and not self.steps:
+            return f"{UNMEASURED} alone"
         return self.verdict
 
     @property
@@ -397,6 +419,42 @@ def ab_steps(results: Sequence[tuple[str, object]]) -> dict[str, list[StepChange
     return out
 
 
+def set_steps(results: Sequence[tuple[str, object]]) -> dict[str, list[SetChange]]:
+    """fusion (or candidate id) -> the A/B variants of ``results`` ((source file, ``ABResult``), oldest
+    first) that held it among other fusions: ``all`` / ``gated`` with more than one fusion firing, and
+    every ``knob:<k>+fusions``; the latest per (model step, setup, configuration)."""
+    latest: dict[tuple, SetChange] = {}
+    for source, r in results:
+        if r.error:
+            continue
+        d = r.variant("default")
+        for v in r.variants:
+            fired = sorted(f for f, n in (v.matches or {}).items() if n)
+            if v.step is None or v.error or v.speedup is None or not fired:
+                continue
+            if v.knob and v.name.endswith("+fusions"):
+                config, knob = f"{v.knob}+fusions", r.variant(f"knob:{v.knob}")
+            elif v.name in ("all", "gated") and len(fired) > 1:
+                config, knob = "fusions", None
+            else:
+                continue
+            over = (v.speedup / knob.speedup if knob is not None and knob.speedup and not knob.error else None)
+            mem = ((v.step.peak_mem_bytes - d.step.peak_mem_bytes) / 2**20
+                   if d is not None and d.step is not None and not v.cudagraphs else None)
+            verdict = ("parity not judged" if v.parity is not None and "not judged" in str(v.parity.judged)
+                       else v.verdict or "-")
+            for f in fired:
+                step = StepChange(r.model, r.mode, r.compile, v.speedup, r.noise_band or 0.0, verdict,
+                                  v.speedup_p20, v.speedup_p80, mem, None if v.parity is None else bool(v.parity.ok),
+                                  int(v.matches[f]), source, str(r.env.get("date") or ""), setup_of(r))
+                latest[(f, r.model, r.mode, r.compile, step.setup, config)] = SetChange(step, config, len(fired) - 1,
+                                                                                       over)
+    out: dict[str, list[SetChange]] = {}
+    for (f, *_), sc in latest.items():
+        out.setdefault(f, []).append(sc)
+    return out
+
+
 def silent_in(results: Sequence[tuple[str, object]]) -> dict[str, list[str]]:
     """fusion -> "model mode/compile" of the A/B ``results`` where it matched nothing with the gate open."""
     out: dict[str, list[str]] = {}
@@ -524,6 +582,12 @@ def decide(review: Review, ws: Workspace) -> Decisions:
         if name not in seen_fusions:
             rows.append(_decision(name, name, "", True, evidence_file(ws.root, name, fusion=True), ws,
                                   _evidence(measured, silent, (name,))))
+    sets = set_steps([(str(path.relative_to(ws.root)) if path.is_relative_to(ws.root) else str(path), r)
+                      for _, _, path, results in sorted(ab_files(ws), key=lambda f: f[:2])
+                      for r in results if is_gpu_run(r)])
+    rows = [replace(d, together=tuple(sc for k in dict.fromkeys((d.id, d.name) if d.promoted else (d.id,))
+                                      for sc in sets.get(k, ())))
+            for d in rows]
     order = {v: i for i, v in enumerate(ORDER)}
     rows.sort(key=lambda d: (order[d.verdict], -max((s.speedup for s in d.steps), default=0.0),
                              -(d.kernel.hi if d.kernel else 0.0), d.id))
@@ -621,5 +685,5 @@ def gate_coverage(path: Path, records: Sequence) -> list[str]:
 
 __all__ = ["ADOPT", "MARGINAL", "MODEL_STEP_HEADER", "ab_files", "cpu_runs", "is_gpu_run", "same_graph", "setup_diff", "setup_of",
            "step_label", "NOT_WORTH", "ONLY", "ORDER", "UNMEASURED", "UNSAFE", "VERDICTS", "Decision",
-           "Decisions", "KernelRange", "ModelStep", "StepChange", "ab_steps", "model_step_cells", "model_steps", "decide", "gate_fires", "kernel_range", "latest_ab", "record_steps",
-           "run_name", "silent_in", "unranked_rows", "verdict_of"]
+           "Decisions", "KernelRange", "ModelStep", "SetChange", "StepChange", "ab_steps", "model_step_cells", "model_steps", "decide", "gate_fires", "kernel_range", "latest_ab", "record_steps",
+           "run_name", "set_steps", "silent_in", "unranked_rows", "verdict_of"]

@@ -20,7 +20,7 @@ from miner.rank.rank import combine_sources
 from miner.rank.records import PREDICTED_MARK, BenchRun, Estimate, Ranked, Review
 from miner.core.workspace import Workspace
 from miner.rank.decision import Decision, Decisions, decide, run_name
-from miner.report.listings import accuracy_line, decision_cells, kernel_runs, step_text
+from miner.report.listings import accuracy_line, decision_cells, kernel_runs, set_text, step_text
 from miner.report.figures import accuracy_chart, bench_chart, draw_pattern, latest_points, overview_chart, roofline_chart
 from miner.rank.decision import RULE
 from miner.report.text import LEGEND, VARIANTS, count, cut, num, pct, validation_rows
@@ -296,7 +296,8 @@ def decision_html(dec: Decisions) -> str:
         link = f'<a href="#c-{_e(d.id)}">{name}</a>'
         rows.append([_verdict(d), link, _e(c["where"]), _e(c["kernel"]),
                      "<br>".join(_e(step_text(x, dec.setup)).replace(" MiB", "&nbsp;MiB") for x in d.steps)
-                     or '<span class="small">not measured</span>',
+                     or '<span class="small">' + ("<br>".join(_e(set_text(x, dec.setup)) for x in d.together)
+                                                  or "not measured") + "</span>",
                      f'<span class="small">why: {_code(d.reason)}</span>'])
     adopt = [d.name or d.id for d in dec.adopt]
     setup = (f'<p class="setup">Setup: <b>{_e(dec.setup)}</b> (a row measured otherwise names what differs, '
@@ -569,7 +570,8 @@ def decision_section(d: Decision, setup: str = "") -> str:
     compute-once value, a whole region): its verdict, where its gate fires, its in-model steps."""
     cover = "".join(f"<li><code>{_e(c)}</code></li>" for c in d.coverage)
     steps = "".join(f"<li>{_e(step_text(x, setup))} <span class=\"small\">({_e(x.source)})</span></li>"
-                    for x in d.steps)
+                    for x in d.steps) + "".join(
+        f"<li>{_e(set_text(x, setup))} <span class=\"small\">({_e(x.step.source)})</span></li>" for x in d.together)
     return (f'<section id="c-{_e(d.id)}"><h2><span class="small">{"fusion" if d.promoted else "candidate"}</span> '
             f"{_e(d.id)} · {_e(d.name)}</h2><p>{_verdict(d)} <span class=\"small\">{_code(d.reason)}</span></p>"
             f"<p>ops: <code>{_e(d.ops or '-')}</code>; fires on CUDA: {_e(d.where)}</p>"

@@ -33,6 +33,17 @@ def step_text(s: StepChange, setup: str = "") -> str:
     return f"{where} {s.speedup:.3f}x{rng} {s.shown} ±{100 * s.band:.1f}%{mem}"
 
 
+def set_text(x, setup: str = "") -> str:
+    """A measurement among other fusions (``SetChange``): ``t5 train [H100 ...] 1.291x win as
+    sdpa_reduced_math+reduce_overhead+fusions with 1 other (1.033x over the knob alone)``."""
+    from miner.rank.decision import setup_diff
+
+    s = x.step
+    diff = setup_diff(s.setup, setup) if setup else ""
+    where = f"{s.model} {s.mode}" + ("" if s.compile == "default" else f"/{s.compile}") + (f" [{diff}]" if diff else "")
+    return f"among others: {where} {x.text}"
+
+
 def mem_text(s: StepChange) -> str:
     return "-" if s.mem_mib is None else f"{s.mem_mib:+.0f} MiB"
 
@@ -50,12 +61,13 @@ def decision_cells(d: Decision, *, run: bool = True, setup: str = "") -> dict[st
     k = d.kernel
     return {"verdict": d.label, "name": d.name or "-", "id": d.id, "where": d.where,
             "kernel": "-" if k is None else f"{k.lo:.2f}-{k.hi:.2f}x ({k.shapes})" + (f" run {k.run}" if run else ""),
-            "step": "\n".join(step_text(s, setup) for s in d.steps) or "not measured", "why": d.reason}
+            "step": "\n".join(step_text(s, setup) for s in d.steps) or "\n".join(
+                set_text(x, setup) for x in d.together) or "not measured", "why": d.reason}
 
 
 def decision_listing(dec: Decisions) -> Listing:
     """The first table: the verdict on every fusion and candidate, from measurements only."""
-    cols = [Column("verdict", "verdict", max_width=16), Column("name", "fusion / candidate", wrap=False),
+    cols = [Column("verdict", "verdict", max_width=12), Column("name", "fusion / candidate", wrap=False, max_width=26),
             Column("where", "fires on CUDA", max_width=16), Column("kernel", "kernel x (shapes)", max_width=14),
             Column("step", "step x [p20-p80] per model, verdict, ±noise, memory", ratio=1)]
     rows, styles = [], []
