@@ -220,3 +220,18 @@ def test_a_candidate_measured_only_among_others_says_so_and_what_the_set_did():
     assert found[0].others == 0
     assert Decision("pcand", "label", "", False, UNMEASURED, "no A/B", together=tuple(found)).label == "not measured alone"
     assert Decision("pcand", "label", "", False, UNMEASURED, "no A/B").label == UNMEASURED
+
+
+def test_a_cuda_graph_configuration_shows_its_warm_up_peak_marked_so():
+    import dataclasses
+
+    from miner.check.configs import cells
+
+    r = _result()
+    r.variants[6] = dataclasses.replace(r.variants[6], warmup_peak_bytes=3 * 2**30, parity=r.variants[4].parity)
+    c = {x.name: x for x in configurations(r)}
+    assert c["reduce_overhead"].peak_gib == 3.0 and c["reduce_overhead"].peak_warmup
+    assert cells(c["reduce_overhead"])[4] == "3.00 (warm-up)"
+    assert cells(c["sdpa_reduced_math"])[4] == "1.00"  # a timed step's peak, as before
+    r.variants[6] = dataclasses.replace(r.variants[6], warmup_peak_bytes=None)
+    assert cells({x.name: x for x in configurations(r)}["reduce_overhead"])[4] == "-"  # not measured

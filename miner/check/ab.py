@@ -96,6 +96,9 @@ class VariantResult:
     knob: str | None = None  # knob:<k> and knob:<k>+fusions variants: the knob's name (miner.check.knobs)
     numerics: str = ""  # how the knob changes numerics ("" when it does not)
     cudagraphs: bool = False  # ran under CUDA graphs (its step peak is the graphs' pool, not measured)
+    # the peak allocated over the warm-up steps (the compile and, under CUDA graphs, their recording: the
+    # pool holding the step's tensors) beyond what was allocated before them; CUDA only
+    warmup_peak_bytes: int | None = None
     # per timed round of the phase its numbers come from: the step's GPU ms, and the host's ms to issue it
     round_ms: list[float] = field(default_factory=list)
     host_ms: list[float] = field(default_factory=list)
@@ -299,15 +302,21 @@ def prepare(spec: VariantSpec, built, inputs: dict, case: ABCase, options: ABOpt
         step = knob.around(step)
     counts_before = Counter(graph_pass.counts) if graph_pass is not None else Counter()
     hits_before = int(torch._dynamo.utils.counters["inductor"].get("fxgraph_cache_hit", 0))
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.cuda.synchronize()
+        allocated = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     with _compile_context(cache=cache):
         for _ in range(max(1, options.warmup)):
             _zero_grads(model)
             step()
-        if device.startswith("cuda"):
+        if cuda:
             torch.cuda.synchronize()
     res = VariantResult(name, list(fusions), gate, compile_s=time.perf_counter() - t0,
-                        knob=knob.name if knob else None, numerics=knob.numerics if knob else "", cudagraphs=graphs)
+                        knob=knob.name if knob else None, numerics=knob.numerics if knob else "", cudagraphs=graphs,
+                        warmup_peak_bytes=int(torch.cuda.max_memory_allocated() - allocated) if cuda else None)
     res.fx_cache_hits = int(torch._dynamo.utils.counters["inductor"].get("fxgraph_cache_hit", 0)) - hits_before
     if graph_pass is not None:
         res.matches = {f: graph_pass.counts[f] - counts_before[f] for f in fusions}
@@ -681,7 +690,10 @@ def _log_phase(lives: Sequence[_Live], log: Callable, prefix: str) -> None:
         log(f"{prefix} {v.name}: {v.step.median_ms:.2f} ms ({v.step.p20_ms:.2f}-{v.step.p80_ms:.2f})"
             + (f" {v.speedup:.3f}x (p20-p80 {v.speedup_p20:.3f}-{v.speedup_p80:.3f})"
                if v.speedup and v.speedup_p20 is not None else "")
-            + (" peak not measured (CUDA graphs)" if v.cudagraphs else f" peak {v.step.peak_mem_bytes / 2**30:.2f} GiB")
+            + (f" peak {v.step.peak_mem_bytes / 2**30:.2f} GiB" if not v.cudagraphs else
+               " step peak not measured (CUDA graphs)")
+            + ("" if v.warmup_peak_bytes is None else f" (warm-up peak {v.warmup_peak_bytes / 2**30:.2f} GiB"
+               + (": the graphs' pool)" if v.cudagraphs else ")"))
             + (f" {v.verdict}" if v.verdict else "")
             + (f"; host issues it in {host_share(v)}" if v.host_ms else "") + parity)
 

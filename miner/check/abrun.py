@@ -354,8 +354,10 @@ def markdown(results: Sequence[ABResult], peers: Sequence[dict] = ()) -> str:
           f"observed step); a variant passes when its error is at most {PARITY_K:g} x the default's + "
           f"{PARITY_ATOL} per quantity (without a usable float32 step: the direct difference within "
           f"{AUTOCAST_MODEL_TOL}); a variant that breaks parity is `parity-fail`, never a win. "
-          "Step peak: the timed step's peak memory beyond what was allocated before it (not measured under "
-          "reduce-overhead: the CUDA graphs' pool is allocated at capture). Kernels: torch.profiler kernel time "
+          "Step peak: the timed step's peak memory beyond what was allocated before it; under CUDA graphs "
+          "(reduce-overhead) a timed step allocates nothing (its tensors live in the graphs' pool, allocated "
+          "when they were recorded), so the configurations table gives the peak over the warm-up steps that "
+          "recorded them, marked (warm-up); verify.json holds every variant's warm-up peak to compare. Kernels: torch.profiler kernel time "
           "per step against the default's, Inductor's kernel numbers stripped.\n", summary_table(results)]
     if peers:
         from miner.check.peers import peer_table

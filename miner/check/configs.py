@@ -54,6 +54,7 @@ class Config:
     # why parity could not be judged (the judge's reason): such a configuration is never recommended,
     # and it is not a measured failure either
     unjudged: str = ""
+    peak_warmup: bool = False  # ``peak_gib`` is the warm-up's (CUDA graphs: their pool), not a timed step's
 
     @property
     def changes(self) -> int:
@@ -187,10 +188,20 @@ def _config(name: str, v: Any, *, knob: str | None, fusions: bool, r: Any, sourc
     return Config(name, knob, fusions, 1.0 if name == DEFAULT else v.speedup, v.speedup_p20, v.speedup_p80,
                   v.verdict, None if v.parity is None else bool(v.parity.ok), _error_rel(v.parity), v.numerics,
                   None if s is None else s.median_ms,
-                  None if s is None or v.cudagraphs else s.peak_mem_bytes / 2**30, v.compile_s, v.error,
+                  _peak_gib(v), v.compile_s, v.error,
                   r.noise_band, source,
                   _largest(v.parity.floor) if v.parity is not None and _masked(v.parity) else None,
-                  _unjudged(v.parity))
+                  _unjudged(v.parity), bool(v.cudagraphs and getattr(v, "warmup_peak_bytes", None) is not None))
+
+
+def _peak_gib(v: Any) -> float | None:
+    """The step's peak GiB; under CUDA graphs (the step allocates nothing: its tensors live in the
+    graphs' pool, allocated when they were recorded) the peak over the warm-up steps that recorded them,
+    None where not measured (``Config.peak_warmup`` says which)."""
+    if v.cudagraphs:
+        w = getattr(v, "warmup_peak_bytes", None)
+        return None if w is None else w / 2**30
+    return None if v.step is None else v.step.peak_mem_bytes / 2**30
 
 
 def _unjudged(parity: Any) -> str:
@@ -291,7 +302,7 @@ def cells(c: Config) -> list[str]:
         else f" ({c.error_rel:.1e})" if c.error_rel is not None else "")
     return [c.name + (" *" if c.numerics else ""), "-" if c.ms is None else f"{c.ms:.2f}",
             c.error or _sp(c), "unjudged" if c.unjudged else step_label(c.verdict, c.p20),
-            "-" if c.peak_gib is None else f"{c.peak_gib:.2f}",
+            "-" if c.peak_gib is None else f"{c.peak_gib:.2f}" + (" (warm-up)" if c.peak_warmup else ""),
             "-" if c.compile_s is None else f"{c.compile_s:.1f}", par]
 
 
