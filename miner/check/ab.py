@@ -214,6 +214,18 @@ def step_label(verdict: str | None, p20: float | None) -> str:
     return verdict or "-"
 
 
+def setup_of(r) -> str:
+    """Where an A/B result was measured, in words: ``NVIDIA H200, base B16 S512, bf16 autocast`` (the
+    preset's sizes where the result has none)."""
+    from miner.check.verify import STEP_DTYPE
+    from miner.runtime.evidence import shape_of
+
+    env = getattr(r, "env", {}) or {}
+    batch, seq = shape_of(r)
+    where = (env.get("gpu") or "GPU") if env.get("device", "cuda") == "cuda" else f"CPU interpreter ({env.get('gpu') or 'cpu'})"
+    return f"{where}, {r.preset} B{batch} S{seq}, {STEP_DTYPE}"
+
+
 # --------------------------------------------------------------------------- variants
 
 @dataclass

@@ -84,7 +84,7 @@ class Recommendation:
     numerics: tuple[str, ...] = ()
     source: str = ""
     date: str = ""
-    setup: str = ""  # where it was measured (``miner.rank.decision.setup_of``): GPU, preset, batch, seq, dtype
+    setup: str = ""  # where it was measured (``miner.check.ab.setup_of``): GPU, preset, batch, seq, dtype
 
     @property
     def where(self) -> str:
@@ -236,7 +236,7 @@ def recommendations(results: Sequence[Any], sources: Sequence[str] = ()) -> list
     session split over calls: the fusions in one, a knob in the next). Each configuration's verdict is
     against its own run's noise band; the recommendation's band is the widest of them.
     """
-    from miner.rank.decision import setup_of
+    from miner.check.ab import setup_of
 
     pooled: dict[tuple, dict[str, Config]] = {}
     latest: dict[tuple, Any] = {}
@@ -321,7 +321,7 @@ def markdown(results: Sequence[Any]) -> str:
 
 
 def _by(results: Sequence[Any], rec: Recommendation) -> Any:
-    from miner.rank.decision import setup_of
+    from miner.check.ab import setup_of
 
     return next(r for r in results if (r.model, r.mode, r.compile, setup_of(r)) == (rec.model, rec.mode, rec.compile,
                                                                                     rec.setup))

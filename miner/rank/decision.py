@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from miner.check.ab import MARGINAL, step_label  # one definition: every view shows a measurement so
+from miner.check.ab import MARGINAL, setup_of, step_label  # one definition: every view shows a measurement so
 from miner.core.errors import MinerError
 from miner.core.workspace import Workspace, read_json
 from miner.rank.records import BenchRun, CandidateInfo, Review
@@ -72,18 +72,6 @@ class StepChange:
     def shown(self) -> str:
         """The verdict as every view shows it (:func:`step_label`)."""
         return step_label(self.verdict, self.lo)
-
-
-def setup_of(r) -> str:
-    """Where an A/B result was measured, in words: ``NVIDIA H200, base B16 S512, bf16 autocast`` (the
-    preset's sizes where the result has none)."""
-    from miner.check.verify import STEP_DTYPE
-    from miner.runtime.evidence import shape_of
-
-    env = getattr(r, "env", {}) or {}
-    batch, seq = shape_of(r)
-    where = (env.get("gpu") or "GPU") if env.get("device", "cuda") == "cuda" else f"CPU interpreter ({env.get('gpu') or 'cpu'})"
-    return f"{where}, {r.preset} B{batch} S{seq}, {STEP_DTYPE}"
 
 
 def is_gpu_run(r) -> bool:
