@@ -168,7 +168,7 @@ def test_ab_judges_a_variant_with_a_philox4_fusion_by_injected_masks(tmp_path):
     cand = _candidate(tmp_path, "pf4693d7449_x4")
     module = rewrite.load_module(cand.path / "pattern.py", rewrite.module_name(cand.path / "pattern.py", "pattern"))
     built = _built()
-    assert masks.ab_judge(built, built.inputs, {}, mode="train", device=DEVICE) is None
+    empty = masks.ab_judge(built, built.inputs, {}, mode="train", device=DEVICE)  # the step has dropout: a judge
     judge = masks.ab_judge(built, built.inputs, {"x4": module}, mode="train", device=DEVICE)
 
     def live(name, fusions, graph_pass):
@@ -179,10 +179,11 @@ def test_ab_judges_a_variant_with_a_philox4_fusion_by_injected_masks(tmp_path):
     x4 = live("x4", ["x4"], rewrite.FusionPass([rewrite.Entry("x4", module, ())]))
     assert x4.res.matches == {"x4": 1}
     before = make_parity(1.0, 1.0, None, None, {}, {})
+    assert empty(default, default, before) is None  # a variant without fusions keeps its own parity
     p = judge(default, x4, before)
     assert p.judged == masks.METHOD and p.ok is True and p.error is not None, p
-    other = types.SimpleNamespace(res=types.SimpleNamespace(fusions=["rms_norm"]))
-    assert judge(default, other, before) is None
+    other = types.SimpleNamespace(res=types.SimpleNamespace(fusions=["rms_norm"], knob="sdpa_reduced_math"))
+    assert judge(default, other, before) is None  # a knob's variant without the _x4 fusion keeps its parity
     # a step with more dropout elements than the reference reproduces is not judged, and says where it
     # is (a t5-base step's 2.4e9 elements stalled the H200 A/B past its 10-minute call)
     old = masks.MAX_ELEMENTS, masks.MAX_ELEMENTS_GPU
@@ -213,3 +214,46 @@ def test_inductor_masks_drawn_by_triton_equal_the_int64_reference(seed):
     assert torch.equal(got, want)
     shifted = philox.to_uniform(philox.philox4x32(seed, torch.arange(1, n + 1))[0])
     assert not torch.equal(got, shifted)
+
+
+def test_ab_judges_a_fusion_drawing_no_stream_of_its_own_by_inductors_masks(tmp_path):
+    # a variant whose fusions draw Inductor's own numbers (or none: a matmul rewrite) is judged against
+    # the same eager reference as the default, every mask Inductor's, instead of a fixed tolerance on a
+    # bf16 step; a wrong scale fails it; a knob variant and a variant the float32 floor judged keep theirs
+    import dataclasses
+
+    from miner.check import ab
+    from miner.check.verify import make_parity
+    from miner.runtime import rewrite
+
+    built = _built()
+
+    def live(name, cand):
+        module = rewrite.load_module(cand.path / "pattern.py", rewrite.module_name(cand.path / "pattern.py", "pattern"))
+        gp = rewrite.FusionPass([rewrite.Entry(name, module, ())]) if cand else None
+        with torch._inductor.config.patch(force_disable_caches=True):
+            return module, ab.prepare(ab.VariantSpec(name, gp, (name,)), built, built.inputs,
+                                      ab.ABCase("m", "train", "default"),
+                                      ab.ABOptions(preset="tiny", device=DEVICE, warmup=1))
+
+    with torch._inductor.config.patch(force_disable_caches=True):
+        default = ab.prepare(ab.VariantSpec("default"), built, built.inputs, ab.ABCase("m", "train", "default"),
+                             ab.ABOptions(preset="tiny", device=DEVICE, warmup=1))
+    # the RMS norm after the dropouts (no random op: on the CPU a region drawing "Inductor's" numbers
+    # draws Triton's, which are Inductor's on CUDA only)
+    good_module, good = live("rms", _candidate(tmp_path, "p0ef2a90522", "i1"))
+    assert good.res.matches == {"rms": 1}
+    judge = masks.ab_judge(built, built.inputs, {"rms": good_module}, mode="train", device=DEVICE)
+    fixed = make_parity(1.0, 1.0, None, None, {}, {})
+    p = judge(default, good, fixed)
+    assert p.judged == masks.INDUCTOR_METHOD and p.ok is True and p.error is not None, p
+    # the planted bug: the norm's epsilon 0.5 too large
+    old = "    return torch.ops.miner.cp0ef2a90522i2(x0, x1, c0, c1)\n"
+    new = "    return torch.ops.miner.cp0ef2a90522i2(x0, x1, c0, c1 + 0.5)\n"
+    bad_module, bad = live("wrong_scale", _candidate(tmp_path, "p0ef2a90522", "i2", {"pattern.py": [(old, new)]}))
+    assert bad.res.matches == {"wrong_scale": 1}
+    p = masks.ab_judge(built, built.inputs, {"wrong_scale": bad_module}, mode="train", device=DEVICE)(default, bad, fixed)
+    assert p.judged == masks.INDUCTOR_METHOD and p.ok is False, p
+    # kept as they are: a knob's variant, and one the float32 floor decided
+    assert judge(default, dataclasses.replace(good, res=dataclasses.replace(good.res, knob="k")), fixed) is None
+    assert judge(default, good, dataclasses.replace(fixed, judged="float32 floor")) is None
