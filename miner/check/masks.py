@@ -560,30 +560,28 @@ def masked_parity(built, compiled: Compiled, *, mode: str, device: str, slots_of
         problems.append("the recorded seed vector is not the one the step's RNG state draws")
     if problems:
         return MaskedParity(False, "; ".join(problems), recorded=len(drawn), dropouts=count)
-    return _against_floor(built, compiled, drawn, mode=mode, device=device, autocast=autocast, seed=seed,
-                          count=count, floor=floor)
+    return _against_floor(_Reference(built, mode, device, autocast, seed, count), compiled, drawn, floor)
 
 
-def inductor_parity(built, compiled: Compiled, *, mode: str, device: str, autocast: bool, seed: int = 0,
-                    floor: dict | None = None) -> MaskedParity:
-    """The "masks injected" parity of a step whose fusions draw no random numbers of their own (a
-    matmul rewrite, a region drawing Inductor's exact stream): every dropout's mask is Inductor's,
-    recomputed from the step's seed vector, so the variant is judged against the same reference as the
-    default compile (its floor), with dropout's random stream held equal. A float32 compile of the step
-    cannot serve there when it draws other numbers (the default then differs from it by order 1)."""
-    count = len(dropout_calls(built, mode, device))
-    if not count:
-        return MaskedParity(None, "no dropout in the step: the direct comparison decides")
-    return _against_floor(built, compiled, {}, mode=mode, device=device, autocast=autocast, seed=seed, count=count,
-                          floor=floor)
+@dataclass(frozen=True)
+class _Reference:
+    """What the eager reference of one model step is built from: the model and its inputs, the step's
+    mode, device, autocast, RNG seed, and the number of its dropout calls (:func:`dropout_calls`)."""
+
+    built: Any
+    mode: str
+    device: str
+    autocast: bool
+    seed: int
+    count: int
 
 
-def _against_floor(built, compiled: Compiled, drawn: dict, *, mode: str, device: str, autocast: bool, seed: int,
-                   count: int, floor: dict | None) -> MaskedParity:
+def _against_floor(ref: _Reference, compiled: Compiled, drawn: dict, floor: dict | None) -> MaskedParity:
     """``compiled``'s errors to the eager reference with its masks (``drawn``: the ones its own kernels
     drew; every other dropout Inductor's) judged against the default's ``floor`` (measured if None)."""
     from miner.check.verify import judge_parity
 
+    built, mode, device, autocast, seed, count = ref.built, ref.mode, ref.device, ref.autocast, ref.seed, ref.count
     fused = len(compiled.fused)
     if floor is None:
         floor, why = floor_of(built, mode, device, autocast=autocast, seed=seed, count=count)
@@ -693,7 +691,7 @@ def ab_judge(built, inputs: dict, modules: dict[str, Any], *, mode: str, device:
       comparison would compare two random streams);
     - a variant of fusions without a knob that draw no stream of their own (a matmul rewrite, a region
       drawing Inductor's numbers), where the float32 reference did not decide (absent, or itself drawing
-      other dropout numbers): Inductor's masks injected (:func:`inductor_parity`), instead of a fixed
+      other dropout numbers): Inductor's masks injected (``INDUCTOR_METHOD``), instead of a fixed
       tolerance on a bf16 step (issue 31: MT5's matmul rewrites 0.055 against a fixed 0.05); where
       Inductor's masks cannot be reproduced here the variant's own parity stands;
     - every other variant (the default, a knob alone, a knob with such fusions): None."""
@@ -743,8 +741,7 @@ def ab_judge(built, inputs: dict, modules: dict[str, Any], *, mode: str, device:
                 r = masked_parity(built, got, mode=mode, device=device, slots_of=slots, autocast=True, seed=seed,
                                   floor=floor)
             else:
-                r = _against_floor(built, got, {}, mode=mode, device=device, autocast=True, seed=seed, count=count,
-                                   floor=floor)
+                r = _against_floor(_Reference(built, mode, device, True, seed, count), got, {}, floor)
         if not own and r.ok is None:  # Inductor's masks not reproduced here: the variant's own parity stands
             return None
         method = METHOD if own else INDUCTOR_METHOD
