@@ -697,7 +697,7 @@ def _log_phase(lives: Sequence[_Live], log: Callable, prefix: str) -> None:
         if v.step is None:
             continue
         parity = "" if v.parity is None else (" parity ok" if v.parity.ok else " parity NOT JUDGED"
-                                              if "not judged" in v.parity.judged else " parity FAIL") + (
+                                              if v.parity.unjudged else " parity FAIL") + (
             f" ({v.parity.judged}: {v.parity.reason[:300]})" if v.parity.reason else f" ({v.parity.judged})")
         log(f"{prefix} {v.name}: {v.step.median_ms:.2f} ms ({v.step.p20_ms:.2f}-{v.step.p80_ms:.2f})"
             + (f" {v.speedup:.3f}x (p20-p80 {v.speedup_p20:.3f}-{v.speedup_p80:.3f})"

@@ -206,7 +206,7 @@ def _peak_gib(v: Any) -> float | None:
 
 def _unjudged(parity: Any) -> str:
     """The judge's reason where parity could not be judged (``Parity.judged`` ends "(not judged)")."""
-    if parity is None or "not judged" not in str(getattr(parity, "judged", "")):
+    if parity is None or not parity.unjudged:
         return ""
     return str(getattr(parity, "reason", "") or "no reason recorded")
 

@@ -697,6 +697,8 @@ def ab_judge(built, inputs: dict, modules: dict[str, Any], *, mode: str, device:
     - every other variant (the default, a knob alone, a knob with such fusions): None."""
     import dataclasses
 
+    from miner.check.verify import FLOOR
+
     def kernel(m):
         k = getattr(m, "_kernel", None)  # a region pattern.py's loader of its kernel.py
         return k() if callable(k) else None
@@ -719,7 +721,7 @@ def ab_judge(built, inputs: dict, modules: dict[str, Any], *, mode: str, device:
     def judge(default_live, live, parity):
         own = bool(set(live.res.fusions) & set(stream))
         if not own and (not count or not live.res.fusions or getattr(live.res, "knob", None)
-                        or getattr(parity, "judged", "") == "float32 floor"):
+                        or getattr(parity, "judged", "") == FLOOR):
             return None
         if own and missing:
             r = MaskedParity(None, f"{', '.join(missing)}: no pattern nodes beside pattern.py to find the masks")

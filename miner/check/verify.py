@@ -60,6 +60,12 @@ class Parity:
     error: dict | None = None  # this variant's, per quantity
     reason: str = ""
 
+    @property
+    def unjudged(self) -> bool:
+        """The rule could not be applied (``judged`` ends "(not judged)", ``reason`` says why): not a
+        measured failure, never a win either (``ok`` is False)."""
+        return "not judged" in self.judged
+
 
 @dataclass(frozen=True)
 class VerifyResult:

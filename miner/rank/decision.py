@@ -324,7 +324,7 @@ def _list(steps: Iterable[StepChange]) -> str:
 
 # --------------------------------------------------------------------------- evidence
 
-def latest_ab(ws: Workspace) -> tuple[list[Path], list] | None:
+def latest_ab(ws: Workspace, files: list | None = None) -> tuple[list[Path], list] | None:
     """The latest in-model A/B of each (model, mode, compile mode, preset) over every ``verify.json`` of kind
     VerifyAB under ``reports/`` (a run is often saved in several folders, one per model; a re-run replaces
     the older result), and the files those results come from; None if there is none. GPU results only
@@ -336,7 +336,7 @@ def latest_ab(ws: Workspace) -> tuple[list[Path], list] | None:
     from miner.runtime.evidence import shape_of
 
     latest: dict[tuple, tuple[Path, object]] = {}
-    for _, _, path, results in sorted(ab_files(ws), key=lambda f: f[:2]):
+    for _, _, path, results in sorted(ab_files(ws) if files is None else files, key=lambda f: f[:2]):
         for r in results:
             if is_gpu_run(r):  # a CPU-interpreter run is never compared with GPU runs
                 latest[(r.model, r.mode, r.compile, r.preset) + shape_of(r)] = (path, r)
@@ -361,20 +361,26 @@ def ab_files(ws: Workspace) -> list[tuple[str, str, Path, list]]:
     return found
 
 
-def recommendations(ws: Workspace) -> list:
-    """What to run per model and mode (``miner.check.configs.recommendations``) over every A/B file of ``ws``,
-    oldest first (by the files' environment dates, then path)."""
+def ab_results(ws: Workspace, files: list | None = None) -> list[tuple[str, object]]:
+    """(source file relative to ``ws``, ``ABResult``) of every A/B file (``files``: :func:`ab_files`, read
+    here if None), oldest first (by the files' environment dates, then path)."""
+    found = sorted(((date, str(path.relative_to(ws.root)) if path.is_relative_to(ws.root) else str(path), results)
+                    for date, _, path, results in (ab_files(ws) if files is None else files)), key=lambda f: f[:2])
+    return [(src, r) for _, src, results in found for r in results]
+
+
+def recommendations(ws: Workspace, files: list | None = None) -> list:
+    """What to run per model and mode (``miner.check.configs.recommendations``) over every A/B file of ``ws``
+    (``files``: :func:`ab_files`, read here if None), oldest first."""
     from miner.check import configs
 
-    found = sorted(((date, str(path.relative_to(ws.root)) if path.is_relative_to(ws.root) else str(path), results)
-                    for date, _, path, results in ab_files(ws)), key=lambda f: f[:2])
-    return configs.recommendations([r for _, _, results in found for r in results],
-                                   [src for _, src, results in found for _ in results])
+    found = ab_results(ws, files)
+    return configs.recommendations([r for _, r in found], [src for src, _ in found])
 
 
-def cpu_runs(ws: Workspace) -> tuple[str, ...]:
+def cpu_runs(ws: Workspace, files: list | None = None) -> tuple[str, ...]:
     """The A/B files (relative to the workspace) holding CPU-interpreter results: listed apart, never compared."""
-    return tuple(str(p.relative_to(ws.root)) for _, _, p, results in ab_files(ws)
+    return tuple(str(p.relative_to(ws.root)) for _, _, p, results in (ab_files(ws) if files is None else files)
                  if any(not is_gpu_run(r) for r in results))
 
 
@@ -429,8 +435,7 @@ def set_steps(results: Sequence[tuple[str, object]]) -> dict[str, list[SetChange
             over = (v.speedup / knob.speedup if knob is not None and knob.speedup and not knob.error else None)
             mem = ((v.step.peak_mem_bytes - d.step.peak_mem_bytes) / 2**20
                    if d is not None and d.step is not None and not v.cudagraphs else None)
-            verdict = ("parity not judged" if v.parity is not None and "not judged" in str(v.parity.judged)
-                       else v.verdict or "-")
+            verdict = "parity not judged" if v.parity is not None and v.parity.unjudged else v.verdict or "-"
             for f in fired:
                 step = StepChange(r.model, r.mode, r.compile, v.speedup, r.noise_band or 0.0, verdict,
                                   v.speedup_p20, v.speedup_p80, mem, None if v.parity is None else bool(v.parity.ok),
@@ -536,7 +541,8 @@ def decide(review: Review, ws: Workspace) -> Decisions:
         In ``ORDER`` (adopt, fires only in, not measured, not worth it, unsafe), then by the best
         measured step speedup, then by the best isolated kernel speedup.
     """
-    found = latest_ab(ws)
+    files = ab_files(ws)  # every verify.json read once, for each view below
+    found = latest_ab(ws, files)
     ab_source = ab_date = None
     measured: dict[str, list[StepChange]] = {}
     silent: dict[str, list[str]] = {}
@@ -570,9 +576,7 @@ def decide(review: Review, ws: Workspace) -> Decisions:
         if name not in seen_fusions:
             rows.append(_decision(name, name, "", True, evidence_file(ws.root, name, fusion=True), ws,
                                   _evidence(measured, silent, (name,))))
-    sets = set_steps([(str(path.relative_to(ws.root)) if path.is_relative_to(ws.root) else str(path), r)
-                      for _, _, path, results in sorted(ab_files(ws), key=lambda f: f[:2])
-                      for r in results if is_gpu_run(r)])
+    sets = set_steps([(src, r) for src, r in ab_results(ws, files) if is_gpu_run(r)])
     rows = [replace(d, together=tuple(sc for k in dict.fromkeys((d.id, d.name) if d.promoted else (d.id,))
                                       for sc in sets.get(k, ())))
             for d in rows]
@@ -584,11 +588,11 @@ def decide(review: Review, ws: Workspace) -> Decisions:
 
     steps = tuple(model_steps([(str(p.relative_to(ws.root)), r) for p, r in found[1]],
                               candidates.fusions_by_candidate(ws))) if found else ()
-    recs = tuple(recommendations(ws)) if found else ()
+    recs = tuple(recommendations(ws, files)) if found else ()
     setups = [m.setup for m in steps] + [x.setup for d in rows for x in d.steps if x.setup]
     setup = max(set(setups), key=setups.count) if setups else ""
     return Decisions(tuple(rows), ab_source, ab_date, together, tsource, models=steps, setup=setup,
-                     not_compared=cpu_runs(ws), configs=recs)
+                     not_compared=cpu_runs(ws, files), configs=recs)
 
 
 def unranked_rows(ws: Workspace, ranked: set[str], only_model: str | None, measured: dict[str, list[StepChange]],
@@ -673,5 +677,5 @@ def gate_coverage(path: Path, records: Sequence) -> list[str]:
 
 __all__ = ["ADOPT", "MARGINAL", "MODEL_STEP_HEADER", "ab_files", "cpu_runs", "is_gpu_run", "same_graph", "setup_diff", "setup_of",
            "step_label", "NOT_WORTH", "ONLY", "ORDER", "UNMEASURED", "UNSAFE", "VERDICTS", "Decision",
-           "Decisions", "KernelRange", "ModelStep", "SetChange", "StepChange", "ab_steps", "model_step_cells", "model_steps", "decide", "gate_fires", "kernel_range", "latest_ab", "record_steps",
+           "Decisions", "KernelRange", "ModelStep", "SetChange", "StepChange", "ab_results", "ab_steps", "model_step_cells", "model_steps", "decide", "gate_fires", "kernel_range", "latest_ab", "record_steps",
            "run_name", "set_steps", "silent_in", "unranked_rows", "verdict_of"]

@@ -24,24 +24,24 @@ def step_text(s: StepChange, setup: str = "") -> str:
     """``gpt2 train 0.945x [0.930-0.960] loss ±1.0% +12 MiB``: speedup, p20-p80, verdict (``step_label``),
     noise band, peak memory change (the compile mode after a slash when not ``default``; range and memory
     when known; the setup in brackets where it differs from ``setup``)."""
-    from miner.rank.decision import setup_diff
-
     rng = f" [{s.lo:.3f}-{s.hi:.3f}]" if s.lo is not None and s.hi is not None else ""
     mem = f" {s.mem_mib:+.0f} MiB" if s.mem_mib is not None else ""
+    return f"{_where(s, setup)} {s.speedup:.3f}x{rng} {s.shown} ±{100 * s.band:.1f}%{mem}"
+
+
+def _where(s: StepChange, setup: str) -> str:
+    """``t5 train``, the compile mode after a slash when not ``default``, the setup in brackets where it
+    differs from ``setup``."""
+    from miner.rank.decision import setup_diff
+
     diff = setup_diff(s.setup, setup) if setup else ""
-    where = f"{s.model} {s.mode}" + ("" if s.compile == "default" else f"/{s.compile}") + (f" [{diff}]" if diff else "")
-    return f"{where} {s.speedup:.3f}x{rng} {s.shown} ±{100 * s.band:.1f}%{mem}"
+    return f"{s.model} {s.mode}" + ("" if s.compile == "default" else f"/{s.compile}") + (f" [{diff}]" if diff else "")
 
 
 def set_text(x, setup: str = "") -> str:
-    """A measurement among other fusions (``SetChange``): ``t5 train [H100 ...] 1.291x win as
+    """A measurement among other fusions (``SetChange``): ``among others: t5 train [H100 ...] 1.291x win as
     sdpa_reduced_math+reduce_overhead+fusions with 1 other (1.033x over the knob alone)``."""
-    from miner.rank.decision import setup_diff
-
-    s = x.step
-    diff = setup_diff(s.setup, setup) if setup else ""
-    where = f"{s.model} {s.mode}" + ("" if s.compile == "default" else f"/{s.compile}") + (f" [{diff}]" if diff else "")
-    return f"among others: {where} {x.text}"
+    return f"among others: {_where(x.step, setup)} {x.text}"
 
 
 def mem_text(s: StepChange) -> str:
