@@ -3,6 +3,8 @@ same seeded inputs and dropout draws, as closely as the default compile's own st
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from miner.check import ab
@@ -108,6 +110,62 @@ def test_the_ab_verdict_path_turns_a_win_that_breaks_parity_into_parity_fail():
     ab._parity([default, good, bad], "train", "cpu", reference)
     assert good.res.verdict == "win" and good.res.parity.ok and good.res.parity.judged == FLOOR
     assert bad.res.verdict == ab.PARITY_FAIL and not bad.res.parity.ok
+
+
+def test_a_judge_that_could_not_run_leaves_not_judged_never_parity_fail():
+    # t5 B8 S1024 (2026-12-06, H100): the masks judge ran out of device memory beside four variants'
+    # CUDA-graph pools and the variant read "parity-fail" with a 300-character allocator message
+    import dataclasses
+
+    default, fused = _live("default", 1.0, None), _live("knob:x+fusions", 1.0, "win")
+    reference = ab.parity_of(_live("ref", 1.0, None), "train", "cpu")
+    calls = []
+
+    class OutOfMemoryError(RuntimeError):
+        pass
+
+    def judge(d, live, parity):
+        calls.append(live.res.name)
+        raise OutOfMemoryError("CUDA out of memory. Tried to allocate 192.00 MiB.\nmore lines of allocator state")
+
+    ab._parity([default, fused], "train", "cpu", reference, judge)
+    assert calls == ["knob:x+fusions"] * 2  # retried once after freeing the allocator's cache
+    assert fused.res.verdict == ab.UNJUDGED and fused.res.parity.unjudged and not fused.res.parity.ok
+    assert fused.res.parity.reason == ("the judge failed: OutOfMemoryError: CUDA out of memory. Tried to allocate "
+                                       "192.00 MiB.; fewer variants per call leave it more memory")
+
+    def second_time_lucky(d, live, parity, seen=[]):
+        seen.append(1)
+        if len(seen) == 1:
+            raise OutOfMemoryError("CUDA out of memory.")
+        return dataclasses.replace(parity, ok=True, judged="masks injected")
+
+    fused.res.verdict = "win"
+    ab._parity([default, fused], "train", "cpu", reference, second_time_lucky)
+    assert fused.res.verdict == "win" and fused.res.parity.judged == "masks injected"
+
+    def wrong(d, live, parity):  # a judged failure stays a failure
+        return dataclasses.replace(parity, ok=False, judged="masks injected", reason="grads 0.3 > 2 x 0.007")
+
+    ab._parity([default, fused], "train", "cpu", reference, wrong)
+    assert fused.res.verdict == ab.PARITY_FAIL
+    assert ab.verdict(1.3, 0.01, fused.res.parity) == ab.PARITY_FAIL
+
+
+def test_files_from_before_not_judged_had_its_verdict_read_as_not_judged():
+    # verify.json files written before 'not-judged' existed stored 'parity-fail' for an unjudged variant
+    v = ab.VariantResult("knob:x+fusions", ["f"], "open", speedup=1.5, verdict="parity-fail",
+                         parity=ab.Parity(1.0, 1.0, 0.0, 0.0, 0.0, None, None, False,
+                                          judged="masks injected (not judged)",
+                                          reason="the judge failed: OutOfMemoryError: CUDA out of memory. Tried to "
+                                                 "allocate 192.00 MiB. GPU 0 has a total capacity of 79.18 GiB"))
+    r = ab.ABResult("t5", "train", "default", "base", 8, 1024, [v])
+    [back] = ab.ab_from_json(ab.ab_to_json(r)).variants
+    assert back.verdict == ab.UNJUDGED
+    assert back.parity.reason == "the judge failed: OutOfMemoryError: CUDA out of memory. Tried to allocate 192.00 MiB."
+    failed = dataclasses.replace(v, parity=dataclasses.replace(v.parity, judged="masks injected"))
+    [back] = ab.ab_from_json(ab.ab_to_json(dataclasses.replace(r, variants=[failed]))).variants
+    assert back.verdict == ab.PARITY_FAIL
 
 
 class _Drop(torch.nn.Module):

@@ -425,3 +425,45 @@ def test_a_region_kernel_reads_a_heads_last_input_in_place():
     for o, r, d in zip(out, ref, dense):
         assert torch.equal(r, d)
         assert o.dtype == r.dtype and torch.allclose(o.float(), r.float(), rtol=1e-6, atol=1e-6)
+
+
+DEBERTA = Path(__file__).parent / "fixtures" / "h100_deberta_attention_region.json"  # region p297db06345 of
+# the DebertaV2 tune run (reports/gpu/2026-12-06-h100-deberta-tune/: its mined/regions.json, two occurrences kept)
+
+
+def test_a_region_that_reshapes_its_result_is_generated_and_computes_its_reference(tmp_path):
+    """DebertaV2's attention softmax + mask + dropout (7.1 ms/step above floor on the H100) views its
+    result [16, 24, 512, 512] -> [-1, 512, 512] before the cast: refused as 'unsupported op
+    aten.reshape.default' until a reshape of a computed value was lowered as the identity on the rows."""
+    ws = Workspace(tmp_path)
+    (tmp_path / "mined").mkdir()
+    (tmp_path / "mined" / "regions.json").write_text(DEBERTA.read_text())
+    [rp] = regions.load(ws)
+    p = region.prepare(rp.pattern)
+    [view] = [n for n in p.nodes if n.target == "aten.reshape.default"]
+    # tied to the trailing dims of an input (the mask [B, 1, S, S] or the scores [B, H, S, S]), -1 kept
+    assert [a if not isinstance(a, dict) else tuple(a["dim_of"])[1] for a in view.args[1]] == [-1, 2, 3]
+    r = gen.generate_one(rp.pattern, ws, "test", {"regions": "mined/regions.json", "rng": "philox4"})
+    assert isinstance(r, gen.Generated), r
+    cand = candidates.load(ws, r.id)
+    g = torch.Generator().manual_seed(0)
+    B, H, S = 2, 3, 40
+    seeds = torch.randint(0, 2 ** 31, (4,), dtype=torch.int64, generator=g)
+    mask = torch.rand(B, 1, S, S, generator=g) > 0.8
+    scores = torch.randn(B, H, S, S, generator=g).to(torch.bfloat16)
+    scalars = (1, 0.1, -3.3895313892515355e+38, 1 / 0.9)
+    out = cand.kernel_module.launch(seeds, mask, scores, *scalars)
+    ref = cand.kernel_module.reference(seeds, mask, scores, *scalars)
+    assert tuple(out[-1].shape) == (B * H, S, S) and all(tuple(o.shape) == (B, H, S, S) for o in out[:-1])
+    for o, want in zip(out, ref):
+        assert o.dtype == want.dtype and torch.allclose(o.float(), want.float(), rtol=1e-2, atol=1e-2)
+
+
+def test_the_contract_takes_an_output_that_merges_leading_dims_only():
+    from miner.rules.contract import shape_contract
+
+    ins = [((2, 3, 40, 40), "bfloat16")]
+    assert shape_contract(ins, outputs=[("out0", (6, 40, 40), "vec")]) == []
+    assert shape_contract(ins, outputs=[("out0", (2, 3, 1600), "vec")])  # the rows changed: refused
+    assert shape_contract(ins, outputs=[("out0", (6, 40, 1), "row")]) == []
+    assert shape_contract([((2, "s0", 40), "float32")], outputs=[("o", (2 * 3, 40), "vec")])  # symbolic: equal only

@@ -120,3 +120,97 @@ def test_the_decision_lists_each_candidate_alone(tmp_path):
     lines = tune.decision_lines(types.SimpleNamespace(out=tmp_path))
     assert any("candidate layer_norm alone: 1.030x win" in line for line in lines), lines
     assert any("candidate log_softmax alone: 0.952x loss" in line for line in lines), lines
+
+
+def _run(tmp_path, **args):
+    import types
+
+    from miner.core.workspace import Workspace
+
+    defaults = dict(knobs="sdpa_reduced_math,reduce_overhead,sdpa_reduced_math+reduce_overhead", regions=2)
+    return tune.Run(types.SimpleNamespace(**{**defaults, **args}), Workspace(tmp_path), "cuda", "base",
+                    ["DebertaV2ForMaskedLM"], ["train"], tmp_path / "t")
+
+
+def test_knobs_that_cannot_change_the_step_are_left_out_with_why(tmp_path, capsys):
+    # DebertaV2 (2026-12-06, H100): its attention is written out, no SDPA anywhere; the SDPA flag's two
+    # variants would have cost two compiles of the ten-minute call and could change nothing
+    from miner.check import knobs
+
+    graph = tmp_path / "captures" / "DebertaV2ForMaskedLM" / "base" / "train-forward-0.json"
+    graph.parent.mkdir(parents=True)
+    graph.write_text('{"nodes": [{"target": "aten._softmax.default"}, {"target": "aten.bmm.default"}]}')
+    assert tune._knobs_that_apply(_run(tmp_path)) == "reduce_overhead"
+    out = capsys.readouterr().out
+    assert "knob sdpa_reduced_math left out: no scaled_dot_product or _safe_softmax in the step's graphs" in out
+    assert "knob sdpa_reduced_math+reduce_overhead left out" in out
+
+    profile = tmp_path / "profiles" / "DebertaV2ForMaskedLM" / "base" / "train.profile.json"
+    profile.parent.mkdir(parents=True)
+    profile.write_text('{"kernels": [{"name": "triton_per_fused__safe_softmax_exp_7"}]}')  # SDPA's math path
+    every = "sdpa_reduced_math,reduce_overhead,sdpa_reduced_math+reduce_overhead"
+    assert tune._knobs_that_apply(_run(tmp_path)) == every
+    assert tune._knobs_that_apply(_run(tmp_path / "empty")) == every  # nothing to read: kept (measured, not guessed)
+    assert knobs.get("reduce_overhead").applies("") and not knobs.get("sdpa_reduced_math").applies("bmm softmax")
+
+
+def test_regions_go_down_the_measured_list_past_refusals_as_philox4(tmp_path, monkeypatch, capsys):
+    # DebertaV2 (2026-12-06): its largest region (7.1 ms/step above floor) was refused and tune went on
+    # with one region instead of two, drawn with Inductor's numbers instead of four per Philox call
+    import types
+
+    from miner.generate import generate as gen
+    from miner.mine import regions
+
+    def rp(pid, above):
+        pat = types.SimpleNamespace(id=pid, support=types.SimpleNamespace(models=("DebertaV2ForMaskedLM",)))
+        return types.SimpleNamespace(id=pid, pattern=pat, measured=1, above_floor_us=above)
+
+    listed = [rp("psmall", 300.0), rp("pbig", 7093.0), rp("pmid", 2129.0), rp("pnext", 679.0)]
+    calls = []
+
+    def generate(ws, chosen, command, source):
+        [p] = chosen
+        calls.append((p.id, command, source))
+        if p.id == "pbig":
+            return [], [types.SimpleNamespace(reason="not generated: unsupported op aten.reshape.default")]
+        return [types.SimpleNamespace(id=p.id + "_x4")], []
+
+    monkeypatch.setattr(regions, "load", lambda ws: listed)
+    monkeypatch.setattr(gen, "generate", generate)
+    got = tune._regions(_run(tmp_path))
+    assert [g.id for g in got] == ["pmid_x4", "pnext_x4"]  # the two largest that generate, largest first
+    assert [c[0] for c in calls] == ["pbig", "pmid", "pnext"]
+    assert all(c[2] == {"regions": "mined/regions.json", "rng": "philox4"} and c[1].endswith("--rng philox4")
+               for c in calls)
+    assert "region pbig (7.1 ms/step above floor): not generated: unsupported op aten.reshape.default" in \
+        capsys.readouterr().out
+
+
+def test_validation_leaves_the_ab_the_time_its_compiles_need(tmp_path, monkeypatch, capsys):
+    # DebertaV2 (2026-12-06, H100): validation took 263 of the 400 s and the A/B never started
+    import types
+
+    import miner.check.validate as V
+
+    run = _run(tmp_path, knobs="reduce_overhead", fusion_variants="gated", time_budget=400.0)
+    monkeypatch.setattr(run.ws, "load_scan", lambda m, p, mode: types.SimpleNamespace(seconds=91.0))
+    assert tune._ab_estimate(run, 1) == 91.0 * 4  # default, the knob, the knob with the candidates, gated
+    run.args.fusion_variants = "all,alone,gated"
+    assert tune._ab_estimate(run, 2) == 91.0 * 7  # ... and all, and each of two candidates alone
+    run.args.fusion_variants = "gated"
+    run.state = {"stages": {"generate": {"outputs": {"candidates": ["p1", "p2"]}}}}
+    validated = []
+
+    def validate(ws, cid, **kw):
+        validated.append(cid)
+        run.start -= 8  # a validation of 8 s
+        return types.SimpleNamespace(ok=True, failure=None)
+
+    monkeypatch.setattr(V, "validate", validate)
+    run.start -= 400 - 364 - 10  # 374 s left: the A/B with one candidate needs ~364 s; then 366 s, < 364 + 8
+    out = tune._validate(run)
+    assert validated == ["p1"] and out == {"validated": ["p1"], "failed": []}
+    assert "p2: not validated (--time-budget:" in capsys.readouterr().out
+    monkeypatch.setattr(run.ws, "load_scan", lambda m, p, mode: None)  # no scan: only the budget itself stops it
+    assert tune._ab_estimate(run, 1) is None

@@ -90,3 +90,97 @@ def test_rewrite_proven_on_a_zoo_model(ws):
     check = check_rewrite(cand, "bert", "train")
     assert check.ok, check.detail
     assert check.matches > 0
+
+
+def test_a_long_float32_sum_is_judged_by_its_rounding_not_a_fixed_tolerance():
+    # DebertaV2's mul -> sum over its 128,100-word vocabulary (2026-12-06, H100): 68 of 8192 row sums
+    # cancel to near 0 and miss rtol=atol=1e-5 by rounding alone (5.2e-4); a kernel wrong by a scale
+    # of 1e-4 must still fail
+    import torch
+
+    from miner.check.reduce import float64_reference
+    from miner.check.validate import within_rounding
+
+    def pattern(x0, x1):
+        v0 = torch.ops.aten.mul.Tensor(x0, x1)
+        return v0, torch.ops.aten.sum.dim_IntList(v0, [-1], True)
+
+    g = torch.Generator().manual_seed(0)
+    x0, x1 = torch.randn(64, 128100, generator=g), torch.randn(64, 1, generator=g)
+    x0[:, -1] = -(x0[:, :-1].double().sum(-1)).float()  # every row sums to ~0: cancellation
+    refs = float64_reference(pattern, [x0, x1], [])
+    mul = x0 * x1
+    blocked = mul.view(64, -1, 25).sum(-1, dtype=torch.float32).cumsum(-1)[:, -1:]  # a float32 order of its own
+    ok, _, _, detail = within_rounding(blocked, refs[1], torch.float32)
+    from miner.check.checks import compare
+    assert not compare(blocked, refs[1].value, torch.float32)[0]  # the fixed tolerance fails it
+    assert ok and "all within float32 rounding" in detail, detail
+    wrong = blocked + 1e-4 * refs[1].e2.sqrt().float()  # planted: beyond rounding, by the same measure
+    ok, _, worst, detail = within_rounding(wrong, refs[1], torch.float32)
+    assert not ok and "beyond" in detail and worst > 1, detail
+    short = mul[:, 1:].sum(-1, keepdim=True)  # planted: a kernel that misses each row's first element
+    assert not within_rounding(short, refs[1], torch.float32)[0]
+    assert within_rounding(mul, refs[0], torch.float32)[0]  # the elementwise product: exact enough either way
+
+
+def test_a_pattern_seen_only_under_autocast_is_proven_under_autocast(monkeypatch, tmp_path):
+    # DebertaV2's GELU-gradient chain (2026-12-06, H100) ends in a cast to bf16 that only an autocast step
+    # has: the float32 tiny model could never fire it ("did not fire (0 matches)")
+    import types
+
+    import torch
+
+    from miner.check import validate as V
+
+    steps = []
+
+    def model_step(built, mode, device, graph_pass=None, *, compiled=True, autocast=False, fallback_random=True):
+        steps.append((device, autocast, graph_pass is not None))
+        if graph_pass is not None and autocast:
+            graph_pass.counts = {"pgelu": 2}
+        g = torch.ones(4)
+        return 1.0, torch.ones(3), {"w": g * (1.2 if graph_pass is not None and autocast and scale[0] else 1.0)}
+
+    scale = [False]
+
+    class Pass:
+        def __init__(self, entries):
+            self.counts = {}
+
+        def total(self):
+            return sum(self.counts.values())
+
+    monkeypatch.setattr(V, "models_build", lambda *a: types.SimpleNamespace())
+    monkeypatch.setattr(V, "model_step", model_step)
+    import miner.runtime.rewrite as rewrite
+    monkeypatch.setattr(rewrite, "FusionPass", Pass)
+    monkeypatch.setattr(rewrite, "entry_for", lambda *a: None)
+    cand = types.SimpleNamespace(id="pgelu", path=tmp_path, pattern_module=None, meta={"observed": [
+        {"inputs": [{"shape": [2, 8], "dtype": "float32"}], "outputs": [{"shape": [2, 8], "dtype": "bfloat16"}]}]})
+    c = V.check_rewrite(cand, "bert", "train", device="cpu", autocast_device="cuda")
+    assert c.ok and c.matches == 2 and c.device == "cuda" and "bf16 autocast" in c.case, c
+    assert ("cuda", True, True) in steps and ("cuda", True, False) in steps
+    assert ("cpu", False, True) in steps  # no cast in its ops: float32 was tried first
+    cand.meta["ops"] = "erf -> add -> mul -> convert_element_type"
+    steps.clear()
+    assert V.check_rewrite(cand, "bert", "train", device="cpu", autocast_device="cuda").ok
+    assert all(a for _, a, _ in steps)  # a cast in its ops: straight to autocast, no float32 compile
+    del cand.meta["ops"]
+    scale[0] = True  # planted: the rewrite's gradients 20% off
+    c = V.check_rewrite(cand, "bert", "train", device="cpu", autocast_device="cuda")
+    assert not c.ok and "grads differ (relative norm 0.2" in c.detail, c.detail
+    steps.clear()
+    c = V.check_rewrite(cand, "bert", "train", device="cpu")  # no device to run autocast on: float32's verdict
+    assert not c.ok and "did not fire" in c.detail and all(not a for _, a, _ in steps)
+    cand.meta["observed"][0]["outputs"][0]["dtype"] = "float32"  # a float32 pattern: never retried
+    steps.clear()
+    assert not V.check_rewrite(cand, "bert", "train", device="cpu", autocast_device="cuda").ok
+    assert all(not a for _, a, _ in steps)
+
+
+def test_no_float16_case_for_a_pattern_holding_a_constant_beyond_float16():
+    # DebertaV2's attention region fills masked scores with bf16's lowest (-3.39e38): as float16 it is -inf
+    from miner.check.cases import low_dtypes
+
+    assert low_dtypes([1, 0.1, -3.3895313892515355e+38, 1.1111]) == ("bfloat16",)
+    assert low_dtypes([1, 0.1, float("-inf"), -65504.0]) == ("bfloat16", "float16")

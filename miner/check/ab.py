@@ -34,7 +34,7 @@ import copy
 import math
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from miner.check.verify import (Parity, StepStats, _zero_grads, make_parity, make_step, observe_step, resize_inputs,
@@ -128,6 +128,12 @@ def ab_to_json(r: ABResult) -> dict:
     return asdict(r)
 
 
+def _first_sentences(text: str, n: int = 2) -> str:
+    """``text`` up to the end of its ``n``-th sentence (an allocator's error runs on for 300 characters)."""
+    parts = text.split(". ")
+    return text if len(parts) <= n else ". ".join(parts[:n]) + "."
+
+
 def ab_from_json(d: dict) -> ABResult:
     d = dict(d)
     vs = []
@@ -135,6 +141,9 @@ def ab_from_json(d: dict) -> ABResult:
         v = dict(v)
         v["step"] = StepStats(**v["step"]) if v.get("step") else None
         v["parity"] = Parity(**v["parity"]) if v.get("parity") else None
+        if v.get("verdict") == PARITY_FAIL and v["parity"] is not None and v["parity"].unjudged:
+            v["verdict"] = UNJUDGED  # files written before the two were told apart: nothing failed there
+            v["parity"] = replace(v["parity"], reason=_first_sentences(v["parity"].reason))
         vs.append(VariantResult(**v))
     return ABResult(**d, variants=vs)
 
@@ -186,13 +195,14 @@ def rounds_for(band: float | None, offset: float, rounds: int, target: float = 0
 
 
 PARITY_FAIL = "parity-fail"
+UNJUDGED = "not-judged"  # parity could not be judged (``Parity.unjudged``): never a win, not a measured failure
 
 
 def verdict(speedup: float | None, band: float | None, parity: Parity | None = None) -> str | None:
     """win / loss beyond the band, else noise; ``parity-fail`` whatever the speedup when the variant's
-    step broke parity (a wrong result is never a win)."""
+    step broke parity (a wrong result is never a win), ``not-judged`` when its parity could not be judged."""
     if parity is not None and not parity.ok:
-        return PARITY_FAIL
+        return UNJUDGED if parity.unjudged else PARITY_FAIL
     if speedup is None or band is None:
         return None
     if speedup > 1.0 + band:
@@ -713,23 +723,52 @@ def _log_phase(lives: Sequence[_Live], log: Callable, prefix: str) -> None:
 def _parity(lives: Sequence[_Live], mode: str, device: str, reference: tuple | None = None,
             masked: Callable | None = None) -> None:
     """Each variant's parity against ``lives[0]`` (and the float32 ``reference``), then its verdict
-    again: one that broke parity is ``parity-fail``. ``masked``: ``miner.check.masks.ab_judge``'s
+    again: one that broke parity is ``parity-fail``, one whose parity could not be judged ``not-judged``.
+    ``masked``: ``miner.check.masks.ab_judge``'s
     judge, for variants whose dropout kernels draw another stream ("masks injected")."""
     ref = parity_of(lives[0], mode, device)
     for live in lives[1:]:
         got = parity_of(live, mode, device)
         live.res.parity = make_parity(ref[0], got[0], ref[1], got[1], ref[2], got[2], reference=reference)
         if masked is not None:
-            try:
-                live.res.parity = masked(lives[0], live, live.res.parity) or live.res.parity
-            except Exception as e:  # noqa: BLE001 - a judge that breaks leaves the variant unjudged, not the run lost
-                import dataclasses
-
-                live.res.parity = dataclasses.replace(live.res.parity, ok=False, judged="masks injected (not judged)",
-                                                      reason=f"the judge failed: {type(e).__name__}: {e}"[:300])
+            live.res.parity = _judged(masked, lives[0], live, device)
         if live.res.verdict is not None and not live.res.parity.ok:
-            live.res.verdict = PARITY_FAIL
+            live.res.verdict = UNJUDGED if live.res.parity.unjudged else PARITY_FAIL
         del got
+
+
+def _judged(masked: Callable, default: _Live, live: _Live, device: str) -> Parity:
+    """``masked``'s verdict on ``live`` (its own parity where the judge has none). The judge runs after
+    every timed round, beside every variant's weights and CUDA-graph pool: out of device memory, the
+    allocator's free blocks are returned and it runs once more (the pools stay: the variants still run
+    under torch.profiler and in phase B). A judge that still breaks leaves the variant unjudged, with the
+    first line of its error: the run is never lost."""
+    import dataclasses
+
+    for attempt in (0, 1):
+        try:
+            return masked(default, live, live.res.parity) or live.res.parity
+        except Exception as e:  # noqa: BLE001 - see the docstring
+            if attempt == 0 and type(e).__name__ == "OutOfMemoryError":
+                release_free_memory(device)
+                continue
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            hint = "; fewer variants per call leave it more memory" if type(e).__name__ == "OutOfMemoryError" else ""
+            return dataclasses.replace(live.res.parity, ok=False, judged="masks injected (not judged)",
+                                       reason=f"the judge failed: {type(e).__name__}: {first[:120]}{hint}")
+    raise AssertionError("unreachable")
+
+
+def release_free_memory(device: str) -> None:
+    """Collect garbage and return the caching allocator's free blocks on ``device`` (live tensors and
+    CUDA-graph pools stay)."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def _explain(lives: Sequence[_Live], kernel_times: Callable | None, device: str, steps: int) -> None:

@@ -65,6 +65,7 @@ class Knob:
     options: Mapping[str, Any] = field(default_factory=dict)
     context: Callable[[], ContextManager] | None = None
     numerics: str = ""
+    needs: tuple[str, ...] = ()  # names of ops/kernels one of which a step must hold for the knob to change it
 
     @property
     def cudagraphs(self) -> bool:
@@ -80,6 +81,12 @@ class Knob:
             with self.context():
                 return step(*args, **kwargs)
         return with_knob
+
+    def applies(self, text: str) -> bool:
+        """Whether the knob can change a step whose captured graphs and profile read as ``text``: a knob
+        with ``needs`` acts only where one of those names occurs (an SDPA flag in a step without SDPA
+        changes nothing and would only cost a compile in the A/B)."""
+        return not self.needs or any(n in text for n in self.needs)
 
 
 @contextlib.contextmanager
@@ -108,7 +115,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "(no float32 upcast of q, k, v)",
          context=sdpa_reduction_math,
          numerics="bf16 GEMMs and bf16 intermediates (scores, softmax, dropout) in SDPA's math path, where the "
-                  "default upcasts to float32"),
+                  "default upcasts to float32",
+         needs=("scaled_dot_product", "_safe_softmax")),  # an SDPA call, or its math path decomposed
     Knob("reduce_overhead", 'mode="reduce-overhead": CUDA graphs (training too)',
          options={CUDAGRAPHS: True}),
     Knob("max_autotune_no_cudagraphs", 'mode="max-autotune-no-cudagraphs": GEMM and kernel autotuning',
@@ -201,7 +209,8 @@ def combine(knobs: Sequence[Knob]) -> Knob:
                 stack.enter_context(c())
             yield
     return Knob("+".join(k.name for k in knobs), "; ".join(k.doc for k in knobs), options,
-                together if contexts else None, "; ".join(k.numerics for k in knobs if k.numerics))
+                together if contexts else None, "; ".join(k.numerics for k in knobs if k.numerics),
+                tuple(dict.fromkeys(n for k in knobs for n in k.needs)))
 
 
 def of_label(model: str) -> Knob | None:

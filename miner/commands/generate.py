@@ -121,14 +121,21 @@ def _run_regions(args: argparse.Namespace, ws) -> int:
         rel = path.resolve().relative_to(Path(ws.root).resolve())
     except ValueError:
         rel = path.resolve()
-    command = f"miner generate --regions {rel} --only {','.join(p.id for p in chosen)} --rng {args.rng}"
-    source = {"regions": str(rel), "rng": args.rng} if args.rng != "inductor" else {"regions": str(rel)}
+    command, source = region_command(rel, [p.id for p in chosen], args.rng)
     done, skipped = generate(ws, chosen, command=command, source=source)
     for r in done + skipped:
         say(describe(r, ws.root))
     say(f"{len(done)} region candidate(s) written to candidates/, {len(skipped)} not generated", file=sys.stderr)
     next_step("`miner validate --all`" if done else "`miner candidates` (what is measured)")
     return 0 if done else 1
+
+
+def region_command(rel, ids: list[str], rng: str) -> tuple[str, dict]:
+    """(the command a region candidate records, its ``source``) for region patterns ``ids`` of the
+    regions file ``rel``, drawn with ``rng`` (``philox4``: ``<id>_x4``, four numbers per Philox call;
+    ``inductor``: Inductor's exact numbers). ``miner generate --regions`` and ``miner tune`` share it."""
+    command = f"miner generate --regions {rel} --only {','.join(ids)} --rng {rng}"
+    return command, ({"regions": str(rel), "rng": rng} if rng != "inductor" else {"regions": str(rel)})
 
 
 def _mined_input(ws, flag: str, value: str, written: str):

@@ -45,8 +45,10 @@ def add_arguments(p) -> None:
     p.add_argument("--regions", type=int, default=2, metavar="N",
                    help="region candidates: the N regions with the most measured time above floor (default 2)")
     p.add_argument("--rounds", type=int, default=15, help="A/B alternating rounds (default 15)")
-    p.add_argument("--fusion-variants", default="all,alone,gated", metavar="V,...",
-                   help="A/B fusion variants (`miner verify --fusion-variants`; all: to save time, no alone:<c>)")
+    p.add_argument("--fusion-variants", default="gated", metavar="V,...",
+                   help="A/B fusion variants (`miner verify --fusion-variants`; default gated: with knobs, the "
+                        "default, each knob and each knob with the candidates; all,alone,gated also measures "
+                        "each candidate alone, one compile each)")
     p.add_argument("--warmup", type=int, default=3, help="A/B warm-up steps, the first compiles (default 3)")
     p.add_argument("--profile-steps", type=int, default=0,
                    help="A/B steps per variant under torch.profiler for the kernel diff (default 0: none)")
@@ -145,11 +147,12 @@ def _mined(run: Run, out: dict) -> bool:
 
 
 def _generate(run: Run) -> dict:
-    """Every kind that applies; one kind failing does not stop the others (its error is printed)."""
+    """Every kind that applies; one kind failing does not stop the others (its error is printed). The
+    kinds go in the order validation and the A/B take them: regions (their time above floor was
+    measured in the step) first, then upcasts and recomputed values, then row patterns (estimated)."""
     from miner.core.pattern import load_patterns
     from miner.generate import generate as gen
     from miner.generate import realize, upcast
-    from miner.mine import regions
 
     ids: list[str] = []
 
@@ -166,24 +169,41 @@ def _generate(run: Run) -> dict:
         chosen, pre = gen.select(load_patterns(run.ws), run.args.top or None)
         return gen.generate(run.ws, chosen, command=f"miner generate --top {run.args.top} --keep", pre_skipped=pre)[0]
 
-    def region_rows() -> list:
-        rps = [rp for rp in regions.load(run.ws) if rp.measured and set(rp.pattern.support.models) & set(run.models)]
-        chosen = [rp.pattern for rp in rps[:run.args.regions]]
-        return gen.generate(run.ws, chosen, command="miner tune (regions)", source={"regions": "mined/regions.json"}
-                            )[0] if chosen else []
-
     mined = Path(run.ws.root) / "mined"
-    if run.args.top:
-        kind("row patterns", rows)
     if run.args.regions:
-        kind("regions", region_rows)
+        kind("regions", lambda: _regions(run))
     if (mined / "upcasts.json").is_file():
         kind("upcasts", lambda: [upcast.generate(run.ws, "mined/upcasts.json", "miner generate --upcasts "
                                                  "mined/upcasts.json", demote=d) for d in (False, True)])
     if (mined / "recomputed.json").is_file():
         kind("recomputed", lambda: realize.generate(run.ws, "mined/recomputed.json",
                                                     "miner generate --recomputed mined/recomputed.json"))
+    if run.args.top:
+        kind("row patterns", rows)
     return {"candidates": ids}
+
+
+def _regions(run: Run) -> list:
+    """The ``--regions`` measured regions with the most time above floor that generate, going down the
+    list past those the generator refuses (each refusal printed with its reason), as ``miner generate
+    --regions`` writes them (dropout regions draw four numbers per Philox call: ``<id>_x4``)."""
+    from miner.commands.generate import region_command
+    from miner.generate import generate as gen
+    from miner.mine import regions
+
+    rel = f"mined/{regions.REGIONS_FILE}"
+    done: list = []
+    for rp in sorted(regions.load(run.ws), key=lambda rp: -rp.above_floor_us):
+        if len(done) >= run.args.regions:
+            break
+        if not rp.measured or not set(rp.pattern.support.models) & set(run.models):
+            continue
+        command, source = region_command(rel, [rp.pattern.id], "philox4")
+        got, skipped = gen.generate(run.ws, [rp.pattern], command=command, source=source)
+        done += got
+        for r in skipped:
+            run.log(f"    region {rp.id} ({rp.above_floor_us / 1000:.1f} ms/step above floor): {r.reason[:160]}")
+    return done
 
 
 def _generated(run: Run, out: dict) -> bool:
@@ -191,10 +211,12 @@ def _generated(run: Run, out: dict) -> bool:
 
 
 def _validate(run: Run) -> dict:
-    """Each candidate generated above; one validated earlier (its validation.json reads back) is not redone."""
+    """Each candidate generated above; one validated earlier (its validation.json reads back) is not redone.
+    None starts once the time left would not cover it (as long as the longest so far) and the A/B's
+    compiles with it (:func:`_ab_estimate`)."""
     from miner.check.validate import validate
 
-    ok, failed = [], []
+    ok, failed, took = [], [], []
     ids = run.state["stages"]["generate"]["outputs"]["candidates"]
     for i, cid in enumerate(ids):
         folder = Path(run.ws.candidates) / cid
@@ -203,15 +225,34 @@ def _validate(run: Run) -> dict:
             run.log(f"  {cid}: validated earlier ({'ok' if saved.get('ok') else 'FAILED'}), kept")
             (ok if saved.get("ok") else failed).append(cid)
             continue
-        left = run.remaining()
-        if left is not None and left <= 0:
-            run.log(f"  {cid}: not validated (--time-budget spent)")
+        left, need = run.remaining(), _ab_estimate(run, len(ok) + 1)
+        if left is not None and left <= (need or 0) + max(took, default=0.0):
+            run.log(f"  {cid}: not validated (--time-budget: {max(left, 0):.0f} s left" +
+                    (f"; the A/B with it needs ~{need:.0f} s, a validation took up to {max(took, default=0):.0f} s)"
+                     if need else ")"))
             continue
         run.log(f"  validate {cid} ({i + 1}/{len(ids)})")
+        t0 = run.elapsed()
         v = validate(run.ws, cid, device=run.device, model=True, log=lambda s: None)
+        took.append(run.elapsed() - t0)
         run.log(f"  {cid}: {'validated' if v.ok else 'FAILED: ' + str(v.failure)[:70]}")
         (ok if v.ok else failed).append(cid)
     return {"validated": ok, "failed": failed}
+
+
+def _ab_estimate(run: Run, candidates: int) -> float | None:
+    """Seconds the A/B would take with ``candidates`` validated: one compile per variant it builds
+    (the default, each knob alone and with the fusions, each fusion variant, ``alone`` once per candidate;
+    the control reads the default's cache), each as long as the profile's compile of the same step took
+    (its scan's seconds, summed over the models and modes). None without such a scan here."""
+    scans = [run.ws.load_scan(m, run.preset, mode) for m in run.models for mode in run.modes]
+    seconds = sum(float(getattr(sc, "seconds", 0) or 0) for sc in scans if sc is not None)
+    if not seconds:
+        return None
+    knobs = len([k for k in _knobs_that_apply(run, quiet=True).split(",") if k])
+    variants = [v.strip() for v in (run.args.fusion_variants or "").split(",") if v.strip()]
+    compiles = 1 + 2 * knobs + len([v for v in variants if v != "alone"]) + ("alone" in variants) * candidates
+    return float(seconds) * compiles
 
 
 def _read_validation(folder: Path) -> dict | None:
@@ -229,22 +270,46 @@ def _validated(run: Run, out: dict) -> bool:
 
 def _ab(run: Run) -> dict:
     ids = run.state["stages"].get("validate", {}).get("outputs", {}).get("validated", [])
+    knobs = _knobs_that_apply(run)
+    variants = run.args.fusion_variants
+    if not knobs and ids and variants == "gated":  # no knob+fusions variant to measure them in: gate open
+        variants = "all"
+        run.log("  no knob applies: the candidates are measured together with the gate open (--fusion-variants all)")
     argv = ["verify", "--ab", "--models", ",".join(run.models), "--mode", ",".join(run.modes), "--preset", run.preset,
             "--rounds", str(run.args.rounds), "--warmup", str(run.args.warmup), "--profile-steps",
-            str(run.args.profile_steps), "--out", str(run.out / "ab"), "--fusion-variants", run.args.fusion_variants,
+            str(run.args.profile_steps), "--out", str(run.out / "ab"), "--fusion-variants", variants,
             *run.ex_args()]
     argv += ["--candidates", ",".join(ids)] if ids else []
-    argv += ["--knobs", run.args.knobs] if run.args.knobs else []
+    argv += ["--knobs", knobs] if knobs else []
     argv += ["--model-budget", str(run.args.model_budget)] if run.args.model_budget else []
     argv += ["--time-budget", f"{max(1.0, run.remaining()):.0f}"] if run.remaining() is not None else []
     argv += ["--record"] if run.device == "cuda" else ["--allow-cpu"]
-    if not ids and not run.args.knobs and not _has_fusions(run):
+    if not ids and not knobs and not _has_fusions(run):
         raise UsageError("nothing to A/B: no candidate validated, no promoted fusion and --knobs ''")
     run.log(f"  miner {' '.join(argv)}")
     code = run.verb(argv)
     if not _ab_saved(run, {}):
         raise UsageError(f"miner verify --ab wrote no {run.out / 'ab' / 'verify.json'} (exit {code})")
     return {"verify": str(run.out / "ab" / "verify.json"), "exit": code}
+
+
+def _knobs_that_apply(run: Run, quiet: bool = False) -> str:
+    """``--knobs`` without the knobs that cannot change these models' steps (``Knob.applies`` over
+    their captured graphs and profiles), each one left out named with why."""
+    from miner.check import knobs as knob_registry
+
+    roots = (run.ws.captures, Path(run.ws.root) / "profiles")
+    text = "".join(f.read_text(errors="replace") for m in run.models for root in roots
+                   for f in sorted((root / m / run.preset).glob("*.json")))
+    kept = []
+    for item in (k.strip() for k in (run.args.knobs or "").split(",") if k.strip()):
+        knob = knob_registry.parse(item)[0]
+        if text and not knob.applies(text):
+            if not quiet:
+                run.log(f"  knob {item} left out: no {' or '.join(knob.needs)} in the step's graphs or kernels")
+        else:
+            kept.append(item)
+    return ",".join(kept)
 
 
 def _has_fusions(run: Run) -> bool:

@@ -333,6 +333,16 @@ def lower(spec: PatternSpec) -> Program:
                 raise Unsupported(f"{node.target} of a scalar")
             node_value.append(v.name)
             continue
+        if base in RESHAPES and not _reads_gather(node, node_value, values):
+            # a reshape moves no element of a row-major layout, and every computed value is held in the
+            # rows' row-major order: it is the identity here. A reshape that changes the rows (their last
+            # dim) leaves an output or a reduction that does not fit them: the contract refuses that.
+            e, v = operand(node.args[0])
+            if v is None or e.startswith("a"):
+                raise Unsupported(f"{node.target} of {'a scalar' if v is None else 'an input'} "
+                                  f"(input views are taken out by region.prepare)")
+            node_value.append(v.name)
+            continue
         if base in GATHER_VIEWS:
             node_value.append(_lower_gather_view(spec, j, node, node_value, values))
             continue
@@ -375,6 +385,7 @@ def lower(spec: PatternSpec) -> Program:
                    tuple(outputs), levels, tuple(sorted(seed_inputs)), tuple(sorted(seed_consts)), gathers)
 
 
+RESHAPES = ("reshape", "view", "_unsafe_view")  # of a computed value: the identity on the rows (see lower)
 # the views a gather's result may take before it is used: applied to its table and index at launch
 GATHER_VIEWS = ("permute", "unsqueeze", "expand", "squeeze")
 

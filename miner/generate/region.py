@@ -93,6 +93,8 @@ def _prepare(pattern: Pattern) -> tuple[Pattern, dict[int, int]]:
             nodes[j] = replace(node, args=({"shape_of": k},) + tuple(node.args[1:]))
         if node.target in SHAPED and metas:
             nodes[j] = _tie_shape(node, [list(m.shape) for m in metas])
+        if node.target in VIEW_TARGETS and metas:
+            nodes[j] = _tie_reshape(node, [list(m.shape) for m in metas])
     return replace(pattern, nodes=tuple(nodes), occurrences=tuple(occs)), index
 
 
@@ -202,6 +204,25 @@ def _tie_shape(node: PatternNode, shapes: list[list[int]]) -> PatternNode:
     if "device" in kwargs:
         kwargs["device"] = {"device_of": whole if whole is not None else 0}
     return replace(node, args=tuple(args), kwargs=kwargs)
+
+
+def _tie_reshape(node: PatternNode, shapes: list[list[int]]) -> PatternNode:
+    """A reshape of a computed value (``[16, 24, 512, 512] -> [-1, 512, 512]``) with its sizes tied to the
+    inputs' dims from the right: the kernel computes in the rows' row-major order, so a reshape it can
+    take keeps the trailing dims and merges or splits leading ones (``-1`` stays); each size becomes the
+    input dim at the same distance from the end (``{"dim_of": [k, e]}``), else stays literal."""
+    args = list(node.args)
+    shape = list(args[1]) if len(args) > 1 and isinstance(args[1], (list, tuple)) else None
+    if shape is None:
+        return node
+    tied = []
+    for i, s in enumerate(shape):
+        back = len(shape) - 1 - i
+        k = next((k for k, sh in enumerate(shapes) if isinstance(s, int) and s > 1 and len(sh) > back
+                  and sh[len(sh) - 1 - back] == s), None)
+        tied.append(s if k is None else {"dim_of": [k, len(shapes[k]) - 1 - back]})
+    args[1] = tied
+    return replace(node, args=tuple(args))
 
 
 def tie_size(s: Any, d: int, rank: int, shapes: list[list[int]]) -> Any:

@@ -227,7 +227,7 @@ def model_steps(results: Sequence[tuple[str, object]], names: dict[str, str] | N
         out.append(ModelStep(r.model, r.mode, r.compile, d.step.median_ms, d.step.p20_ms, d.step.p80_ms,
                              v.step.median_ms, v.step.p20_ms, v.step.p80_ms, v.speedup or 1.0, v.speedup_p20,
                              v.speedup_p80, v.verdict, r.noise_band, d.step.peak_mem_bytes / 2**30,
-                             v.step.peak_mem_bytes / 2**30, fired, None if v.parity is None else bool(v.parity.ok),
+                             v.step.peak_mem_bytes / 2**30, fired, _parity_ok(v.parity),
                              v.name, source, str(r.env.get("date") or ""), setup_of(r),
                              str(getattr(v.parity, "judged", "") or "")))
     order = {"default": 0, "dynamic": 1, "reduce-overhead": 2}
@@ -408,9 +408,14 @@ def ab_steps(results: Sequence[tuple[str, object]]) -> dict[str, list[StepChange
                 mem = (s.peak_mem_bytes - base.peak_mem_bytes) / 2**20
             out.setdefault(f, []).append(StepChange(
                 r.model, r.mode, r.compile, rec.speedup, rec.band, rec.verdict, lo, hi, mem,
-                None if v.parity is None else bool(v.parity.ok), rec.matches, source, str(r.env.get("date") or ""),
+                _parity_ok(v.parity), rec.matches, source, str(r.env.get("date") or ""),
                 setup_of(r)))
     return out
+
+
+def _parity_ok(parity) -> bool | None:
+    """A variant's parity as a measurement: None where none was measured or it could not be judged."""
+    return None if parity is None or parity.unjudged else bool(parity.ok)
 
 
 def set_steps(results: Sequence[tuple[str, object]]) -> dict[str, list[SetChange]]:
@@ -438,7 +443,7 @@ def set_steps(results: Sequence[tuple[str, object]]) -> dict[str, list[SetChange
             verdict = "parity not judged" if v.parity is not None and v.parity.unjudged else v.verdict or "-"
             for f in fired:
                 step = StepChange(r.model, r.mode, r.compile, v.speedup, r.noise_band or 0.0, verdict,
-                                  v.speedup_p20, v.speedup_p80, mem, None if v.parity is None else bool(v.parity.ok),
+                                  v.speedup_p20, v.speedup_p80, mem, _parity_ok(v.parity),
                                   int(v.matches[f]), source, str(r.env.get("date") or ""), setup_of(r))
                 latest[(f, r.model, r.mode, r.compile, step.setup, config)] = SetChange(step, config, len(fired) - 1,
                                                                                        over)

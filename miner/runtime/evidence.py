@@ -33,7 +33,7 @@ RULE = ("on CUDA a fusion fires only where an in-model A/B measured the model's 
         "alone (between measured in-model wins, a slower isolated row keeps it off: the bracket rule)")
 
 IN_MODEL_SCHEMA = 1
-VERDICTS = ("win", "loss", "noise", "parity-fail")
+VERDICTS = ("win", "loss", "noise", "parity-fail", "not-judged")  # not-judged: parity unknown, never a win
 BLOCKING = ("loss", "parity-fail")  # a record with one of these verdicts keeps the fusion off around it
 UNMEASURED_REASON = "unmeasured in a model: no in-model A/B covers this context (`miner verify --ab --record`)"
 
