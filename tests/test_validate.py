@@ -184,3 +184,19 @@ def test_no_float16_case_for_a_pattern_holding_a_constant_beyond_float16():
 
     assert low_dtypes([1, 0.1, -3.3895313892515355e+38, 1.1111]) == ("bfloat16",)
     assert low_dtypes([1, 0.1, float("-inf"), -65504.0]) == ("bfloat16", "float16")
+
+
+def test_compare_in_chunks_gives_what_it_gives_whole(monkeypatch):
+    import torch
+
+    from miner.check import checks
+
+    g = torch.Generator().manual_seed(1)
+    ref = torch.randn(37, 53, generator=g, dtype=torch.float64)
+    ref[3, 4] = float("nan")
+    out = (ref * (1 + 1e-4 * torch.randn(37, 53, generator=g, dtype=torch.float64))).float()
+    whole = checks.compare(out, ref, torch.float32)
+    monkeypatch.setattr(checks, "COMPARE_CHUNK", 100)  # 20 chunks, the last one short
+    assert checks.compare(out, ref, torch.float32) == whole and not whole[0] and "elements outside" in whole[3]
+    out[0, 0] = float("nan")  # a NaN the reference does not have, in the first chunk
+    assert checks.compare(out, ref, torch.float32)[3] == "NaN positions differ from the reference"

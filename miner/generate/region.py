@@ -1,7 +1,7 @@
 """A whole Inductor region (``mined/regions.json``) as a pattern the row-kernel generator can lower.
 
 A region pattern (``miner.mine.regions``) is everything Inductor put into one kernel, so a
-candidate made from it never splits an Inductor kernel. Two things in a region are no row-kernel
+candidate made from it never splits an Inductor kernel. Some things in a region are no row-kernel
 values, and ``prepare`` rewrites them before lowering:
 
 - a **view of an input** (``reshape``/``view`` of a matmul result ``[B*S, N] -> [B, S, N]``): the
@@ -16,6 +16,11 @@ values, and ``prepare`` rewrites them before lowering:
   ``expand(mask, [16, -1, 512, 512])``) becomes ``{"shape_of": k}`` when input ``k`` has that
   shape, else one ``{"dim_of": [k, d]}`` per size (``-1`` and ``1`` stay), and ``full``'s device
   ``{"device_of": k}``: the pattern follows the batch it is called with.
+- a **reshape of a computed value** (DeBERTa's attention region views its scores ``[B, H, S, S] ->
+  [-1, S, S]`` before the cast): its sizes become ``{"dim_of": [k, e]}`` of an input dim at the same
+  distance from the end (``-1`` stays), so the pattern follows the batch; ``miner.generate.lower``
+  lowers it as the identity on the rows (a reshape moves no element of a row-major layout) and the
+  kernel's contract takes an output that merges or splits only leading dims.
 - the **index of a dropout seed** (``inductor_lookup_seed(seeds, 4)``, a const slot since every
   layer reads its own seed) becomes ``{"int_const": c}``: rendered ``int(c<c>)``, since const
   slots are passed as floats.
