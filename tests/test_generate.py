@@ -116,3 +116,40 @@ def test_select_refuses_a_pattern_whose_kernel_cannot_compute_an_observed_shape(
     (why,) = [s.reason for s in skipped if s.id == bad.id]
     assert "cannot compute bert backward's shapes" in why and "out0 of shape [16, 1]" in why
     assert contract_refusal(good) is None
+
+
+def test_a_pattern_the_generator_breaks_on_is_skipped_with_why_and_the_others_go_on(ws, monkeypatch):
+    # DebertaV2's 42 regions (2026-12-06): one embedding-only region crashed `miner generate` for all 42
+    import miner.generate.generate as G
+
+    real, broken = G.generate_one, F.unsupported_cat().id
+
+    def flaky(p, *a, **k):
+        if p.id == broken:
+            raise IndexError("tuple index out of range")
+        return real(p, *a, **k)
+
+    monkeypatch.setattr(G, "generate_one", flaky)
+    done, skipped = G.generate(ws, [F.unsupported_cat(), F.softmax()])
+    assert [d.id for d in done] == [F.softmax().id]
+    assert skipped[0].reason == ("not generated: the generator failed (IndexError: tuple index out of range): "
+                                 "a miner bug")
+
+
+def test_a_pattern_refused_while_rendering_leaves_no_half_written_candidate(ws, monkeypatch):
+    # that crash came after kernel.py was written: the folder held kernel.py alone
+    import miner.generate.generate as G
+    from miner.generate.lower import Unsupported
+
+    def refuse(*a, **k):
+        raise Unsupported("an embedding whose table or index lands outside the rows' dims [1]")
+
+    monkeypatch.setattr(G, "example_shapes", refuse)
+    p = F.softmax()
+    r = G.generate_one(p, ws, "miner generate")
+    assert isinstance(r, Skipped) and "lands outside the rows" in r.reason
+    assert not (ws.candidates / p.id).exists()
+    with pytest.raises(Unsupported, match="outside the rows"):  # the check itself
+        monkeypatch.undo()
+        G.example_shapes([{"inputs": [{"shape": [512, 16], "dtype": "float32"}, {"shape": [1, 512], "dtype": "int64"}],
+                           "gathers": [{"table": 0, "index": 1, "column_dim": -1, "index_dims": [-2, -1]}]}], 2)

@@ -289,6 +289,8 @@ def example_shapes(observed: list[dict], n_inputs: int, seeds: tuple[int, ...] =
         gathered = (g["table"], g["index"])
         full = row_shape([s for k, (s, _) in enumerate(out) if k not in seeds and k not in gathered])
         index = observed[0]["inputs"][g["index"]]["shape"]
+        if full is None or not all(-len(full) <= d < len(full) for d in (g["column_dim"], *g["index_dims"])):
+            raise Unsupported(f"an embedding whose table or index lands outside the rows' dims {list(full or ())}")
         out[g["table"]] = ([2, full[g["column_dim"]]], out[g["table"]][1])
         out[g["index"]] = ([1 if n == 1 else full[d] for n, d in zip(index, g["index_dims"])], out[g["index"]][1])
     return out
@@ -457,11 +459,16 @@ def generate_one(pattern, workspace: Workspace, command: str, source: dict | Non
     label = label_for(pattern.ops)
     folder = workspace.candidates / cid
     cmd = f"{command}"
-    write_text(folder / "kernel.py", render_kernel_py(prog, header(pattern.id, cmd, "Triton kernels + launcher")))
-    write_text(folder / "pattern.py", render_pattern_py(
-        prog, header(pattern.id, cmd, "search pattern, replacement, extra check"), f"miner::c{cid}",
-        KERNEL_IMPORT, example_shapes(observed, spec.n_inputs, prog.seed_inputs),
-        f"Fusion candidate {cid} ({label}): {pattern.ops}."))
+    try:  # every text before any file: a pattern refused here leaves no half-written candidate
+        kernel_py = render_kernel_py(prog, header(pattern.id, cmd, "Triton kernels + launcher"))
+        pattern_py = render_pattern_py(
+            prog, header(pattern.id, cmd, "search pattern, replacement, extra check"), f"miner::c{cid}",
+            KERNEL_IMPORT, example_shapes(observed, spec.n_inputs, prog.seed_inputs),
+            f"Fusion candidate {cid} ({label}): {pattern.ops}.")
+    except Unsupported as e:
+        return Skipped(pattern.id, pattern.ops, f"not generated: {e}")
+    write_text(folder / "kernel.py", kernel_py)
+    write_text(folder / "pattern.py", pattern_py)
     from miner.core.pattern import to_json as pattern_json
 
     old = folder / "candidate.json"
@@ -613,7 +620,11 @@ def generate(workspace: Workspace, patterns: Iterable, command: str = "miner gen
     """
     done, skipped = [], list(pre_skipped)
     for p in patterns:
-        r = generate_one(p, workspace, command, source)
+        try:
+            r = generate_one(p, workspace, command, source)
+        except Exception as e:  # noqa: BLE001 - one pattern the generator breaks on never stops the others
+            r = Skipped(p.id, getattr(p, "ops", ""), f"not generated: the generator failed ({type(e).__name__}: "
+                                                     f"{str(e).splitlines()[0][:120] if str(e) else ''}): a miner bug")
         (done if isinstance(r, Generated) else skipped).append(r)
     if source:
         return done, skipped

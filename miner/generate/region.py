@@ -79,8 +79,8 @@ def _prepare(pattern: Pattern) -> tuple[Pattern, dict[int, int]]:
     index = {j: j for j in range(len(nodes))}
     for j in reversed(range(len(nodes))):
         k = _hoistable_view(nodes, j)
-        if k is None:
-            continue
+        if k is None or j in pattern.all_outputs:
+            continue  # a view the region outputs is read outside it: it stays (and the lowering refuses it)
         shape = nodes[j].args[1]
         occs = [replace(o, input_meta=_view_meta(o.input_meta, k, shape)) for o in occs]
         nodes, remap = _drop(nodes, j, {"input": k})
