@@ -121,6 +121,11 @@ def test_a_long_float32_sum_is_judged_by_its_rounding_not_a_fixed_tolerance():
     short = mul[:, 1:].sum(-1, keepdim=True)  # planted: a kernel that misses each row's first element
     assert not within_rounding(short, refs[1], torch.float32)[0]
     assert within_rounding(mul, refs[0], torch.float32)[0]  # the elementwise product: exact enough either way
+    import types
+
+    from miner.check.validate import sums
+    assert sums(types.SimpleNamespace(meta={"ops": "mul -> sum"}))  # only a pattern that sums is judged so
+    assert not sums(types.SimpleNamespace(meta={"ops": "exp -> div -> summary_stat"}))
 
 
 def test_a_pattern_seen_only_under_autocast_is_proven_under_autocast(monkeypatch, tmp_path):
