@@ -104,3 +104,32 @@ def test_a_region_whose_nodes_another_kernel_recomputes_is_not_generated():
         [r] = [r for r in d["region_patterns"] if r["id"] == rid]
         got = gen_reduce.recomputed_elsewhere(regions.region_pattern_from_json(r).pattern)
         assert len(got) == n, (rid, got)
+
+
+def test_an_embedding_tables_rows_stay_literal_when_tied():
+    # DebertaV2's position-embedding gradient (2026-12-06): full([512, 1536]) filled by index_put with the
+    # positions: its 512 rows were tied to the sequence length (also 512), so at any other length the
+    # table shrank under the indices ("index 52 is out of bounds for dimension 0 with size 2")
+    from dataclasses import replace as dc_replace
+
+    from miner.core.pattern import PatternNode
+    from miner.generate.reduce import tie_shapes
+
+    nodes = (
+        PatternNode("aten.full.default", "other", ([512, 1536], {"const": 0}), {"device": {"device": "cuda:0"}}),
+        PatternNode("aten.sum.dim_IntList", "reduction", ({"input": 1}, [-3], True), {}),
+        PatternNode("aten.index_put.default", "other", ({"node": 0}, [{"input": 0}], {"node": 1}, True), {}),
+    )
+
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Pat:  # what tie_shapes reads and replaces
+        nodes: tuple
+
+    def shape(p):
+        return [s if not isinstance(s, dict) else tuple(s["dim_of"]) for s in tie_shapes(p, [[1, 512], [16, 512, 1536]]
+                                                                                         ).nodes[0].args[0]]
+
+    assert shape(Pat(nodes)) == [512, (1, 2)]  # rows literal, columns follow the hidden size
+    assert shape(dc_replace(Pat(nodes), nodes=nodes[:2])) == [(0, 1), (1, 2)]  # no index_put fills it: both tied

@@ -100,15 +100,24 @@ def tie_shapes(pattern: Pattern, input_shapes: list[list[int]]) -> Pattern:
     """``pattern`` with literal view / ``full`` shapes tied to input dims, ``full``'s device to input 0's.
 
     A size ``s > 1`` at position ``d`` becomes ``{"dim_of": [k, e]}``: the first input ``k`` of the same
-    rank with ``s`` at ``d``, else the first input dim ``e`` of size ``s``; sizes no input has stay literal.
+    rank with ``s`` at ``d``, else the first input dim ``e`` of size ``s``; sizes no input has stay literal,
+    and so do the indexed dims of a table an ``index_put`` fills (DeBERTa's 512 position embeddings are
+    no sequence length, though its sequence was 512 long).
     """
-    nodes = []
+    indexed = {}  # a full that an index_put fills: its first len(indices) dims are the table's rows
     for node in pattern.nodes:
+        if _base(node.target) in ("index_put", "index_put_") and isinstance(node.args[0], dict) \
+                and "node" in node.args[0] and isinstance(node.args[1], (list, tuple)):
+            indexed[node.args[0]["node"]] = len(node.args[1])
+    nodes = []
+    for j, node in enumerate(pattern.nodes):
         base = _base(node.target)
         args, kwargs = list(node.args), dict(node.kwargs)
         pos = 0 if base == "full" else SHAPE_ARG.get(VIEWS.get(base, ""), None)
         if pos is not None and len(args) > pos and isinstance(args[pos], (list, tuple)):
-            args[pos] = [tie_size(s, d, len(args[pos]), input_shapes) for d, s in enumerate(args[pos])]
+            rows = indexed.get(j, 0) if base == "full" else 0  # an embedding's row count is no batch size
+            args[pos] = [s if d < rows else tie_size(s, d, len(args[pos]), input_shapes)
+                         for d, s in enumerate(args[pos])]
         if base == "full" and "device" in kwargs:
             kwargs["device"] = {"device_of": 0}
         nodes.append(replace(node, args=tuple(args), kwargs=kwargs))
