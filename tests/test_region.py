@@ -467,3 +467,25 @@ def test_the_contract_takes_an_output_that_merges_leading_dims_only():
     assert shape_contract(ins, outputs=[("out0", (2, 3, 1600), "vec")])  # the rows changed: refused
     assert shape_contract(ins, outputs=[("out0", (6, 40, 1), "row")]) == []
     assert shape_contract([((2, "s0", 40), "float32")], outputs=[("o", (2 * 3, 40), "vec")])  # symbolic: equal only
+
+
+DEBERTA_MORE = Path(__file__).parent / "fixtures" / "h100_deberta_more_regions.json"  # three more regions of
+# the same run: residual adds with a per-column weight, a cast viewed [8192, 1536], the embedding gradient
+
+
+@pytest.mark.parametrize("rid", ["p6d8937f2d2", "pc2bb3cd809", "p0e40b14aa7"])
+def test_debertas_regions_generate_and_validate_at_other_sizes(tmp_path, rid):
+    """Three of DeBERTa's regions failed their numerics at the test sizes: a region without random numbers
+    reading a norm's weight once per program (its launcher never passed the ``X<k>_COL`` flag), a reshape
+    to a literal [8192, 1536] (now ``[-1, ...]``), and an index_put table whose 512 rows were tied to the
+    sequence length (now literal)."""
+    from miner.check.validate import validate
+
+    ws = Workspace(tmp_path)
+    (tmp_path / "mined").mkdir()
+    (tmp_path / "mined" / "regions.json").write_text(DEBERTA_MORE.read_text())
+    rp = {r.id: r for r in regions.load(ws)}[rid]
+    r = gen.generate_one(rp.pattern, ws, "test", {"regions": "mined/regions.json", "rng": "philox4"})
+    assert isinstance(r, gen.Generated), r
+    v = validate(ws, r.id, device="cpu", model=False)
+    assert v.ok, v.failure

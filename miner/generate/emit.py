@@ -414,6 +414,10 @@ def render_kernel_py(prog: Program, head: str) -> str:
             random_consts += ('RNG = "philox4"  # u(L) = word L % 4 of Philox4x32-10 at counter L // 4 '
                               "(miner.runtime.philox)\n")
             spec_args += ", rand4=True"
+    elif spec.column_inputs:  # a region without random numbers reading a per-column vector (a norm's weight)
+        random_consts = (f"COLUMNS = {spec.column_inputs!r}  # inputs read once per program when broadcast over "
+                         f"the rows\n")
+        spec_args = ", columns=COLUMNS"
     if prog.gathers:
         kernels += "\n\n" + gather_views_source(prog)
         spec_args += ", views=_gather_views"

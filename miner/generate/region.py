@@ -18,9 +18,9 @@ values, and ``prepare`` rewrites them before lowering:
   ``{"device_of": k}``: the pattern follows the batch it is called with.
 - a **reshape of a computed value** (DeBERTa's attention region views its scores ``[B, H, S, S] ->
   [-1, S, S]`` before the cast): its sizes become ``{"dim_of": [k, e]}`` of an input dim at the same
-  distance from the end (``-1`` stays), so the pattern follows the batch; ``miner.generate.lower``
-  lowers it as the identity on the rows (a reshape moves no element of a row-major layout) and the
-  kernel's contract takes an output that merges or splits only leading dims.
+  distance from the end (``-1`` stays; a lone merged leading size becomes ``-1``), so the pattern follows
+  the batch; ``miner.generate.lower`` lowers it as the identity on the rows (a reshape moves no element
+  of a row-major layout) and the kernel's contract takes an output that merges or splits only leading dims.
 - the **index of a dropout seed** (``inductor_lookup_seed(seeds, 4)``, a const slot since every
   layer reads its own seed) becomes ``{"int_const": c}``: rendered ``int(c<c>)``, since const
   slots are passed as floats.
@@ -226,6 +226,9 @@ def _tie_reshape(node: PatternNode, shapes: list[list[int]]) -> PatternNode:
         k = next((k for k, sh in enumerate(shapes) if isinstance(s, int) and s > 1 and len(sh) > back
                   and sh[len(sh) - 1 - back] == s), None)
         tied.append(s if k is None else {"dim_of": [k, len(shapes[k]) - 1 - back]})
+    loose = [i for i, s in enumerate(tied) if isinstance(s, int) and s > 1]
+    if len(loose) == 1 and -1 not in tied:  # one merged leading size ([8192, 1536] of [16, 512, 1536]):
+        tied[loose[0]] = -1  # the reshape infers it from the elements, at any batch
     args[1] = tied
     return replace(node, args=tuple(args))
 
