@@ -489,3 +489,20 @@ def test_debertas_regions_generate_and_validate_at_other_sizes(tmp_path, rid):
     assert isinstance(r, gen.Generated), r
     v = validate(ws, r.id, device="cpu", model=False)
     assert v.ok, v.failure
+
+
+def test_a_reshape_inside_a_region_must_keep_one_row_space():
+    # gpt2's GELU gradient (H200 profile) views its [8192, 3072] operand [16, 512, 3072] beside a
+    # [16, 512, 3072] input: no one row space for the kernel, so no candidate (it used to fail validation)
+    from miner.core.pattern import PatternNode
+    from miner.core.tensors import TensorSpec
+
+    view = PatternNode("aten.reshape.default", "view", ({"node": 0}, [16, 512, 3072]), {})
+    metas = [TensorSpec((8192, 3072), "bfloat16", (3072, 1), "cuda"), TensorSpec((16, 512, 3072), "bfloat16",
+                                                                           (512 * 3072, 3072, 1), "cuda")]
+    with pytest.raises(lower.Unsupported, match="no one row space"):
+        region._check_rows(view, metas)
+    rows = [TensorSpec((73,), "int64", (1,), "cuda"), TensorSpec((16, 24, 512, 512), "bfloat16", None, "cuda")]
+    region._check_rows(PatternNode("aten.reshape.default", "view", ({"node": 0}, [-1, 512, 512]), {}), rows)
+    with pytest.raises(lower.Unsupported, match="changes the rows"):  # the last dim split: other rows
+        region._check_rows(PatternNode("aten.reshape.default", "view", ({"node": 0}, [16, 24, 512, 256, 2]), {}), rows)

@@ -189,6 +189,11 @@ def test_no_float16_case_for_a_pattern_holding_a_constant_beyond_float16():
 
     assert low_dtypes([1, 0.1, -3.3895313892515355e+38, 1.1111]) == ("bfloat16",)
     assert low_dtypes([1, 0.1, float("-inf"), -65504.0]) == ("bfloat16", "float16")
+    # a pattern that casts to bf16 itself is an autocast-bf16 graph's: no fp16 case (and the converse)
+    from miner.check.cases import literal_dtypes
+    cast = {"nodes": [{"target": "prims.convert_element_type.default", "args": [{"input": 2}, {"dtype": "bfloat16"}]}]}
+    assert literal_dtypes(cast) == {"bfloat16"} and low_dtypes([0.5], literal_dtypes(cast)) == ("bfloat16",)
+    assert low_dtypes([0.5], frozenset({"float16"})) == ("float16",)
 
 
 def test_compare_in_chunks_gives_what_it_gives_whole(monkeypatch):

@@ -131,19 +131,41 @@ def numeric_cases(meta: dict, on_cpu: bool) -> list[tuple[str, dict, str | None]
     cases.append((odd[0][0], odd[0][1], None))
     cases.append((f"{odd[0][0]} looped", odd[0][1], "looped"))
     cases += [(label, e, None) for label, e in odd[1:]]
-    cases += [(f"{dt} inputs", reshape(first, dtype=dt), None) for dt in low_dtypes(first.get("scalars", ()))]
+    cases += [(f"{dt} inputs", reshape(first, dtype=dt), None)
+              for dt in low_dtypes(first.get("scalars", ()), literal_dtypes(meta.get("pattern", {})))]
     return cases
 
 
 FLOAT16_MAX = 65504.0
 
 
-def low_dtypes(scalars) -> tuple[str, ...]:
-    """The low-precision input dtypes to check a pattern with: bf16, and fp16 unless one of its constants
-    lies beyond fp16's range (a masked fill of bf16's lowest, -3.39e38: a float16 model fills with its own
-    -65504, so that case would test a model that does not exist, and overflows to -inf)."""
+def low_dtypes(scalars, literals: frozenset = frozenset()) -> tuple[str, ...]:
+    """The low-precision input dtypes to check a pattern with: bf16 and fp16, less the cases that would
+    test a model that does not exist: fp16 where a constant lies beyond fp16's range (a masked fill of
+    bf16's lowest, -3.39e38: a float16 model fills with its own -65504) or where the pattern casts to
+    bf16 itself (an autocast-bf16 graph: with fp16 inputs its float32 output would carry a bf16 rounding
+    that the kernel, eliding intermediate casts as Inductor does, never makes), and bf16 where it casts
+    to fp16."""
     wide = any(isinstance(c, (int, float)) and math.isfinite(c) and abs(c) > FLOAT16_MAX for c in scalars)
-    return ("bfloat16",) if wide else ("bfloat16", "float16")
+    out = ("bfloat16",) if "float16" not in literals else ()
+    return out + (("float16",) if not wide and "bfloat16" not in literals else ())
+
+
+def literal_dtypes(pattern_json) -> frozenset:
+    """The dtypes a pattern (its JSON in candidate.json) names as literals (casts, ``full``'s dtype)."""
+    found = set()
+
+    def walk(v):
+        if isinstance(v, dict):
+            if isinstance(v.get("dtype"), str) and len(v) == 1:
+                found.add(v["dtype"])
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+    walk(pattern_json)
+    return frozenset(found)
 
 
 def fusion_cases(meta: dict) -> list[tuple[list[list[int]], list[float], str]]:

@@ -721,7 +721,11 @@ def structure(spec, examples, n_consts: int) -> list[tuple]:
     fn = reference_function(spec)
     xs = [torch.zeros(s, dtype=getattr(torch, d)) for s, d in examples]
     cs = [0.5] * n_consts
-    gm = make_fx(lambda *xs: fn(*xs, *cs))(*xs)
+    try:
+        gm = make_fx(lambda *xs: fn(*xs, *cs))(*xs)
+    except RuntimeError as e:  # e.g. llama's GQA gradient: [B, 32, S, D] viewed [B, 8, 4, S, D], the 4 no input's dim
+        raise Unsupported(f"its view sizes do not follow the inputs at other sizes "
+                          f"({str(e).splitlines()[0][:100]})") from None
     from miner.runtime.reduce import structure_of
 
     return sorted(structure_of(gm.graph.nodes))

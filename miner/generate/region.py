@@ -99,6 +99,7 @@ def _prepare(pattern: Pattern) -> tuple[Pattern, dict[int, int]]:
         if node.target in SHAPED and metas:
             nodes[j] = _tie_shape(node, [list(m.shape) for m in metas])
         if node.target in VIEW_TARGETS and metas:
+            _check_rows(node, metas)
             nodes[j] = _tie_reshape(node, [list(m.shape) for m in metas])
     return replace(pattern, nodes=tuple(nodes), occurrences=tuple(occs)), index
 
@@ -209,6 +210,29 @@ def _tie_shape(node: PatternNode, shapes: list[list[int]]) -> PatternNode:
     if "device" in kwargs:
         kwargs["device"] = {"device_of": whole if whole is not None else 0}
     return replace(node, args=tuple(args), kwargs=kwargs)
+
+
+def _check_rows(node: PatternNode, metas: Sequence) -> None:
+    """``Unsupported`` unless the reshape's target holds the rows' elements in their order: the inputs
+    (dropout seed vectors aside) broadcast to one row space and the target merges or splits only its
+    leading dims (gpt2's ``[8192, 3072]`` gradient viewed ``[16, 512, 3072]`` beside a ``[16, 512, 3072]``
+    input has no one row space)."""
+    import math
+
+    from miner.rules.contract import same_layout, row_shape
+
+    shapes = [tuple(m.shape) for m in metas if not (m.dtype == "int64" and len(m.shape) == 1)]
+    full = row_shape(shapes)
+    target = list(node.args[1]) if len(node.args) > 1 and isinstance(node.args[1], (list, tuple)) else None
+    if full is None or target is None or not all(isinstance(s, int) for s in (*full, *target)):
+        raise Unsupported(f"{node.target} of a computed value where the inputs have no one row space "
+                          f"({' '.join(str(list(s)) for s in shapes)})")
+    if -1 in target:
+        known = math.prod(s for s in target if s != -1)
+        target = [math.prod(full) // known if s == -1 else s for s in target]
+    if not same_layout(tuple(target), tuple(full)):
+        raise Unsupported(f"{node.target} to {list(node.args[1])} changes the rows {list(full)} (only leading dims "
+                          f"may merge or split)")
 
 
 def _tie_reshape(node: PatternNode, shapes: list[list[int]]) -> PatternNode:

@@ -114,14 +114,14 @@ def shape_contract(inputs: Sequence[tuple[Sequence[int], str]],
     rows = _squeeze_leading(full[:-1])
     for who, shape, kind in outputs:
         shape = _squeeze_leading(shape)
-        if kind == "vec" and not _same_layout(shape, _squeeze_leading(full)):
+        if kind == "vec" and not same_layout(shape, _squeeze_leading(full)):
             out.append(f"{who} of shape {list(shape)} is per element, but does not fill the rows of {list(full)}")
-        elif kind == "row" and not any(_same_layout(shape, r) for r in (rows, _squeeze_leading(full[:-1] + (1,)))):
+        elif kind == "row" and not any(same_layout(shape, r) for r in (rows, _squeeze_leading(full[:-1] + (1,)))):
             out.append(f"{who} of shape {list(shape)} is per row, but the kernel's rows are {list(full)}")
     return out
 
 
-def _same_layout(shape: tuple, want: tuple) -> bool:
+def same_layout(shape: tuple, want: tuple) -> bool:
     """``shape`` holds ``want``'s elements in the same row-major order with the same last dim: equal, or
     (concrete sizes) a reshape of it that merges or splits only the leading dims ([384, 512, 512] of rows
     [16, 24, 512, 512]: a region's output reshaped inside it)."""
