@@ -265,29 +265,19 @@ def check_rewrite_autocast(cand: Candidate, model_name: str, mode: str, device: 
 
 def norm_parity(reference, got) -> tuple[list[str], float]:
     """Problems (the first quantity whose relative norm difference exceeds ``AUTOCAST_MODEL_TOL``) and the
-    worst of them, for two ``model_step`` results under autocast: logits, loss, the gradients together."""
-    import torch
+    worst difference, for two ``model_step`` results under autocast: ``miner.check.verify.make_parity``'s
+    direct differences (no float32 reference), logits, loss, the gradients together."""
+    from miner.check.verify import make_parity
 
     (r_loss, r_logits, r_grads), (g_loss, g_logits, g_grads) = reference, got
-    if g_logits is None or (r_loss is None) != (g_loss is None) or set(g_grads) != set(r_grads):
+    if (g_logits is None) != (r_logits is None) or (r_loss is None) != (g_loss is None):
         return ["logits, loss or gradients missing in the run with the rewrite"], 0.0
-
-    def rel(a, b):
-        a, b = torch.as_tensor(a).double().flatten(), torch.as_tensor(b).double().flatten().to("cpu")
-        a = a.to("cpu")
-        return float((a - b).norm() / a.norm().clamp_min(1e-30))
-
-    keys = [k for k, g in r_grads.items() if g is not None and g_grads.get(k) is not None]
-    found = {"logits": rel(r_logits, g_logits)}
-    if r_loss is not None:
-        found["loss"] = rel(r_loss, g_loss)
-    if keys:
-        found["grads"] = rel(torch.cat([r_grads[k].double().flatten().cpu() for k in keys]),
-                             torch.cat([g_grads[k].double().flatten().cpu() for k in keys]))
-    worst = max(found.values())
+    p = make_parity(r_loss, g_loss, r_logits, g_logits, r_grads, g_grads)
+    found = {q: v for q, v in (("logits", p.logits_rel), ("loss", p.loss_rel), ("grads", p.grads_rel))
+             if v is not None}
     bad = [f"{q} differ (relative norm {v:.3g} > {AUTOCAST_MODEL_TOL[q]})" for q, v in found.items()
            if not v <= AUTOCAST_MODEL_TOL[q]]
-    return bad[:1], worst
+    return bad[:1], max(found.values(), default=0.0)
 
 
 # --------------------------------------------------------------------------- the stage

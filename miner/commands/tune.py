@@ -218,6 +218,7 @@ def _validate(run: Run) -> dict:
 
     ok, failed, took = [], [], []
     ids = run.state["stages"]["generate"]["outputs"]["candidates"]
+    knobs = len([k for k in _knobs_that_apply(run, quiet=True).split(",") if k])  # the captures, read once
     for i, cid in enumerate(ids):
         folder = Path(run.ws.candidates) / cid
         saved = _read_validation(folder)
@@ -225,7 +226,7 @@ def _validate(run: Run) -> dict:
             run.log(f"  {cid}: validated earlier ({'ok' if saved.get('ok') else 'FAILED'}), kept")
             (ok if saved.get("ok") else failed).append(cid)
             continue
-        left, need = run.remaining(), _ab_estimate(run, len(ok) + 1)
+        left, need = run.remaining(), _ab_estimate(run, len(ok) + 1, knobs)
         if left is not None and left <= (need or 0) + max(took, default=0.0):
             run.log(f"  {cid}: not validated (--time-budget: {max(left, 0):.0f} s left" +
                     (f"; the A/B with it needs ~{need:.0f} s, a validation took up to {max(took, default=0):.0f} s)"
@@ -240,16 +241,18 @@ def _validate(run: Run) -> dict:
     return {"validated": ok, "failed": failed}
 
 
-def _ab_estimate(run: Run, candidates: int) -> float | None:
+def _ab_estimate(run: Run, candidates: int, knobs: int | None = None) -> float | None:
     """Seconds the A/B would take with ``candidates`` validated: one compile per variant it builds
     (the default, each knob alone and with the fusions, each fusion variant, ``alone`` once per candidate;
     the control reads the default's cache), each as long as the profile's compile of the same step took
-    (its scan's seconds, summed over the models and modes). None without such a scan here."""
+    (its scan's seconds, summed over the models and modes). ``knobs``: how many apply (read from the
+    captures here if None). None without such a scan here."""
     scans = [run.ws.load_scan(m, run.preset, mode) for m in run.models for mode in run.modes]
     seconds = sum(float(getattr(sc, "seconds", 0) or 0) for sc in scans if sc is not None)
     if not seconds:
         return None
-    knobs = len([k for k in _knobs_that_apply(run, quiet=True).split(",") if k])
+    if knobs is None:
+        knobs = len([k for k in _knobs_that_apply(run, quiet=True).split(",") if k])
     variants = [v.strip() for v in (run.args.fusion_variants or "").split(",") if v.strip()]
     compiles = 1 + 2 * knobs + len([v for v in variants if v != "alone"]) + ("alone" in variants) * candidates
     return float(seconds) * compiles
