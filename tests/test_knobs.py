@@ -155,3 +155,69 @@ def test_knob_variants_out_of_time_are_recorded(counting_knob):
     assert [v.name for v in r.variants] == ["default", "control", "knob:counting"]  # no fusions: no +fusions
     assert r.variant("knob:counting").error == "not compiled: --time-budget spent"
     assert r.noise_band is not None and r.variant("default").step.steps == 2  # the band still measured
+
+
+# --------------------------------------------------------------------------- CUDA-graph knobs and device memory
+
+def test_graph_room_asks_for_twice_the_default_steps_peak_free():
+    gib = 2 ** 30
+    assert ab.graph_room(10 * gib, "cpu", free_total=(1, 2)) is None  # the CPU keeps no pools
+    assert ab.graph_room(None, "cuda", free_total=(1, 2)) is None  # no peak measured: nothing to go by
+    assert ab.graph_room(10 * gib, "cuda", free_total=(23 * gib, 80 * gib)) is None
+    why = ab.graph_room(10 * gib, "cuda", free_total=(21 * gib, 80 * gib))  # 22 GiB needed
+    assert why.startswith("not compiled") and "21.0 of 80.0 GiB are free" in why and "smaller batch" in why
+    # DeBERTa-v2 base B16 S512 on the H100: a ~38 GiB step could never sit beside its own pool
+    assert ab.graph_room(38 * gib, "cuda", free_total=(74 * gib, 79 * gib))
+
+
+def test_a_cuda_graph_knob_that_would_not_fit_is_recorded_not_compiled(counting_knob, monkeypatch):
+    from miner.check.abrun import NoFusions
+
+    compiled = []
+    real_prepare = ab.prepare
+    monkeypatch.setattr(ab, "prepare", lambda spec, *a: compiled.append(spec.name) or real_prepare(spec, *a))
+    monkeypatch.setattr(ab, "graph_room", lambda peak, device: "not compiled: no room (test)")
+    graphs = knobs.Knob("graphs", "test", options={"triton.cudagraphs": True})
+    knob, _ = counting_knob
+    r = ab.run_ab(_build, ab.ABCase("norm", "infer", "default"), NoFusions(),
+                  ab.ABOptions(preset="tiny", device="cpu", warmup=1, rounds=2, profile_steps=0),
+                  knobs=[graphs, knob], log=lambda s: None)
+    assert "knob:graphs" not in compiled and "knob:counting" in compiled  # only the graph knob is held back
+    v = r.variant("knob:graphs")
+    assert v.error == "not compiled: no room (test)" and v.cudagraphs and v.step is None
+    assert r.variant("knob:counting").step.steps == 2
+
+
+class _OOM(Exception):
+    pass
+
+
+_OOM.__name__ = "OutOfMemoryError"  # as torch.OutOfMemoryError is matched: by name (CUDA's and XPU's)
+
+
+def _live(name, *, graphs=False, fail_at=None):
+    calls = [0]
+
+    def step():
+        calls[0] += 1
+        if fail_at is not None and calls[0] == fail_at:
+            raise _OOM("CUDA out of memory. Tried to allocate 1.96 GiB.\nmore")
+    res = ab.VariantResult(name, [], ab.NO_GATE, knob="reduce_overhead" if graphs else None, cudagraphs=graphs,
+                           warmup_peak_bytes=3 * 2 ** 30 if graphs else None)
+    return ab._Live(res, torch.nn.Linear(1, 1), step)
+
+
+def test_out_of_memory_in_the_rounds_drops_the_graph_knobs_and_times_the_rest_again():
+    lives = [_live("default", fail_at=3), _live("control"), _live("knob:reduce_overhead", graphs=True)]
+    dropped = ab.interleave(lives, 3, "cpu")
+    assert [lv.res.name for lv in lives] == ["default", "control"]
+    assert all(len(lv.times) == 3 and len(lv.host) == 3 for lv in lives)  # rounds started over: still paired
+    [gone] = dropped
+    assert gone.res.error.startswith("dropped: out of device memory") and "1.96 GiB" in gone.res.error
+    assert "pool held about 3.0 GiB" in gone.res.error and gone.step is None and not gone.times
+    # nothing of that kind to drop: the error is the run's (a default that does not fit is not hidden)
+    with pytest.raises(_OOM):
+        ab.interleave([_live("default", fail_at=1), _live("control")], 2, "cpu")
+    with pytest.raises(ZeroDivisionError):  # any other error propagates as it is
+        ab.interleave([ab._Live(lives[0].res, torch.nn.Linear(1, 1), lambda: 1 / 0),
+                       _live("knob:reduce_overhead", graphs=True)], 1, "cpu")

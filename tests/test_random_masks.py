@@ -184,6 +184,10 @@ def test_ab_judges_a_variant_with_a_philox4_fusion_by_injected_masks(tmp_path):
     assert p.judged == masks.METHOD and p.ok is True and p.error is not None, p
     other = types.SimpleNamespace(res=types.SimpleNamespace(fusions=["rms_norm"], knob="sdpa_reduced_math"))
     assert judge(default, other, before) is None  # a knob's variant without the _x4 fusion keeps its parity
+    # an _x4 fusion that matched nothing changed nothing: the default's graph, its own parity stands (DeBERTa's
+    # attention region at B16 S512 was judged anyway and the judge ran out of memory: "not judged")
+    idle = types.SimpleNamespace(res=types.SimpleNamespace(fusions=["x4"], matches={"x4": 0}, knob=None))
+    assert judge(default, idle, before) is None
     # a step with more dropout elements than the reference reproduces is not judged, and says where it
     # is (a t5-base step's 2.4e9 elements stalled the H200 A/B past its 10-minute call)
     old = masks.MAX_ELEMENTS, masks.MAX_ELEMENTS_GPU

@@ -506,3 +506,82 @@ def test_a_reshape_inside_a_region_must_keep_one_row_space():
     region._check_rows(PatternNode("aten.reshape.default", "view", ({"node": 0}, [-1, 512, 512]), {}), rows)
     with pytest.raises(lower.Unsupported, match="changes the rows"):  # the last dim split: other rows
         region._check_rows(PatternNode("aten.reshape.default", "view", ({"node": 0}, [16, 24, 512, 256, 2]), {}), rows)
+
+
+def _deberta_attention_graph(save_stats: bool):
+    """Two layers of DeBERTa's attention forward as Inductor's post-grad graph has them on the GPU (the
+    tiny step's, 2026-12-06): one shared fill constant and mask, and, where ``save_stats``, the softmax's
+    row max and sum read by the graph output (saved for the backward), as both the tiny step and B16 S512
+    save them."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    aten, prims = torch.ops.aten, torch.ops.prims
+    B, H, S = 2, 4, 64
+
+    def layer(scores, keep, fill, seeds, index):
+        where = aten.where.self(keep, fill, aten.reshape.default(scores, [-1, H, S, S]))
+        x = prims.convert_element_type.default(where, torch.float32)
+        rowmax, rowsum = prims.prepare_softmax_online.default(x, -1)
+        probs = aten.div.Tensor(aten.exp.default(aten.sub.Tensor(x, rowmax)), rowsum)
+        drawn = prims.inductor_random.default([B, H, S, S], prims.inductor_lookup_seed.default(seeds, index), "rand")
+        keep_mask = aten.gt.Scalar(drawn, 0.1)
+        out = aten.mul.Tensor(aten.mul.Tensor(keep_mask, probs), 1.1111111111111112)
+        return where, keep_mask, prims.convert_element_type.default(aten.reshape.default(out, [-1, S, S]),
+                                                                    torch.bfloat16), rowmax, rowsum
+
+    def fn(scores, mask, seeds):
+        keep = aten.bitwise_not.default(mask)
+        fill = aten.full.default([], -3.3895313892515355e+38, dtype=torch.bfloat16, layout=torch.strided,
+                                 device=scores.device, pin_memory=False)
+        w1, k1, o1, m1, s1 = layer(scores, keep, fill, seeds, 1)
+        w2, k2, o2, m2, s2 = layer(aten.bmm.default(o1, o1), keep, fill, seeds, 4)
+        return (k1, o1, w2, k2, o2) + ((m1, s1, m2, s2) if save_stats else ())
+
+    return make_fx(fn, tracing_mode="fake")(torch.randn(B * H, S, S).to(torch.bfloat16),
+                                            torch.rand(B, 1, S, S) > 0.5, torch.randint(0, 100, (5,)))
+
+
+def test_the_attention_region_matches_a_graph_that_saves_the_softmax_stats(tmp_path):
+    """The region's row max and sum (getitems, mapped to no kernel) are outputs now that the miner counts
+    a connector read outside as leaving (test_regions). Without them the pattern matched DeBERTa's graph
+    nowhere (H100, 2026-12-06: 0 matches in the tiny step and at B16 S512, where the graph saves them for
+    the backward); with them it matches each layer whether the graph saves them or not. (Matched in a
+    process of its own: the region without the stats, generated above, defines the same custom op.)"""
+    import json
+    import subprocess
+    import sys
+
+    data = json.loads(DEBERTA.read_text())
+    rp = data["region_patterns"][0]
+    stat = {"shape": [16, 24, 512, 1], "dtype": "float32", "stride": [12288, 512, 1, 1], "device": "cuda"}
+    # what `miner mine` now writes for this region: nodes 8 and 11 are the getitems
+    assert [rp["nodes"][j]["target"] for j in (8, 11)] == ["operator.getitem"] * 2
+    rp["extra_outputs"] = sorted(set(rp["extra_outputs"]) | {8, 11})
+    for o in rp["occurrences"]:
+        meta = dict(zip(o["occurrence"]["outputs"], o["occurrence"]["output_meta"]))
+        meta[8] = meta[11] = stat
+        o["occurrence"]["outputs"], o["occurrence"]["output_meta"] = sorted(meta), [meta[k] for k in sorted(meta)]
+    (tmp_path / "mined").mkdir()
+    (tmp_path / "mined" / "regions.json").write_text(json.dumps(data))
+    ws = Workspace(tmp_path)
+    [loaded] = regions.load(ws)
+    r = gen.generate_one(loaded.pattern, ws, "test", {"regions": "mined/regions.json", "rng": "philox4"})
+    assert isinstance(r, gen.Generated), r
+    script = f"""
+from pathlib import Path
+from miner.core import candidate as candidates
+from miner.core.workspace import Workspace
+from miner.runtime import rewrite
+from tests.test_region import _deberta_attention_graph
+cand = candidates.load(Workspace(Path({str(tmp_path)!r})), {r.id!r})
+for save_stats in (True, False):
+    graph_pass = rewrite.FusionPass([rewrite.entry_for(cand.path / "pattern.py", cand.id, cand.pattern_module)])
+    gm = _deberta_attention_graph(save_stats)
+    graph_pass(gm.graph)
+    print(save_stats, graph_pass.total())
+"""
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "2", "False", "2"], done.stdout

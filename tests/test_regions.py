@@ -221,3 +221,22 @@ def test_kernel_base_strips_only_a_numeric_handle():
     assert regions.kernel_base("extern_kernels.mm") == "extern_kernels.mm"
     assert op_class("aten.cat.default", "other") == "concat"
     assert op_class("aten.exp.default", "pointwise") == "pointwise"
+
+
+def test_a_getitem_read_outside_its_kernel_is_a_region_output():
+    """A multi-output reduction's getitems map to no kernel. DeBERTa's attention region saves the softmax's
+    row max and sum for the backward; left out of the outputs, its pattern had inner nodes with readers
+    outside and never matched, neither in the tiny step nor at B16 S512 (H100, 2026-12-06: 0 matches)."""
+    def fn(x):
+        var, mean = torch.var_mean(x, -1, correction=0, keepdim=True)
+        return (x - mean) * torch.rsqrt(var + 1e-5), mean, var  # the stats are also read by the graph output
+
+    g = fx_graph(fn, torch.randn(4, 8))
+    kernel_ops = ("var_mean", "sub", "add", "rsqrt", "mul")
+    names = {n.name: n.target.split(".")[1] for n in g.nodes if n.op == "call_function"}
+    getitems = [n for n, op in names.items() if n.startswith("getitem")]
+    (r,) = regions.extract(with_kernels(g, {n: ["k:1"] for n, op in names.items() if op in kernel_ops}))
+    assert len(getitems) == 2 and set(getitems) <= set(r.nodes)
+    assert set(getitems) <= set(r.outputs), r.outputs  # before: only the normalized value left
+    p = r.pattern
+    assert sorted(p.nodes[j].target for j in p.extra_outputs) == ["operator.getitem"] * 2

@@ -377,20 +377,92 @@ def parity_of(live: _Live, mode: str, device: str, seed: int = PARITY_SEED) -> t
     return observe_step(live.step, live.model, mode=mode, device=device, seed=seed)
 
 
-def interleave(lives: Sequence[_Live], rounds: int, device: str) -> None:
-    """``rounds`` timed steps per variant, round robin, the first variant rotating each round."""
+def interleave(lives: list[_Live], rounds: int, device: str) -> list[_Live]:
+    """``rounds`` timed steps per variant, round robin, the first variant rotating each round.
+
+    Out of device memory in a timed step (a knob's CUDA-graph pool holds its memory for the whole run), the
+    knob variants under CUDA graphs leave ``lives`` (each recorded with why, :func:`drop_graph_variants`) and
+    the rounds start again with the others, so every variant left keeps the same rounds; returns the
+    dropped. With nothing of that kind to drop, the error propagates."""
     from miner.bench.timing import gpu_timing_lock
 
-    n = len(lives)
-    for r in range(rounds):
-        with _collected_then_paused():  # a collection inside a timed step stalls its launches
-            for live in list(lives[r % n:]) + list(lives[:r % n]):
-                _zero_grads(live.model)
-                with gpu_timing_lock():
-                    ms, peak, host = time_step_host(live.step, device)
-                live.times.append(ms)
-                live.host.append(host)
-                live.peak = max(live.peak, peak)
+    dropped: list[_Live] = []
+    r = 0
+    while r < rounds:
+        n = len(lives)
+        try:
+            with _collected_then_paused():  # a collection inside a timed step stalls its launches
+                for live in list(lives[r % n:]) + list(lives[:r % n]):
+                    _zero_grads(live.model)
+                    with gpu_timing_lock():
+                        ms, peak, host = time_step_host(live.step, device)
+                    live.times.append(ms)
+                    live.host.append(host)
+                    live.peak = max(live.peak, peak)
+        except Exception as e:
+            gone = drop_graph_variants(lives, e, device) if type(e).__name__ == "OutOfMemoryError" else []
+            if not gone:
+                raise
+            dropped += gone
+            for live in lives:
+                live.times.clear(), live.host.clear()
+                live.peak = 0
+            r = 0
+            continue
+        r += 1
+    return dropped
+
+
+def drop_graph_variants(lives: list[_Live], error: BaseException, device: str) -> list[_Live]:
+    """Take the knob variants that run under CUDA graphs out of ``lives`` after ``error`` (out of device
+    memory in a timed step), record why on each, and free their pools (Inductor's CUDA-graph trees are
+    reset: the variants left run without graphs). Returns them; none when no such variant is there."""
+    gone = [live for live in lives if live.res.cudagraphs and live.res.knob]
+    first = _first_sentences(str(error).strip().splitlines()[0])[:160] if str(error).strip() else ""
+    for live in gone:
+        lives.remove(live)
+        pool = live.res.warmup_peak_bytes
+        live.res.error = ("dropped: out of device memory in a timed step beside the other variants "
+                          f"({type(error).__name__}: {first})" + (f"; its CUDA graphs' pool held about "
+                                                                  f"{pool / 2**30:.1f} GiB" if pool else "")
+                          + "; measure it on a GPU with more memory or at a smaller batch")
+        live.times.clear(), live.host.clear()
+        live.model = live.step = None
+    if gone:
+        try:
+            from torch._inductor.cudagraph_trees import reset_cudagraph_trees
+            reset_cudagraph_trees()
+        except Exception:  # noqa: BLE001 - another torch: the pools go with their last reference
+            pass
+        release_free_memory(device)
+    return gone
+
+
+GRAPH_POOL_MARGIN = 1.1  # the room asked for beside a CUDA-graph pool, over twice the default step's peak
+
+
+def graph_room(default_peak: int | None, device: str, free_total: tuple[int, int] | None = None) -> str | None:
+    """Why a variant under CUDA graphs is not compiled now, or None where it fits. Its graphs keep a
+    private pool about as large as the step's peak for the rest of the run (H100: t5-base B16 S512 pool
+    14.62 GiB for a default step of 14.33, bert 4.81 for 4.90), and each variant without graphs still
+    needs one step's peak beside it: so twice the default's warm-up peak (with ``GRAPH_POOL_MARGIN``) must
+    be free. Otherwise the timed rounds run out of memory (DeBERTa-v2 base B16 S512 on the H100: 32 GiB
+    of pools beside a step of ~40 GiB). ``free_total``: ``torch.cuda.mem_get_info()`` (read when None)."""
+    if not str(device).startswith("cuda") or not default_peak:
+        return None
+    if free_total is None:
+        import torch
+
+        release_free_memory(device)
+        free_total = torch.cuda.mem_get_info()
+    free, total = free_total
+    need = 2 * default_peak * GRAPH_POOL_MARGIN
+    if free >= need:
+        return None
+    return (f"not compiled: its CUDA graphs would keep about {default_peak / 2**30:.1f} GiB (the default step's "
+            f"peak) and the other variants' steps need as much again, {need / 2**30:.1f} GiB, where "
+            f"{free / 2**30:.1f} of {total / 2**30:.1f} GiB are free; measure it on a GPU with more memory or at "
+            "a smaller batch")
 
 
 @contextlib.contextmanager
@@ -620,13 +692,19 @@ def run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions, 
             elif late():
                 r.variants.append(VariantResult(name, names if fused else [], fused_mode if fused else NO_GATE,
                                                 knob=knob.name, error="not compiled: --time-budget spent"))
+            elif knob.cudagraphs and (room := graph_room(default.res.warmup_peak_bytes, device)):
+                log(f"  {model} {mode}/{compile_mode} {name}: {room}")
+                r.variants.append(VariantResult(name, names if fused else [], fused_mode if fused else NO_GATE,
+                                                knob=knob.name, numerics=knob.numerics, cudagraphs=True, error=room))
             else:
                 phase_b.append(make(name, fusions.graph_pass(names, records=this_run) if fused else None,
                                     names if fused else (),
                                     fused_mode if fused else NO_GATE, knob=knob))
     if len(phase_b) > 2:
         log(f"  {model} {mode}/{compile_mode}: {rounds} alternating rounds over {len(phase_b)} variants")
-        interleave(phase_b, rounds, device)
+        for live in interleave(phase_b, rounds, device):
+            log(f"  {model} {mode}/{compile_mode} {live.res.name}: {live.res.error}")
+            r.variants.append(live.res)
         if r.noise_band is None:  # no first phase: this one's control gives the band
             r.noise_band = noise_band(_record_phase(phase_b, None))
             for live in phase_b[1:]:
@@ -754,8 +832,8 @@ def _judged(masked: Callable, default: _Live, live: _Live, device: str) -> Parit
                 continue
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             hint = "; fewer variants per call leave it more memory" if type(e).__name__ == "OutOfMemoryError" else ""
-            return dataclasses.replace(live.res.parity, ok=False, judged="masks injected (not judged)",
-                                       reason=f"the judge failed: {type(e).__name__}: {first[:120]}{hint}")
+            why = f"the judge failed: {type(e).__name__}: {_first_sentences(first)[:160]}{hint}"
+            return dataclasses.replace(live.res.parity, ok=False, judged="masks injected (not judged)", reason=why)
     raise AssertionError("unreachable")
 
 

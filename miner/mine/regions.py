@@ -280,7 +280,10 @@ def _region(graph: CapturedGraph, F: _Facts, kernel: KernelRef, mapped: list[int
     names = tuple(recs[i].name for i in order)
     name_set = set(names)
     inputs = tuple(dict.fromkeys(n for i in order for n in F.operands[i] if n not in name_set))
-    leaving = tuple(recs[i].name for i in order if not _is_connector(recs[i]) and _leaves(F, i, inside, kernel.name))
+    # A connector leaves too where something outside reads it: a getitem of a multi-output reduction (the
+    # softmax's row max and sum that the backward reads: DeBERTa's attention, 2026-12-06) maps to no kernel,
+    # yet a pattern whose inner node has readers outside never matches, so it must be an output.
+    leaving = tuple(recs[i].name for i in order if _leaves(F, i, inside, kernel.name))
     exact, pattern = _pattern(graph, F, kernel, order, leaving)
     out = set(pattern_outputs_names(pattern))
     outputs = tuple(n for n in names if n in out)
