@@ -221,3 +221,15 @@ def test_out_of_memory_in_the_rounds_drops_the_graph_knobs_and_times_the_rest_ag
     with pytest.raises(ZeroDivisionError):  # any other error propagates as it is
         ab.interleave([ab._Live(lives[0].res, torch.nn.Linear(1, 1), lambda: 1 / 0),
                        _live("knob:reduce_overhead", graphs=True)], 1, "cpu")
+
+
+def test_the_knobs_variants_come_before_the_fusions_alone_within_the_budget():
+    # bert and gpt2 on the H100 (2026-12-06): the `alone` variants spent gpt2's budget; its knob never compiled
+    ro = knobs.get("reduce_overhead")
+    assert ab.knob_reserve([ro], 25.0, deadline=None) is None  # no budget: everything compiles
+    assert ab.knob_reserve([], 25.0, deadline=100.0, now=99.0) is None  # no knob to wait for
+    assert ab.knob_reserve([ro], 25.0, deadline=100.0, now=50.0) is None  # 50 s left, 2 x 25 s needed
+    why = ab.knob_reserve([ro], 25.0, deadline=100.0, now=51.0)
+    assert why.startswith("not compiled: the knobs' 2 variants come first") and "49 s left" in why
+    assert ab.knob_reserve([ro, ro], 25.0, deadline=100.0, now=0.0) is None
+    assert ab.knob_reserve([ro, ro], 25.0, deadline=100.0, now=1.0)  # two knobs: four variants
