@@ -502,8 +502,11 @@ def test_a_reshape_inside_a_region_must_keep_one_row_space():
                                                                            (512 * 3072, 3072, 1), "cuda")]
     with pytest.raises(lower.Unsupported, match="no one row space"):
         region._check_rows(view, metas)
-    rows = [TensorSpec((73,), "int64", (1,), "cuda"), TensorSpec((16, 24, 512, 512), "bfloat16", None, "cuda")]
+    rows = [TensorSpec((16, 24, 512, 512), "bfloat16", None, "cuda")]  # the seed vector left out by prepare
     region._check_rows(PatternNode("aten.reshape.default", "view", ({"node": 0}, [-1, 512, 512]), {}), rows)
+    ids = [TensorSpec((333,), "int64", (1,), "cuda")] + rows  # an int64 vector that is no seed counts
+    with pytest.raises(lower.Unsupported, match="no one row space"):
+        region._check_rows(PatternNode("aten.reshape.default", "view", ({"node": 0}, [-1, 512, 512]), {}), ids)
     with pytest.raises(lower.Unsupported, match="changes the rows"):  # the last dim split: other rows
         region._check_rows(PatternNode("aten.reshape.default", "view", ({"node": 0}, [16, 24, 512, 256, 2]), {}), rows)
 

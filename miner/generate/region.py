@@ -99,7 +99,9 @@ def _prepare(pattern: Pattern) -> tuple[Pattern, dict[int, int]]:
         if node.target in SHAPED and metas:
             nodes[j] = _tie_shape(node, [list(m.shape) for m in metas])
         if node.target in VIEW_TARGETS and metas:
-            _check_rows(node, metas)
+            seeds = {n.args[0]["input"] for n in nodes if n.target == SEED_TARGET and isinstance(n.args[0], dict)
+                     and "input" in n.args[0]}
+            _check_rows(node, [m for k, m in enumerate(metas) if k not in seeds])
             nodes[j] = _tie_reshape(node, [list(m.shape) for m in metas])
     return replace(pattern, nodes=tuple(nodes), occurrences=tuple(occs)), index
 
@@ -214,14 +216,15 @@ def _tie_shape(node: PatternNode, shapes: list[list[int]]) -> PatternNode:
 
 def _check_rows(node: PatternNode, metas: Sequence) -> None:
     """``Unsupported`` unless the reshape's target holds the rows' elements in their order: the inputs
-    (dropout seed vectors aside) broadcast to one row space and the target merges or splits only its
-    leading dims (gpt2's ``[8192, 3072]`` gradient viewed ``[16, 512, 3072]`` beside a ``[16, 512, 3072]``
-    input has no one row space)."""
+    (``metas``: the dropout seed vectors, which ``inductor_lookup_seed`` reads, left out by the caller)
+    broadcast to one row space and the target merges or splits only its leading dims (gpt2's
+    ``[8192, 3072]`` gradient viewed ``[16, 512, 3072]`` beside a ``[16, 512, 3072]`` input has no one
+    row space)."""
     import math
 
     from miner.rules.contract import same_layout, row_shape
 
-    shapes = [tuple(m.shape) for m in metas if not (m.dtype == "int64" and len(m.shape) == 1)]
+    shapes = [tuple(m.shape) for m in metas]
     full = row_shape(shapes)
     target = list(node.args[1]) if len(node.args) > 1 and isinstance(node.args[1], (list, tuple)) else None
     if full is None or target is None or not all(isinstance(s, int) for s in (*full, *target)):
