@@ -446,8 +446,8 @@ def graph_room(default_peak: int | None, device: str, free_total: tuple[int, int
     private pool about as large as the step's peak for the rest of the run (H100: t5-base B16 S512 pool
     14.62 GiB for a default step of 14.33, bert 4.81 for 4.90), and each variant without graphs still
     needs one step's peak beside it: so twice the default's warm-up peak (with ``GRAPH_POOL_MARGIN``) must
-    be free. Otherwise the timed rounds run out of memory (DeBERTa-v2 base B16 S512 on the H100: 32 GiB
-    of pools beside a step of ~40 GiB). ``free_total``: ``torch.cuda.mem_get_info()`` (read when None)."""
+    be free. Otherwise the timed rounds run out of memory (DeBERTa-v2 base B16 S512 on the H100: a 32 GiB
+    pool beside steps of 31.6 GiB ran out; 69.6 GiB asked for, 63.4 free). ``free_total``: ``torch.cuda.mem_get_info()`` (read when None)."""
     if not str(device).startswith("cuda") or not default_peak:
         return None
     if free_total is None:

@@ -421,6 +421,10 @@ def decision_lines(run: Run) -> list[str]:
             out.append(f"{r.model} {r.mode}/{r.compile}: no knob measured")
         for f, rec in sorted(alone_records(r).items()):
             out.append(f"  candidate {f} alone: {rec.speedup:.3f}x {rec.verdict} (±{100 * rec.band:.1f}%)")
+        held = sorted({f for v in r.variants for f in v.fusions if v.step is not None})
+        idle = [f for f in held if not any((v.matches or {}).get(f) for v in r.variants)]
+        for f in idle:  # measured nowhere: say so, not only "nothing faster than the default"
+            out.append(f"  {f}: matched nothing in this step (0 matches in every variant): not measured")
     return out
 
 
