@@ -39,6 +39,7 @@ from typing import Any, Callable, Sequence
 
 from miner.check.verify import (Parity, StepStats, _zero_grads, make_parity, make_step, observe_step, resize_inputs,
                                 time_step_host)
+from miner.core.executor import one_line
 
 COMPILE_MODES = ("default", "dynamic", "reduce-overhead")
 GATE_OPEN, GATE_ON, NO_GATE = "open", "on", "-"
@@ -405,7 +406,8 @@ def interleave(lives: list[_Live], rounds: int, device: str) -> list[_Live]:
                 raise
             dropped += gone
             for live in lives:
-                live.times.clear(), live.host.clear()
+                live.times.clear()
+                live.host.clear()
                 live.peak = 0
             r = 0
             continue
@@ -418,15 +420,15 @@ def drop_graph_variants(lives: list[_Live], error: BaseException, device: str) -
     memory in a timed step), record why on each, and free their pools (Inductor's CUDA-graph trees are
     reset: the variants left run without graphs). Returns them; none when no such variant is there."""
     gone = [live for live in lives if live.res.cudagraphs and live.res.knob]
-    first = _first_sentences(str(error).strip().splitlines()[0])[:160] if str(error).strip() else ""
     for live in gone:
         lives.remove(live)
         pool = live.res.warmup_peak_bytes
         live.res.error = ("dropped: out of device memory in a timed step beside the other variants "
-                          f"({type(error).__name__}: {first})" + (f"; its CUDA graphs' pool held about "
-                                                                  f"{pool / 2**30:.1f} GiB" if pool else "")
+                          f"({_first_sentences(one_line(error))})"
+                          + (f"; its CUDA graphs' pool held about {pool / 2**30:.1f} GiB" if pool else "")
                           + "; measure it on a GPU with more memory or at a smaller batch")
-        live.times.clear(), live.host.clear()
+        live.times.clear()
+        live.host.clear()
         live.model = live.step = None
     if gone:
         try:
@@ -447,7 +449,8 @@ def graph_room(default_peak: int | None, device: str, free_total: tuple[int, int
     14.62 GiB for a default step of 14.33, bert 4.81 for 4.90), and each variant without graphs still
     needs one step's peak beside it: so twice the default's warm-up peak (with ``GRAPH_POOL_MARGIN``) must
     be free. Otherwise the timed rounds run out of memory (DeBERTa-v2 base B16 S512 on the H100: a 32 GiB
-    pool beside steps of 31.6 GiB ran out; 69.6 GiB asked for, 63.4 free). ``free_total``: ``torch.cuda.mem_get_info()`` (read when None)."""
+    pool beside steps of 31.6 GiB ran out; 69.6 GiB asked for, 63.4 free). ``free_total``:
+    ``torch.cuda.mem_get_info()`` (read when None)."""
     if not str(device).startswith("cuda") or not default_peak:
         return None
     if free_total is None:
@@ -689,21 +692,21 @@ def run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions, 
     for knob in knobs:
         for fused in (False, True) if names else (False,):
             name = f"knob:{knob.name}" + ("+fusions" if fused else "")
+            held, gate = (names, fused_mode) if fused else ([], NO_GATE)
             if fused and knob_graph_only(shortcut, gated_on):  # no fusion fires: the knob's own graph
                 r.variants.append(VariantResult(name, names, fused_mode, knob=knob.name, numerics=knob.numerics,
                                                 note=f"same graph as `knob:{knob.name}`: with the gate on no match "
                                                      "fires; not compiled"))
             elif late():
-                r.variants.append(VariantResult(name, names if fused else [], fused_mode if fused else NO_GATE,
-                                                knob=knob.name, error="not compiled: --time-budget spent"))
+                r.variants.append(VariantResult(name, held, gate, knob=knob.name,
+                                                error="not compiled: --time-budget spent"))
             elif knob.cudagraphs and (room := graph_room(default.res.warmup_peak_bytes, device)):
                 log(f"  {model} {mode}/{compile_mode} {name}: {room}")
-                r.variants.append(VariantResult(name, names if fused else [], fused_mode if fused else NO_GATE,
-                                                knob=knob.name, numerics=knob.numerics, cudagraphs=True, error=room))
+                r.variants.append(VariantResult(name, held, gate, knob=knob.name, numerics=knob.numerics,
+                                                cudagraphs=True, error=room))
             else:
                 phase_b.append(make(name, fusions.graph_pass(names, records=this_run) if fused else None,
-                                    names if fused else (),
-                                    fused_mode if fused else NO_GATE, knob=knob))
+                                    held, gate, knob=knob))
     if len(phase_b) > 2:
         log(f"  {model} {mode}/{compile_mode}: {rounds} alternating rounds over {len(phase_b)} variants")
         for live in interleave(phase_b, rounds, device):
@@ -842,8 +845,6 @@ def _judged(masked: Callable, default: _Live, live: _Live, device: str) -> Parit
     allocator's free blocks are returned and it runs once more (the pools stay: the variants still run
     under torch.profiler and in phase B). A judge that still breaks leaves the variant unjudged, with the
     first line of its error: the run is never lost."""
-    import dataclasses
-
     for attempt in (0, 1):
         try:
             return masked(default, live, live.res.parity) or live.res.parity
@@ -851,10 +852,9 @@ def _judged(masked: Callable, default: _Live, live: _Live, device: str) -> Parit
             if attempt == 0 and type(e).__name__ == "OutOfMemoryError":
                 release_free_memory(device)
                 continue
-            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             hint = "; fewer variants per call leave it more memory" if type(e).__name__ == "OutOfMemoryError" else ""
-            why = f"the judge failed: {type(e).__name__}: {_first_sentences(first)[:160]}{hint}"
-            return dataclasses.replace(live.res.parity, ok=False, judged="masks injected (not judged)", reason=why)
+            why = f"the judge failed: {_first_sentences(one_line(e))}{hint}"
+            return replace(live.res.parity, ok=False, judged="masks injected (not judged)", reason=why)
     raise AssertionError("unreachable")
 
 

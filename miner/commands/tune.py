@@ -220,7 +220,7 @@ def _validate(run: Run) -> dict:
 
     ok, failed, took = [], [], []
     ids = run.state["stages"]["generate"]["outputs"]["candidates"]
-    knobs = len([k for k in _knobs_that_apply(run, quiet=True).split(",") if k])  # the captures, read once
+    knobs = _knob_count(run)  # the captures, read once
     for i, cid in enumerate(ids):
         folder = Path(run.ws.candidates) / cid
         saved = _read_validation(folder)
@@ -259,7 +259,7 @@ def _ab_estimate(run: Run, candidates: int, knobs: int | None = None) -> float |
     if not seconds:
         return None
     if knobs is None:
-        knobs = len([k for k in _knobs_that_apply(run, quiet=True).split(",") if k])
+        knobs = _knob_count(run)
     variants = {v.strip() for v in (run.args.fusion_variants or "").split(",") if v.strip()}
     compiles = (2 + 2 * knobs + ("all" in variants) + ("alone" in variants) * candidates
                 + ("gated" in variants and not candidates))
@@ -321,6 +321,11 @@ def _knobs_that_apply(run: Run, quiet: bool = False) -> str:
         else:
             kept.append(item)
     return ",".join(kept)
+
+
+def _knob_count(run: Run) -> int:
+    """How many of ``--knobs`` can change these models' steps (:func:`_knobs_that_apply`, quietly)."""
+    return len([k for k in _knobs_that_apply(run, quiet=True).split(",") if k])
 
 
 def _has_fusions(run: Run) -> bool:

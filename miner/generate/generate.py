@@ -620,11 +620,12 @@ def generate(workspace: Workspace, patterns: Iterable, command: str = "miner gen
     """
     done, skipped = [], list(pre_skipped)
     for p in patterns:
+        from miner.core.executor import one_line
+
         try:
             r = generate_one(p, workspace, command, source)
         except Exception as e:  # noqa: BLE001 - one pattern the generator breaks on never stops the others
-            r = Skipped(p.id, getattr(p, "ops", ""), f"not generated: the generator failed ({type(e).__name__}: "
-                                                     f"{str(e).splitlines()[0][:120] if str(e) else ''}): a miner bug")
+            r = Skipped(p.id, getattr(p, "ops", ""), f"not generated: the generator failed ({one_line(e)}): a miner bug")
         (done if isinstance(r, Generated) else skipped).append(r)
     if source:
         return done, skipped
