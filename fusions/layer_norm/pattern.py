@@ -79,8 +79,8 @@ def extra_check(match):
 
 
 def register(pass_dict):
-    from torch._inductor.pattern_matcher import fwd_only, register_replacement
+    from torch._inductor.pattern_matcher import register_replacement
 
     examples = [torch.empty(s, dtype=getattr(torch, d)) for s, d in EXAMPLE_INPUTS]
-    register_replacement(search, replacement, examples, fwd_only, pass_dict,
+    register_replacement(search, replacement, examples, rewrite.trace_keeping_reshape, pass_dict,
                          extra_check=extra_check, scalar_workaround=dict(SCALAR_TRACE_VALUES))

@@ -25,7 +25,7 @@ MODEL_ORDER = ("gpt2", "bert", "llama", "t5")  # cheapest compile first
 
 @dataclass
 class Check:
-    kind: str  # numerics | rewrite | graph (an upcast candidate's rewrite on a traced graph) | stream (a mask's tilings)
+    kind: str  # numerics | rewrite | graph (an upcast candidate's rewrite on a traced graph) | stream (a mask's tilings) | captured (matches in the source graphs, rebuilt)
     case: str
     ok: bool | None  # None: not run where it was asked to (``detail`` says why); never counted as passed
     detail: str = ""

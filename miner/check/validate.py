@@ -12,6 +12,12 @@ Two kinds of checks, each a ``Check(kind, case, ok, detail, ...)``:
   ``FusionPass``; the pass must match (count > 0) and the loss, logits and gradients must match
   eager (``miner.core.dtypes.MODEL_TOL``). Dropout draws the same numbers in both runs
   (``fallback_random``).
+- ``captured``: the graphs the pattern was mined from (``captures/``, where the workspace still has
+  them) rebuilt on the CPU at their captured sizes (``miner.core.fxnode.to_fx``) and run through the
+  candidate's ``FusionPass``: it must match there (count > 0), or it can never fire where it was found
+  (DeBERTa's attention region, H100 2026-12-06: a pattern traced with ``view`` where the graphs hold
+  ``reshape``, 0 of 24; found on the GPU after two A/B calls, caught here in seconds). Not judged
+  (``ok`` None) where no source graph is in the workspace or one cannot be rebuilt (symbolic sizes).
 - ``stream`` (a dropout region drawing the four-per-call stream, ``RNG = "philox4"`` in kernel.py):
   the same mask, bit for bit, from one-pass and looped launches of several tile sizes
   (``check_tiling``), plus numerics with float32 inputs. Its ``rewrite`` check is
@@ -39,7 +45,8 @@ from miner.core import candidate as candidates
 from miner.core.candidate import Candidate
 from miner.core.dtypes import AUTOCAST_MODEL_TOL, MODEL_TOL
 from miner.core.tensors import make_inputs
-from miner.core.workspace import Workspace, write_json
+from miner.core.executor import one_line
+from miner.core.workspace import Workspace, safe_name, write_json
 
 
 # --------------------------------------------------------------------------- numerics
@@ -310,6 +317,10 @@ def validate_kernel(cand: Candidate, device: str, model: bool = True, log=lambda
             log(line(c))
             v.checks.append(c)
     if model:
+        c = check_captured(cand)
+        if c is not None:
+            log(line(c))
+            v.checks.append(c)
         pick = pick_model(cand.meta)
         if pick is None:
             v.checks.append(Check("rewrite", "model", False, "no model to prove the rewrite in"))
@@ -325,6 +336,49 @@ def validate_kernel(cand: Candidate, device: str, model: bool = True, log=lambda
     for c in v.checks:
         c.device = c.device or (device if c.kind in ("numerics", "stream") else "cpu")
     return v
+
+
+def check_captured(cand: Candidate) -> Check | None:
+    """The ``captured`` check (module docstring): matches of the candidate's rewrite in the captured graphs
+    its occurrences came from, against how many occurrences were mined there. None when the candidate
+    records no occurrence (nothing to look for)."""
+    from collections import Counter
+
+    from miner.core.fxnode import to_fx
+    from miner.runtime import rewrite
+
+    t0 = time.perf_counter()
+    expected: Counter = Counter()
+    for o in cand.meta.get("observed") or ():
+        if o.get("model") and o.get("preset") and o.get("phase"):
+            expected[(o["model"], o["preset"], o["phase"])] += int(o.get("count") or 1)
+    if not expected:
+        return None
+    ws = Workspace(cand.path.parent.parent)
+    files = [f for (model, preset, phase) in expected
+             for f in sorted((ws.captures / safe_name(model) / preset).glob(f"*-{phase}-*.json"))]
+    label = ", ".join(f"{m}/{pr} {ph}" for m, pr, ph in expected)
+    if not files:
+        return Check("captured", label, None, "not judged: the graphs it was mined from are not in this workspace",
+                     seconds=time.perf_counter() - t0, device="cpu")
+    graph_pass = rewrite.FusionPass([rewrite.entry_for(cand.path / "pattern.py", cand.id, cand.pattern_module)],
+                                    match_only=True)
+    try:
+        for f in files:  # on the CPU: the pattern matcher re-traces a match with real tensors of its devices
+            graph_pass(to_fx(ws.load_graph(f), device="cpu").graph)
+    except Exception as e:  # a graph that cannot be rebuilt (symbolic sizes): the GPU's rewrite check decides
+        return Check("captured", label, None, f"not judged: {type(e).__name__}: {one_line(e)}",
+                     seconds=time.perf_counter() - t0, device="cpu")
+    n, want = graph_pass.total(), sum(expected.values())
+    where = f"in {len(files)} captured graph(s) rebuilt at their sizes"
+    if n:
+        return Check("captured", label, True, f"{n} match(es) of {want} occurrence(s) {where}", matches=n,
+                     seconds=time.perf_counter() - t0, device="cpu")
+    declined = "; ".join(f"{r} x{k}" for reasons in graph_pass.declined.values() for r, k in reasons.items())
+    return Check("captured", label, False,
+                 f"0 matches of {want} occurrence(s) {where}: it cannot fire where it was found"
+                 + (f" (declined: {declined})" if declined else " (the pattern's structure differs from the graph's)"),
+                 matches=0, seconds=time.perf_counter() - t0, device="cpu")
 
 
 def _finish(cand: Candidate, v: Validation) -> Validation:

@@ -15,8 +15,8 @@ import torch
 import torch.fx
 
 from miner.core.ops import categorize, target_name
-from miner.core.records import NodeRecord
-from miner.core.tensors import TensorSpec
+from miner.core.records import CapturedGraph, NodeRecord
+from miner.core.tensors import TensorSpec, contiguous_strides
 
 
 def encode_arg(value: Any) -> Any:
@@ -40,6 +40,94 @@ def encode_arg(value: Any) -> Any:
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return {"sym": str(value)}
     return {"repr": repr(value)}
+
+
+def decode_arg(value: Any, env: dict[str, torch.fx.Node], device: str | None = None) -> Any:
+    """The inverse of :func:`encode_arg`: node references looked up in ``env``; a device is ``device`` where
+    given, else the recorded one."""
+    if isinstance(value, list):
+        return [decode_arg(v, env, device) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if set(value) == {"node"}:
+        return env[value["node"]]
+    if set(value) == {"dtype"} and isinstance(value["dtype"], str):
+        return getattr(torch, value["dtype"])
+    if set(value) == {"device"}:
+        return torch.device(device or value["device"])
+    if set(value) == {"enum"}:
+        return getattr(torch, value["enum"].removeprefix("torch."))
+    if set(value) == {"float"}:
+        return float(value["float"])
+    if set(value) & {"sym", "repr"}:
+        raise ValueError(f"a captured argument that cannot be rebuilt: {value}")
+    return {k: decode_arg(v, env, device) for k, v in value.items()}
+
+
+def to_fx(graph: CapturedGraph, device: str | None = None) -> torch.fx.GraphModule:
+    """The captured post-grad graph rebuilt as an FX graph, each node's ``meta['val']`` a fake tensor of
+    the recorded shape, stride, dtype and device (``device`` where given): what a pattern is matched on at
+    compile time, so a candidate's matches in the graph it was mined from can be counted offline, at the
+    captured sizes, on any machine (fake CUDA tensors need no GPU): ``miner.check.validate``'s ``captured``
+    check.
+
+    Raises
+    ------
+    ValueError
+        For a node a rebuilt graph cannot hold (symbolic sizes, an unknown target).
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+
+    def val(metas: tuple[TensorSpec, ...]) -> Any:
+        def one(m: TensorSpec):
+            if any(not isinstance(d, int) for d in m.shape):
+                raise ValueError(f"symbolic sizes {m.shape}: a rebuilt graph holds concrete sizes only")
+            with mode:
+                return torch.empty_strided(m.shape, m.stride or contiguous_strides(m.shape),
+                                           dtype=getattr(torch, m.dtype), device=device or m.device or "cpu")
+        if not metas:
+            return None
+        return one(metas[0]) if len(metas) == 1 else tuple(one(m) for m in metas)
+
+    g = torch.fx.Graph()
+    env: dict[str, torch.fx.Node] = {}
+    for rec in graph.nodes:
+        if rec.op == "placeholder":
+            node = g.placeholder(rec.name)
+        elif rec.op == "output":
+            g.output(decode_arg(list(rec.args), env, device)[0])
+            continue
+        elif rec.op == "call_function":
+            node = g.create_node("call_function", resolve_target(rec.target),
+                                 tuple(decode_arg(list(rec.args), env, device)),
+                                 {k: decode_arg(v, env, device) for k, v in rec.kwargs.items()}, name=rec.name)
+        else:
+            raise ValueError(f"{rec.name}: FX op {rec.op} cannot be rebuilt")
+        if node.name != rec.name:  # the graph's namespace gave it another (a name taken): matching needs none
+            raise ValueError(f"{rec.name}: the rebuilt graph named it {node.name}")
+        node.meta["val"] = val(rec.meta)
+        env[rec.name] = node
+    return torch.fx.GraphModule(torch.nn.Module(), g)
+
+
+def resolve_target(name: str) -> Any:
+    """The callable of a recorded target name (``"aten.exp.default"``, ``"operator.getitem"``)."""
+    import operator
+
+    import torch._inductor.inductor_prims  # noqa: F401 - prims.inductor_random & co.
+
+    parts = name.split(".")
+    if parts[0] == "operator" and len(parts) == 2:
+        return getattr(operator, parts[1])
+    if len(parts) == 3:
+        ns, op, overload = parts
+        try:
+            return getattr(getattr(getattr(torch.ops, ns), op), overload)
+        except (AttributeError, RuntimeError):
+            pass
+    raise ValueError(f"target {name!r}: not an operator this torch has")
 
 
 def tensor_metas(val: Any) -> tuple[TensorSpec, ...]:

@@ -441,6 +441,8 @@ def generate_one(pattern, workspace: Workspace, command: str, source: dict | Non
 
             if reduce.wants(pattern):
                 return reduce.generate_one(pattern, workspace, command, source)
+            if why := region.nothing_to_fuse(pattern):
+                raise Unsupported(why)
             shared = region.shared_outputs(pattern)
             pattern = region.prepare(pattern)
             spec = replace(spec_from_pattern(pattern), column_inputs=region.column_inputs(pattern), rng=rng,

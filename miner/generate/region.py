@@ -51,6 +51,23 @@ def is_region(pattern: Pattern) -> bool:
     return any("region: not safety-checked" in o.verdict.notes for o in pattern.occurrences)
 
 
+# Ops that move or retype values without computing: a region of only these is a copy, which the
+# replaced Inductor kernel already is (t5's and MegatronBert's weight casts, `pae82366874`: 536 sites,
+# 0.769x in MegatronBert's step with parity failed, H100 2026-12-06; its single-node pattern also took
+# the attention region's final cast first, so the attention region matched nowhere).
+COPY_TARGETS = VIEW_TARGETS + ("prims.convert_element_type.default", "aten.clone.default",
+                               "aten._to_copy.default", "operator.getitem")
+
+
+def nothing_to_fuse(pattern: Pattern) -> str | None:
+    """Why a region offers nothing to fuse (every node a copy, :data:`COPY_TARGETS`), or None."""
+    if all(n.target in COPY_TARGETS for n in pattern.nodes):
+        ops = sorted({n.target.split(".")[1] for n in pattern.nodes})
+        return (f"nothing to fuse: the region only copies ({', '.join(ops)}); Inductor's kernel is that copy "
+                "already, and a one-op pattern would take nodes of larger regions first")
+    return None
+
+
 def prepare(pattern: Pattern) -> Pattern:
     """The region pattern with its input views taken out and its random shapes tied to inputs.
 

@@ -44,6 +44,7 @@ import triton
 import triton.language as tl
 
 from miner.runtime import launch as _launch
+from miner.runtime.rewrite import trace_keeping_reshape  # noqa: F401 - committed reduce patterns call it here
 
 # (RB, XB, num_warps) per variant, the first the untimed default; RB is unused by ``loop``
 CONFIGS = {  # registers per thread on sm_90 (ptxas, triton 3.9) in the comments: none spills
@@ -280,20 +281,6 @@ def index_put_acc(table: torch.Tensor, idx: torch.Tensor, values: torch.Tensor) 
 
 
 _OPS: dict = {}
-
-
-def trace_keeping_reshape(fn, args, *rest, **kwargs):
-    """``torch._inductor.pattern_matcher.fwd_only`` with its ``aten.view`` nodes made ``aten.reshape``
-    again: the trace decomposes ``reshape`` to ``view``, while Inductor's post-grad graphs (its
-    ``view_to_reshape`` pass) hold ``reshape``, which a region reads inside (``reshape(convert(dP))``)."""
-    from torch._inductor.pattern_matcher import fwd_only
-
-    gm = fwd_only(fn, args, *rest, **kwargs)
-    for n in gm.graph.nodes:
-        if n.target is torch.ops.aten.view.default:
-            n.target = torch.ops.aten.reshape.default
-    gm.recompile()
-    return gm
 
 
 def define_list_op(qualname: str, n_outputs: int, impl, fake):

@@ -152,9 +152,11 @@ def device_reasons(vals: Sequence[torch.Tensor], interpret: bool | None = None) 
     if len(devices) > 1:
         return [f"device: inputs on several devices {sorted(map(str, devices))}"]
     device = next(iter(devices))
+    now = decisions.current()
     if interpret is None:
-        now = decisions.current()
         interpret = now[0].interpret if now else True
+    if device.type == "cpu" and now and getattr(now[0], "match_only", False):
+        return []  # a rebuilt capture, matched and never run: no kernel runs anywhere
     if device.type == "cpu" and not interpret:
         return [CPU_NOT_ASKED]
     if device.type == "cpu" and not interpreter_enabled():
@@ -416,14 +418,19 @@ class FusionPass(CustomGraphPass):
     records : dict
         Fusion -> in-model records of this run not yet in its ``wins.json`` (``miner.runtime.evidence``
         ``InModelRecord``); the gate merges them over the file's (hashed by :meth:`uuid`).
+    match_only : bool
+        The graphs are only matched, never run (a captured graph rebuilt on the CPU,
+        ``miner.check.validate.check_captured``): CPU tensors pass the device rule without the interpreter.
+        Never for a pass given to ``torch.compile``.
     """
 
     def __init__(self, entries: Iterable[Entry], *, interpret: bool = True, gate: str = "on",
-                 records: dict[str, Sequence[Any]] | None = None):
+                 records: dict[str, Sequence[Any]] | None = None, match_only: bool = False):
         if gate not in GATE_MODES:
             raise ValueError(f"gate {gate!r}: one of {GATE_MODES}")
         self.entries = list(entries)
         self.interpret = interpret
+        self.match_only = match_only
         self.gate = gate
         self.records = {k: list(v) for k, v in (records or {}).items()}
         self.warned = False
@@ -536,6 +543,22 @@ def inductor_options(graph_pass: FusionPass) -> dict[str, Any]:
     return {"post_grad_custom_pre_pass": graph_pass, "post_grad_custom_post_pass": graph_pass}
 
 
+def trace_keeping_reshape(fn, args, *rest, **kwargs):
+    """``torch._inductor.pattern_matcher.fwd_only`` with its ``aten.view`` nodes made ``aten.reshape``
+    again: the trace decomposes ``reshape`` to ``view``, while the graphs every pattern is matched on
+    hold ``reshape`` (``compile_fx`` runs Inductor's ``view_to_reshape`` before the post-grad passes,
+    both custom slots included). A pattern with a view inside it (DeBERTa's attention region:
+    ``mul -> reshape -> convert``) traced by ``fwd_only`` matches nothing (H100, 2026-12-06: 0 of 24)."""
+    from torch._inductor.pattern_matcher import fwd_only
+
+    gm = fwd_only(fn, args, *rest, **kwargs)
+    for n in gm.graph.nodes:
+        if n.target is torch.ops.aten.view.default:
+            n.target = torch.ops.aten.reshape.default
+    gm.recompile()
+    return gm
+
+
 def entry_for(pattern_path: str | Path, name: str, module: ModuleType | None = None) -> Entry:
     """An Entry for a pattern module file (its sibling kernel.py and wins.json are hashed too)."""
     path = Path(pattern_path)
@@ -545,7 +568,7 @@ def entry_for(pattern_path: str | Path, name: str, module: ModuleType | None = N
     return Entry(name, module, files)
 
 
-__all__ = ["Entry", "FusionPass", "GATE_MODES", "WINS_FILE", "decide", "define_op", "entry_for",
+__all__ = ["Entry", "FusionPass", "GATE_MODES", "WINS_FILE", "decide", "define_op", "entry_for", "trace_keeping_reshape",
            "decision_state", "inductor_options", "interpret_requested", "interpreter_enabled", "load_module", "load_wins", "match_ok",
            "match_reasons", "match_vals", "record_decline", "record_declines", "upcast_decision", "canonicalize_dims",
            "module_name", "op_schema", "realize_once", "recompute_decision", "register_op_patterns", "scalar_trace_values",
