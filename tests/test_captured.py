@@ -140,3 +140,33 @@ def test_to_fx_is_the_inverse_of_what_scan_records():
         va, vb = a.meta.get("val"), b.meta.get("val")
         if isinstance(va, torch.Tensor):
             assert (tuple(vb.shape), vb.stride(), vb.dtype) == (tuple(va.shape), va.stride(), va.dtype), a.name
+
+
+def test_offline_matches_equal_the_gpu_ab_on_t5(tmp_path):
+    """The H200 A/B of t5's five dropout regions (``reports/gpu/2026-12-06-h200-t5-regions/``, gate open, in
+    that run's order) fired 24, 58, 12, 0 and 12 times; the same passes over the committed H200 capture of
+    t5's forward, rebuilt on the CPU, match exactly as often (``pbb9b9d613b_x4`` alone takes 24: the decoder's
+    12 go to ``p4a7fd15d60_x4`` first)."""
+    import shutil
+
+    with tarfile.open(REPO / "reports/gpu/2026-12-03-h200-profile/captures.tgz") as t:
+        t.extractall(tmp_path, filter="data", members=[m for m in t.getmembers() if m.name.startswith("captures/t5/")])
+    ids = ["pf4693d7449_x4", "p010eaa2cbb_x4", "p4a7fd15d60_x4", "p9836c8c870_x4", "pbb9b9d613b_x4"]
+    for cid in ids:
+        shutil.copytree(REPO / "candidates" / cid, tmp_path / "candidates" / cid)
+    script = f"""
+from pathlib import Path
+from miner.core.workspace import Workspace
+from miner.core.fxnode import to_fx
+from miner.core import candidate as candidates
+from miner.runtime import rewrite
+ws = Workspace(Path({str(tmp_path)!r}))
+cands = [candidates.load(ws, c) for c in {ids!r}]
+fp = rewrite.FusionPass([rewrite.entry_for(c.path / "pattern.py", c.id, c.pattern_module) for c in cands],
+                        match_only=True)
+fp(to_fx(ws.load_graph(ws.captures / "t5/base/train-forward-0.json"), device="cpu").graph)
+print(*[fp.counts[c] for c in {ids!r}])
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["24", "58", "12", "0", "12"], done.stdout
