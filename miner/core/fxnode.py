@@ -14,8 +14,9 @@ from typing import Any
 import torch
 import torch.fx
 
-from miner.core.ops import categorize, target_name
+from miner.core.ops import categorize, resolve_target, target_name
 from miner.core.records import CapturedGraph, NodeRecord
+from miner.core.source import literal_value
 from miner.core.tensors import TensorSpec, contiguous_strides
 
 
@@ -58,7 +59,7 @@ def decode_arg(value: Any, env: dict[str, torch.fx.Node], device: str | None = N
     if set(value) == {"enum"}:
         return getattr(torch, value["enum"].removeprefix("torch."))
     if set(value) == {"float"}:
-        return float(value["float"])
+        return literal_value(value)
     if set(value) & {"sym", "repr"}:
         raise ValueError(f"a captured argument that cannot be rebuilt: {value}")
     return {k: decode_arg(v, env, device) for k, v in value.items()}
@@ -100,7 +101,7 @@ def to_fx(graph: CapturedGraph, device: str | None = None) -> torch.fx.GraphModu
             g.output(decode_arg(list(rec.args), env, device)[0])
             continue
         elif rec.op == "call_function":
-            node = g.create_node("call_function", resolve_target(rec.target),
+            node = g.create_node("call_function", _op(rec.target),
                                  tuple(decode_arg(list(rec.args), env, device)),
                                  {k: decode_arg(v, env, device) for k, v in rec.kwargs.items()}, name=rec.name)
         else:
@@ -112,22 +113,12 @@ def to_fx(graph: CapturedGraph, device: str | None = None) -> torch.fx.GraphModu
     return torch.fx.GraphModule(torch.nn.Module(), g)
 
 
-def resolve_target(name: str) -> Any:
-    """The callable of a recorded target name (``"aten.exp.default"``, ``"operator.getitem"``)."""
-    import operator
-
-    import torch._inductor.inductor_prims  # noqa: F401 - prims.inductor_random & co.
-
-    parts = name.split(".")
-    if parts[0] == "operator" and len(parts) == 2:
-        return getattr(operator, parts[1])
-    if len(parts) == 3:
-        ns, op, overload = parts
-        try:
-            return getattr(getattr(getattr(torch.ops, ns), op), overload)
-        except (AttributeError, RuntimeError):
-            pass
-    raise ValueError(f"target {name!r}: not an operator this torch has")
+def _op(name: str) -> Any:
+    """``miner.core.ops.resolve_target``, refusing a name this torch has no operator for."""
+    op = resolve_target(name)
+    if op is None:
+        raise ValueError(f"target {name!r}: not an operator this torch has")
+    return op
 
 
 def tensor_metas(val: Any) -> tuple[TensorSpec, ...]:

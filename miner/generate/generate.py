@@ -28,6 +28,7 @@ from miner.generate import emit, lower, region
 from miner.generate.emit import render_kernel_py
 from miner.generate.lower import PatternSpec, Program, Unsupported
 from miner.core import dtypes, source
+from miner.core.executor import one_line
 from miner.core.pattern import canonical_nodes, pattern_from_json
 from miner.core.source import literal_value
 from miner.rules.contract import row_shape
@@ -622,8 +623,6 @@ def generate(workspace: Workspace, patterns: Iterable, command: str = "miner gen
     """
     done, skipped = [], list(pre_skipped)
     for p in patterns:
-        from miner.core.executor import one_line
-
         try:
             r = generate_one(p, workspace, command, source)
         except Exception as e:  # noqa: BLE001 - one pattern the generator breaks on never stops the others
