@@ -9,9 +9,12 @@ A verb whose module is missing fails loudly (``tests/test_cli.py`` imports every
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from miner import __version__
@@ -91,18 +94,41 @@ def main(argv: list[str] | None = None) -> int:
         print(f"miner {args.command}: error: no workspace {args.workspace} (`miner scan --workspace DIR` makes "
               "one)", file=sys.stderr)
         return 2
+    terminated: list[int] = []
     try:
-        code = int(args.run(args) or 0)
+        with terminate_as_interrupt(terminated):
+            code = int(args.run(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
         return code
     except MinerError as e:
         print(f"miner {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"miner {args.command}: interrupted", file=sys.stderr)
-        return 130
+        print(f"miner {args.command}: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        return 128 + (terminated[0] if terminated else signal.SIGINT)
     except BrokenPipeError:
         return _closed_stdout()
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt(seen: list[int]):
+    """SIGTERM (``timeout``, a batch scheduler, ``kill``) raises ``KeyboardInterrupt`` as Ctrl-C does, so a
+    command saves what it measured and says where before it stops (Python's default for SIGTERM ends the
+    process on the spot: ``miner verify --ab`` under ``timeout`` lost a measured win that way). The signal
+    is appended to ``seen``; the previous handler comes back after. Main thread only (where signals land)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        seen.append(signum)
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def _closed_stdout() -> int:

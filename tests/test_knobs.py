@@ -153,8 +153,20 @@ def test_knob_variants_out_of_time_are_recorded(counting_knob):
                   ab.ABOptions(preset="tiny", device="cpu", warmup=1, rounds=2, profile_steps=0), knobs=[knob],
                   deadline=0.0, log=lambda s: None)
     assert [v.name for v in r.variants] == ["default", "control", "knob:counting"]  # no fusions: no +fusions
-    assert r.variant("knob:counting").error == "not compiled: --time-budget spent"
+    assert r.variant("knob:counting").error.startswith("not compiled: --time-budget spent (~")
     assert r.noise_band is not None and r.variant("default").step.steps == 2  # the band still measured
+
+
+def test_a_variant_is_compiled_only_when_its_compile_and_its_phase_end_within_the_budget():
+    # MegatronBert on the H100 (2026-12-06): a 57 s compile began before the deadline, then 4 variants'
+    # rounds and judges: `timeout` killed the 490 s tune at 560 s, nothing written
+    assert ab.phase_room(None, 60.0, 10.0, 4) is None  # no budget
+    assert ab.phase_room(100.0, 60.0, 10.0, 4, now=0.0) is None  # 100 s left, 60 + 4 x 10 needed
+    why = ab.phase_room(100.0, 60.0, 10.0, 4, now=1.0)
+    assert why.startswith("not compiled: --time-budget spent (~100 s needed") and "99 s left" in why
+    assert ab.phase_room(100.0, 57.0, 0.0, 4, now=40.0) is None  # before the first phase: its compile only
+    assert ab.phase_room(100.0, 57.0, 0.0, 4, now=44.0)  # 56 s left for a 57 s compile
+    assert ab.phase_room(100.0, 0.0, 0.0, 1, now=101.0)  # past the deadline: nothing compiles
 
 
 # --------------------------------------------------------------------------- CUDA-graph knobs and device memory
@@ -233,3 +245,34 @@ def test_the_knobs_variants_come_before_the_fusions_alone_within_the_budget():
     assert why.startswith("not compiled: the knobs' 2 variants come first") and "49 s left" in why
     assert ab.knob_reserve([ro, ro], 25.0, deadline=100.0, now=0.0) is None
     assert ab.knob_reserve([ro, ro], 25.0, deadline=100.0, now=1.0)  # two knobs: four variants
+
+
+def test_an_interrupted_ab_keeps_the_first_phase_and_names_what_it_did_not_measure():
+    from miner.runtime.fusions import Fusions
+
+    entered = [0]
+
+    @contextlib.contextmanager
+    def ctx():  # entered for each variant's compiling warm-up, then each timed round: Ctrl-C in the first round
+        entered[0] += 1
+        if entered[0] == 3:
+            raise KeyboardInterrupt
+        yield
+    knob = knobs.Knob("cut", "test", options={"coordinate_descent_tuning": True}, context=ctx)
+    with pytest.raises(ab.Interrupted) as e:
+        ab.run_ab(_build, ab.ABCase("norm", "infer", "default"), Fusions(Path(__file__).resolve().parents[1]),
+                  ab.ABOptions(preset="tiny", device="cpu", warmup=1, rounds=2, profile_steps=0), knobs=[knob],
+                  log=lambda s: None)
+    r = e.value.result
+    assert r.error is None and r.variant("all").speedup is not None  # the first phase stands, measured
+    assert r.variant("all").parity.ok and r.variant("default").step.steps == 2
+    for name in ("knob:cut", "knob:cut+fusions"):  # compiled, never timed: recorded as such
+        v = r.variant(name)
+        assert v.step is None and v.speedup is None and v.error.startswith("not measured: interrupted")
+
+
+def test_an_ab_interrupted_before_any_timed_phase_is_an_error_row():
+    r = ab.interrupted(ab.ABResult("m", "train", "default", "base", 16, 512),
+                       [ab.VariantResult("default", [], ab.NO_GATE)], 12.0)
+    assert r.error == "interrupted 12 s into this A/B, before a timed phase finished"
+    assert r.variants[0].error.startswith("not measured")

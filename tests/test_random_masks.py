@@ -126,6 +126,21 @@ def test_the_x4_candidates_pass(tmp_path, floor):
     assert r.ok is True and r.recorded == 2 and r.dropouts == 2, r
 
 
+def test_recording_copies_only_the_masks(tmp_path):
+    # DeBERTa-v2 on the H100 (2026-12-06): copies of every output of every recorded launch (~7 GB: the attention
+    # region's fp32 and bf16 [16, 12, 512, 512]) sat beside the judge's eager step, which ran out of memory
+    from miner.runtime import rewrite
+
+    cands = [_candidate(tmp_path, cid) for cid in X4]
+    gp = rewrite.FusionPass([rewrite.entry_for(c.path / "pattern.py", c.id) for c in cands])
+    got = masks.observe_compiled(_built(), "train", DEVICE, graph_pass=gp, autocast=True, seed=0)
+    assert {d.pattern_id for d in got.calls} == {c.kernel_module.PATTERN_ID for c in cands}
+    for d in got.calls:
+        kept = [o for o in d.outputs if o is not None]
+        assert kept and all(o.dtype == torch.bool for o in kept), d.pattern_id
+        assert len(kept) < len(d.outputs), d.pattern_id  # each also outputs values: not copied
+
+
 def test_fails_on_a_scale_of_one(tmp_path, floor):
     # planted: relu + dropout without the 1/(1-p) scale (the mask right, the values at half their size)
     bad = _candidate(tmp_path, "pf4693d7449_x4", "s1", {"kernel.py": [("v6 = (v5 * c2)", "v6 = (v5 * 1.0)")]})

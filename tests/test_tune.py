@@ -223,3 +223,39 @@ def test_validation_leaves_the_ab_the_time_its_compiles_need(tmp_path, monkeypat
     assert "p2: not validated (--time-budget:" in capsys.readouterr().out
     monkeypatch.setattr(run.ws, "load_scan", lambda m, p, mode: None)  # no scan: only the budget itself stops it
     assert tune._ab_estimate(run, 1) is None
+
+
+def test_an_ab_cut_mid_way_still_prints_the_decision_from_what_it_measured(tmp_path, monkeypatch, capsys):
+    """MegatronBert on the H100 (2026-12-06): `timeout` cut the A/B in its second phase; its first phase had
+    measured a 1.056x win with parity ok, and the run printed no decision."""
+    from miner.check import abrun
+    from test_ab import result
+
+    calls: list = []
+    stages = list(_fake_stages(calls))
+
+    def cut(r):  # the A/B saves its first model's row (verify's on_result), then the signal comes
+        abrun.save([result(1.03)], r.out / "ab")
+        raise KeyboardInterrupt
+    stages[4] = tune.Stage("ab", cut, stages[4].done, "cut")
+    (tmp_path / "t").mkdir()
+    monkeypatch.setattr(tune, "STAGES", tuple(stages))
+    assert _tune(tmp_path) == 130
+    out = capsys.readouterr().out
+    assert "Decision so far (the A/B was interrupted" in out and "candidate layer_norm alone: 1.030x win" in out
+    state = json.loads((tmp_path / "t" / "tune.json").read_text())
+    assert "ab" not in state["stages"]  # not done: the same command runs the A/B again
+
+
+def test_sigterm_is_an_interrupt_inside_a_command_and_the_handler_comes_back():
+    import os
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    seen: list = []
+    with pytest.raises(KeyboardInterrupt):
+        with cli.terminate_as_interrupt(seen):
+            os.kill(os.getpid(), signal.SIGTERM)  # delivered to this (main) thread: the handler raises
+            for _ in range(10_000):  # Python runs the handler between bytecodes
+                pass
+    assert seen == [signal.SIGTERM] and signal.getsignal(signal.SIGTERM) is before

@@ -368,7 +368,7 @@ def reference_step(built, inputs: dict, *, mode: str, device: str, seed: int = P
     step = make_step(compiled, inputs, built.loss, mode, device, autocast=False)
     _zero_grads(model)
     step()  # compiles
-    out = observe_step(step, model, mode=mode, device=device, seed=seed)
+    out = observe_step(step, model, mode=mode, device=device, seed=seed, grads_to_cpu=True)  # held all run long
     del model, compiled, step
     return out
 
@@ -590,13 +590,71 @@ def run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions, 
     measured alone (``knob:<k>``) and with the fusions as a user gets them (``knob:<k>+fusions``: the
     gate on; candidates: all of them), timed in the phase of ``gated``.
     """
+    t0 = time.perf_counter()
+    r = ABResult(case.model, case.mode, case.compile_mode, options.preset, case.batch, case.seq, env=env or {})
+    made: list[VariantResult] = []
+    try:
+        return _run_ab(build, case, fusions, options, r, made, knobs=knobs, deadline=deadline, log=log)
+    except KeyboardInterrupt as e:
+        raise Interrupted(interrupted(r, made, time.perf_counter() - t0)) from e
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM (``miner.cli``) inside :func:`run_ab`; ``result`` is what it measured before
+    (:func:`interrupted`), for the caller to save before it stops. MegatronBert on the H100, 2026-12-06:
+    ``timeout`` killed an A/B in its second phase and the first phase's measured win was never written."""
+
+    def __init__(self, result: ABResult):
+        super().__init__()
+        self.result = result
+
+
+def interrupted(r: ABResult, made: Sequence[VariantResult], seconds: float) -> ABResult:
+    """``r`` as it stands when interrupted: variants already recorded keep their numbers; the others of
+    ``made`` (compiled) are added, a variant timed whose parity was not judged yet as ``not-judged`` (never
+    a win), one not timed as not measured. No variant measured: ``r.error`` says so."""
+    why = f"interrupted {seconds:.0f} s into this A/B"
+    for res in made:
+        if any(v is res for v in r.variants):
+            continue
+        if res.step is not None and res.speedup is not None and res.parity is None and res.name != "control":
+            res.verdict, res.note = UNJUDGED, ((res.note + "; ") if res.note else "") + f"{why}: parity not judged"
+        elif res.step is None or res.speedup is None:
+            res.error = f"not measured: {why}"
+        r.variants.append(res)
+    if not any(v.step is not None and v.speedup is not None for v in r.variants):
+        r.error = f"{why}, before a timed phase finished"
+    r.seconds = seconds
+    return r
+
+
+def phase_room(deadline: float | None, compile_s: float, tail_s: float, variants: int,
+               now: float | None = None) -> str | None:
+    """Why one more variant is not compiled within ``deadline`` (None: it is): its compile (``compile_s``,
+    the longest of this A/B so far) and the timed phase it joins (``tail_s`` per variant: the rounds, parity
+    and the judge of the first phase, measured; 0 before it; ``variants`` in that phase with it) must end
+    before it. MegatronBert on the H100 (2026-12-06, a 490 s tune): its last knob variant (a 57 s compile, then
+    four variants' rounds and judges) started before the deadline and ran the A/B past 560 s, into ``timeout``."""
+    if deadline is None:
+        return None
+    need = compile_s + tail_s * variants
+    left = deadline - (time.perf_counter() if now is None else now)
+    if left >= need and left > 0:
+        return None
+    return (f"not compiled: --time-budget spent (~{need:.0f} s needed: compile ~{compile_s:.0f} s, the timed phase "
+            f"~{tail_s * variants:.0f} s; {max(left, 0):.0f} s left)")
+
+
+def _run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions, r: ABResult,
+            made: list[VariantResult], *, knobs: Sequence[Any], deadline: float | None,
+            log: Callable[[str], None]) -> ABResult:
+    """:func:`run_ab`'s body: fills ``r``, and ``made`` with each variant as it is compiled."""
     import torch
 
     model, mode, compile_mode, batch, seq = case.model, case.mode, case.compile_mode, case.batch, case.seq
     preset, device, rounds, compile_fn = options.preset, options.device, options.rounds, options.compile_fn
     t0 = time.perf_counter()
     raise_compile_limits()
-    r = ABResult(model, mode, compile_mode, preset, batch, seq, env=env or {})
     built = build()
     inputs = resize_inputs(built.inputs, batch, seq)
     r.batch, r.seq = input_shape(inputs, batch, seq)
@@ -604,12 +662,16 @@ def run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions, 
     modules = {f: fusions.load(f) for f in names}
     wanted = set(options.fusion_variants) if names else set()
 
-    def late() -> bool:
-        return deadline is not None and time.perf_counter() > deadline
+    tail = [0.0]  # seconds per variant of a timed phase (rounds, parity, the judge), once the first phase ran
+
+    def out_of_time(variants: int) -> str | None:  # why one more variant is not compiled (None: it is)
+        longest = max((v.compile_s or 0.0 for v in made), default=0.0)
+        return phase_room(deadline, longest, tail[0], variants)
 
     def make(name, graph_pass=None, chosen=(), gate_mode=NO_GATE, cache=False, knob=None) -> _Live:
         log(f"  {model} {mode}/{compile_mode} {name}: compiling")
         live = prepare(VariantSpec(name, graph_pass, tuple(chosen), gate_mode, cache, knob), built, inputs, case, options)
+        made.append(live.res)
         fired = {f: n for f, n in live.res.matches.items() if n}
         log(f"  {model} {mode}/{compile_mode} {name}: {live.res.compile_s:.1f} s"
             f"{f', FX cache hits {live.res.fx_cache_hits}' if live.res.fx_cache_hits else ''}; matches {fired}")
@@ -644,8 +706,8 @@ def run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions, 
             every.res.note = "no fusion fires" + ("" if every.res.gate_decisions else
                                                   ": no pattern matched the graph (nothing declined)")
         for f in (fired if len(fired) > 1 and "alone" in wanted else []):
-            if late():
-                r.variants.append(VariantResult(f"alone:{f}", [f], GATE_OPEN, error="not compiled: --time-budget spent"))
+            if why := out_of_time(len(phase_a) + 1):
+                r.variants.append(VariantResult(f"alone:{f}", [f], GATE_OPEN, error=why))
                 continue
             kept = knob_reserve(knobs, default.res.compile_s, deadline)
             if kept:
@@ -654,6 +716,7 @@ def run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions, 
             phase_a.append(make(f"alone:{f}", fusions.graph_pass([f], gate=GATE_OPEN), [f], GATE_OPEN))
     if len(phase_a) > 2 or not (knobs or "gated" in wanted):  # else the band comes from the second phase
         log(f"  {model} {mode}/{compile_mode}: {rounds} alternating rounds over {len(phase_a)} variants")
+        t_phase = time.perf_counter()
         interleave(phase_a, rounds, device)
         r.noise_band = noise_band(_record_phase(phase_a, None))
         for live in phase_a[1:]:
@@ -661,6 +724,7 @@ def run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions, 
         _parity(phase_a, mode, device, reference, masked)
         _log_phase(phase_a, log, f"  {model} {mode}/{compile_mode}")
         _explain(phase_a, options.kernel_times, device, options.profile_steps)
+        tail[0] = (time.perf_counter() - t_phase) / len(phase_a)
     r.variants[:0] = [live.res for live in phase_a]
     this_run = {f: [rec] for f, rec in alone_records(r).items()}  # join the evidence of the gated compiles
     for live in phase_a[2:]:  # free the fusion variants; default and control stay for the second phase
@@ -684,8 +748,8 @@ def run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions, 
                                    f"{'every' if shortcut == 'all' else 'no'} match fires; not compiled again"
                                    + ("" if device.startswith("cuda") else " (CPU: the gate passes)")))
         r.variants.append(same)
-    elif late():
-        r.variants.append(VariantResult("gated", names, GATE_ON, error="not compiled: --time-budget spent"))
+    elif why := out_of_time(len(phase_b) + 1):
+        r.variants.append(VariantResult("gated", names, GATE_ON, error=why))
     else:
         phase_b.append(make("gated", fusions.graph_pass(names, records=this_run), names, GATE_ON))
     fused_mode = GATE_ON if gated_on else NO_GATE
@@ -697,9 +761,8 @@ def run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions, 
                 r.variants.append(VariantResult(name, names, fused_mode, knob=knob.name, numerics=knob.numerics,
                                                 note=f"same graph as `knob:{knob.name}`: with the gate on no match "
                                                      "fires; not compiled"))
-            elif late():
-                r.variants.append(VariantResult(name, held, gate, knob=knob.name,
-                                                error="not compiled: --time-budget spent"))
+            elif why := out_of_time(len(phase_b) + 1):
+                r.variants.append(VariantResult(name, held, gate, knob=knob.name, error=why))
             elif knob.cudagraphs and (room := graph_room(default.res.warmup_peak_bytes, device)):
                 log(f"  {model} {mode}/{compile_mode} {name}: {room}")
                 r.variants.append(VariantResult(name, held, gate, knob=knob.name, numerics=knob.numerics,
@@ -832,11 +895,13 @@ def _parity(lives: Sequence[_Live], mode: str, device: str, reference: tuple | N
     for live in lives[1:]:
         got = parity_of(live, mode, device)
         live.res.parity = make_parity(ref[0], got[0], ref[1], got[1], ref[2], got[2], reference=reference)
+        del got
+    del ref  # the judge's eager float32 step needs the room (DeBERTa-v2, H100: out of memory beside them)
+    for live in lives[1:]:
         if masked is not None:
             live.res.parity = _judged(masked, lives[0], live, device)
         if live.res.verdict is not None and not live.res.parity.ok:
             live.res.verdict = UNJUDGED if live.res.parity.unjudged else PARITY_FAIL
-        del got
 
 
 def _judged(masked: Callable, default: _Live, live: _Live, device: str) -> Parity:
@@ -852,10 +917,24 @@ def _judged(masked: Callable, default: _Live, live: _Live, device: str) -> Parit
             if attempt == 0 and type(e).__name__ == "OutOfMemoryError":
                 release_free_memory(device)
                 continue
-            hint = "; fewer variants per call leave it more memory" if type(e).__name__ == "OutOfMemoryError" else ""
+            oom = type(e).__name__ == "OutOfMemoryError"
+            hint = "".join(f"; {part}" for part in (held_memory(device), "fewer variants per call leave it more "
+                                                    "memory") if part and oom)
             why = f"the judge failed: {_first_sentences(one_line(e))}{hint}"
             return replace(live.res.parity, ok=False, judged="masks injected (not judged)", reason=why)
     raise AssertionError("unreachable")
+
+
+def held_memory(device: str) -> str:
+    """What the A/B holds on ``device`` beside the judge, in words ("" off CUDA): after an out-of-memory
+    judge, it says whether the variants or the judge's own step took the memory."""
+    import torch
+
+    if not (str(device).startswith("cuda") and torch.cuda.is_available()):
+        return ""
+    free, total = torch.cuda.mem_get_info(device)
+    return (f"{torch.cuda.memory_allocated(device) / 2 ** 30:.1f} GiB held by the A/B's variants and reference "
+            f"after it, {free / 2 ** 30:.1f} of {total / 2 ** 30:.1f} GiB free")
 
 
 def release_free_memory(device: str) -> None:

@@ -173,6 +173,12 @@ def run_all(models: Sequence[str], run: ABRun, *, time_budget_s: float | None = 
                 case = ab.ABCase(spec.name, mode, compile_mode, batch, seq)
                 r = run_ab(lambda: spec.build(preset, mode, device), case, fusions, run.ab, knobs=chosen_knobs,
                            deadline=min(ends) if ends else None, env=env, log=log)
+            except ab.Interrupted as e:  # Ctrl-C or SIGTERM: what was measured is saved, then the run stops
+                log(f"  {spec.name} {mode}/{compile_mode}: {e.result.error or 'interrupted: the variants measured so far are kept'}")
+                results.append(e.result)
+                if on_result is not None:
+                    on_result(e.result)
+                raise
             except MinerError:
                 raise
             except Exception as e:  # one model failing must not lose the others

@@ -396,7 +396,7 @@ def eager_reference(built, mode: str, device: str, mask_of: Callable, seed: int,
     inj = Injector(mask_of, fused=fused, dtype=torch.bfloat16 if autocast else None)
     with inj.active():
         step = make_step(model, built.inputs, built.loss, mode, device, autocast=False)
-        out = observe_step(step, model, mode=mode, device=device, seed=seed)
+        out = observe_step(step, model, mode=mode, device=device, seed=seed, grads_to_cpu=True)
     return out, inj
 
 
@@ -464,7 +464,8 @@ def observe_compiled(built, mode: str, device: str, *, graph_pass=None, autocast
     if runner is not None:
         step, model = runner
         with launch.recording() as calls, recording_fused_attention() as fused, graphs_run_eagerly():
-            return Compiled.of(observe_step(step, model, mode=mode, device=device, seed=seed), calls, fused)
+            return Compiled.of(observe_step(step, model, mode=mode, device=device, seed=seed, grads_to_cpu=True),
+                               calls, fused)
     torch._dynamo.reset()
     model = copy.deepcopy(built.model)
     options = rewrite.inductor_options(graph_pass) if graph_pass is not None else None
@@ -475,7 +476,8 @@ def observe_compiled(built, mode: str, device: str, *, graph_pass=None, autocast
             step = make_step(compiled, built.inputs, built.loss, mode, device, autocast=autocast)
             step()  # compiles
             with launch.recording() as calls, recording_fused_attention() as fused:
-                return Compiled.of(observe_step(step, model, mode=mode, device=device, seed=seed), calls, fused)
+                return Compiled.of(observe_step(step, model, mode=mode, device=device, seed=seed, grads_to_cpu=True),
+                                   calls, fused)
     finally:
         torch._dynamo.reset()
 

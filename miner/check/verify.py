@@ -123,7 +123,8 @@ def rel_diff(a, b) -> float:
 
 
 def grads_parity(fused: dict[str, Any], default: dict[str, Any]) -> tuple[float, str | None, float]:
-    """Global relative difference over all gradients, and the worst single parameter."""
+    """Global relative difference over all gradients, and the worst single parameter (a pair on two
+    devices is compared on ``default``'s, one parameter at a time)."""
     import torch
 
     num = den = 0.0
@@ -134,7 +135,7 @@ def grads_parity(fused: dict[str, Any], default: dict[str, Any]) -> tuple[float,
             continue
         if g is None or f is None:
             return float("inf"), name, float("inf")
-        g64, f64 = g.detach().double(), f.detach().double()
+        g64, f64 = g.detach().double(), f.detach().to(g.device, torch.float64)
         if not (torch.isfinite(g64).all() and torch.isfinite(f64).all()):
             return float("inf"), name, float("inf")
         d2 = (f64 - g64).norm().item() ** 2

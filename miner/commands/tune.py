@@ -78,6 +78,7 @@ class Run:
     out: Path
     state: dict = field(default_factory=dict)
     start: float = field(default_factory=time.perf_counter)
+    stage: str = ""  # the stage running now
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -298,6 +299,7 @@ def _ab(run: Run) -> dict:
     if not ids and not knobs and not _has_fusions(run):
         raise UsageError("nothing to A/B: no candidate validated, no promoted fusion and --knobs ''")
     run.log(f"  miner {' '.join(argv)}")
+    (run.out / "ab" / "verify.json").unlink(missing_ok=True)  # an earlier, unfinished A/B's: not this one's
     code = run.verb(argv)
     if not _ab_saved(run, {}):
         raise UsageError(f"miner verify --ab wrote no {run.out / 'ab' / 'verify.json'} (exit {code})")
@@ -397,6 +399,7 @@ def run_stages(run: Run, stages: tuple[Stage, ...] | None = None) -> list[str]:
                     f"(run the same command again to go on)")
             break
         run.log(f"stage {i + 1}/{len(stages)} {stage.name}: {stage.what}")
+        run.stage = stage.name
         t0 = time.perf_counter()
         outputs = stage.run(run)
         run.state["stages"][stage.name] = {"done": True, "seconds": round(time.perf_counter() - t0, 1),
@@ -465,6 +468,10 @@ def run(args: argparse.Namespace) -> int:
         ran = run_stages(r)
     except KeyboardInterrupt:
         r.log(f"interrupted: the finished stages are saved in {_state_path(r)}; the same command goes on from there")
+        if r.stage == "ab" and _ab_saved(r, {}):  # the A/B was cut: what it had measured
+            print("\nDecision so far (the A/B was interrupted; from the variants it had measured):")
+            for line in decision_lines(r):
+                print(line)
         raise
     run_name = "tune-" + "-".join(models)[:60]
     if ran or not (ws.reports / run_name / "index.html").is_file():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from miner.core import executor
@@ -173,7 +174,13 @@ def _run_ab(args, ws, device: str, preset: str, modes, models, out_dir: Path | N
             abrun.save(done, target(), rows)
 
     if not args.peer_only:
-        _spread(args, models, ab_run, ws=ws, on_result=on_result)
+        try:
+            _spread(args, models, ab_run, ws=ws, on_result=on_result)
+        except KeyboardInterrupt:
+            if done and not args.no_save:
+                print(f"interrupted: what was measured is in {target() / 'verify.json'} "
+                      f"({len(done)} model row(s); evidence not recorded)", file=sys.stderr)
+            raise
     if args.peer:
         rows.extend(peers.run_peers(peer_variants, preset=preset, steps=args.rounds, warmup=args.warmup,
                                     device=device, log=_log))
