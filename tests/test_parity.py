@@ -124,17 +124,19 @@ def test_a_judge_that_could_not_run_leaves_not_judged_never_parity_fail():
     class OutOfMemoryError(RuntimeError):
         pass
 
-    def judge(d, live, parity):
-        calls.append(live.res.name)
+    def judge(d, live, parity, batch=None):
+        calls.append((live.res.name, batch))
         raise OutOfMemoryError("CUDA out of memory. Tried to allocate 192.00 MiB.\nmore lines of allocator state")
 
     ab._parity([default, fused], "train", "cpu", reference, judge)
-    assert calls == ["knob:x+fusions"] * 2  # retried once after freeing the allocator's cache
+    # retried once after freeing the allocator's cache, then at a smaller batch
+    assert calls == [("knob:x+fusions", None)] * 2 + [("knob:x+fusions", 2)]
     assert fused.res.verdict == ab.UNJUDGED and fused.res.parity.unjudged and not fused.res.parity.ok
     assert fused.res.parity.reason == ("the judge failed: OutOfMemoryError: CUDA out of memory. Tried to allocate "
-                                       "192.00 MiB.; fewer variants per call leave it more memory")
+                                       "192.00 MiB.; fewer variants per call leave it more memory; at batch 2: "
+                                       "OutOfMemoryError: CUDA out of memory. Tried to allocate 192.00 MiB.")
 
-    def second_time_lucky(d, live, parity, seen=[]):
+    def second_time_lucky(d, live, parity, batch=None, seen=[]):
         seen.append(1)
         if len(seen) == 1:
             raise OutOfMemoryError("CUDA out of memory.")
@@ -144,7 +146,7 @@ def test_a_judge_that_could_not_run_leaves_not_judged_never_parity_fail():
     ab._parity([default, fused], "train", "cpu", reference, second_time_lucky)
     assert fused.res.verdict == "win" and fused.res.parity.judged == "masks injected"
 
-    def wrong(d, live, parity):  # a judged failure stays a failure
+    def wrong(d, live, parity, batch=None):  # a judged failure stays a failure
         return dataclasses.replace(parity, ok=False, judged="masks injected", reason="grads 0.3 > 2 x 0.007")
 
     ab._parity([default, fused], "train", "cpu", reference, wrong)

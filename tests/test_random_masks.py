@@ -215,6 +215,56 @@ def test_ab_judges_a_variant_with_a_philox4_fusion_by_injected_masks(tmp_path):
         masks.MAX_ELEMENTS, masks.MAX_ELEMENTS_GPU = old
 
 
+def test_a_judge_that_does_not_fit_judges_the_same_fusions_at_a_smaller_batch(tmp_path):
+    # DeBERTa-v2 B16 S512 on an 80 GB H100: the step's eager float32 reference did not fit beside the A/B's
+    # variants (twice). The same fusions, compiled afresh at batch 2 of the same model, are judged there; a
+    # planted wrong scale fails there as in the step
+    from miner.check import ab
+    from miner.check.verify import make_parity
+    from miner.runtime import rewrite
+    from miner_models import Built
+
+    def module_of(cand):
+        return rewrite.load_module(cand.path / "pattern.py", rewrite.module_name(cand.path / "pattern.py", "pattern"))
+
+    torch.manual_seed(1)
+    built = Built(FF().to(DEVICE), {"x": torch.randn(4, 4, 32, device=DEVICE)}, lambda out: out)
+    good, bad = _candidate(tmp_path, "pf4693d7449_x4"), _candidate(
+        tmp_path, "pf4693d7449_x4", "s2", {"kernel.py": [("v6 = (v5 * c2)", "v6 = (v5 * 1.0)")]})
+    modules = {"good": module_of(good), "bad": module_of(bad)}
+
+    def graph_pass(names):
+        return rewrite.FusionPass([rewrite.Entry(n, modules[n], ()) for n in names])
+
+    def live(name, fusions):
+        with torch._inductor.config.patch(force_disable_caches=True):
+            return ab.prepare(ab.VariantSpec(name, graph_pass(fusions) if fusions else None, tuple(fusions)), built,
+                              built.inputs, ab.ABCase("m", "train", "default"),
+                              ab.ABOptions(preset="tiny", device=DEVICE, warmup=1))
+    judge = masks.ab_judge(built, built.inputs, modules, mode="train", device=DEVICE, graph_pass=graph_pass)
+    default = live("default", [])
+
+    class OutOfMemoryError(RuntimeError):
+        pass
+
+    def no_room_for_the_step(d, v, parity, batch=None):
+        if batch is None:
+            raise OutOfMemoryError("CUDA out of memory. Tried to allocate 3.91 GiB.")
+        return judge(d, v, parity, batch=batch)
+
+    for name, ok in (("good", True), ("bad", False)):
+        v = live(name, [name])
+        v.res.parity = make_parity(1.0, 1.0, None, None, {}, {})
+        p = ab._judged(no_room_for_the_step, default, v, DEVICE)
+        assert p.judged == "masks injected at batch 2" and p.ok is ok, p
+        assert p.reason.startswith("the step's judge ran out of device memory; at batch 2: ")
+    assert masks.first_rows({"x": torch.zeros(2, 3), "n": 5}, 2) is None  # no larger batch to cut
+    assert masks.first_rows({"x": torch.zeros(4, 3), "w": torch.zeros(3)}, 2)["x"].shape == (2, 3)
+    why = masks.smaller_batch_judge(built, ["good"], mode="train", device=DEVICE, seed=0, batch=2,
+                                    graph_pass=graph_pass, slots=None, why_not="out of time")
+    assert why.ok is None and why.reason == "no judge at batch 2: out of time"
+
+
 @pytest.mark.parametrize("seed", [0, 12345, -(2**62) + 7, 2**63 - 1])
 def test_inductor_masks_drawn_by_triton_equal_the_int64_reference(seed):
     """The GPU path of Inductor's stream (``tl.rand`` in a Triton kernel, what the A/B uses for

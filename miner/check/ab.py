@@ -693,7 +693,10 @@ def _run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions,
         control.res.note = f"FX graph cache hit ({control.res.fx_cache_hits} graphs): the default's compiled code"
     from miner.check.masks import ab_judge
 
-    masked = ab_judge(built, inputs, modules, mode=mode, device=device)  # philox4 variants' parity
+    masked = ab_judge(built, inputs, modules, mode=mode, device=device,  # philox4 variants' parity
+                      graph_pass=lambda chosen: fusions.graph_pass(chosen, gate=GATE_OPEN),
+                      room=lambda n: phase_room(deadline, n * max((v.compile_s or 0.0 for v in made), default=0.0),
+                                                0.0, 0))
     phase_a = [default, control]
     if "all" in wanted:
         every = make("all", fusions.graph_pass(names, gate=GATE_OPEN), names, GATE_OPEN)
@@ -908,21 +911,34 @@ def _judged(masked: Callable, default: _Live, live: _Live, device: str) -> Parit
     """``masked``'s verdict on ``live`` (its own parity where the judge has none). The judge runs after
     every timed round, beside every variant's weights and CUDA-graph pool: out of device memory, the
     allocator's free blocks are returned and it runs once more (the pools stay: the variants still run
-    under torch.profiler and in phase B). A judge that still breaks leaves the variant unjudged, with the
-    first line of its error: the run is never lost."""
+    under torch.profiler and in phase B); out of memory again, it judges the same fusions at batch
+    ``JUDGE_BATCH`` (``miner.check.masks.smaller_batch_judge``: two compiles more, said in its method). A
+    judge that still breaks leaves the variant unjudged, with the first line of its error: the run is never
+    lost."""
+    from miner.check.masks import JUDGE_BATCH
+
     for attempt in (0, 1):
         try:
             return masked(default, live, live.res.parity) or live.res.parity
         except Exception as e:  # noqa: BLE001 - see the docstring
-            if attempt == 0 and type(e).__name__ == "OutOfMemoryError":
-                release_free_memory(device)
-                continue
             oom = type(e).__name__ == "OutOfMemoryError"
+            if oom:
+                release_free_memory(device)
+                if attempt == 0:
+                    continue
             hint = "".join(f"; {part}" for part in (held_memory(device), "fewer variants per call leave it more "
                                                     "memory") if part and oom)
             why = f"the judge failed: {_first_sentences(one_line(e))}{hint}"
-            return replace(live.res.parity, ok=False, judged="masks injected (not judged)", reason=why)
-    raise AssertionError("unreachable")
+            if not oom:
+                return replace(live.res.parity, ok=False, judged="masks injected (not judged)", reason=why)
+    try:  # the step's own judge does not fit beside the variants: the same fusions at a smaller batch
+        small = masked(default, live, live.res.parity, batch=JUDGE_BATCH)
+    except Exception as e:  # noqa: BLE001 - see the docstring
+        small, why = None, f"{why}; at batch {JUDGE_BATCH}: {_first_sentences(one_line(e))}"
+    if small is None:
+        return replace(live.res.parity, ok=False, judged="masks injected (not judged)", reason=why[:400])
+    first = f"the step's judge ran out of device memory; at batch {JUDGE_BATCH}: "
+    return replace(small, reason=(first + (small.reason or ""))[:400])
 
 
 def held_memory(device: str) -> str:

@@ -687,8 +687,12 @@ MAX_ELEMENTS = 100_000_000  # Inductor's masks reproduced in int64 torch math: ~
 MAX_ELEMENTS_GPU = 20_000_000_000  # with Triton's own tl.rand on the GPU (t5-base B16 S512: 2.4e9)
 
 
-def ab_judge(built, inputs: dict, modules: dict[str, Any], *, mode: str, device: str,
-             seed: int = 0) -> Callable | None:
+JUDGE_BATCH = 2  # the batch of the judge's second try, when the step's own does not fit beside the variants
+
+
+def ab_judge(built, inputs: dict, modules: dict[str, Any], *, mode: str, device: str, seed: int = 0,
+             graph_pass: Callable[[list[str]], Any] | None = None,
+             room: Callable[[int], str | None] | None = None) -> Callable | None:
     """For ``miner verify --ab``: ``judge(default_live, live, parity) -> Parity | None``, the "masks
     injected" parity of a variant (None: its own parity stands), its floor the default variant's step
     against its own masks (measured once); None when the step has no dropout and no fusion in
@@ -701,7 +705,13 @@ def ab_judge(built, inputs: dict, modules: dict[str, Any], *, mode: str, device:
       other dropout numbers): Inductor's masks injected (``INDUCTOR_METHOD``), instead of a fixed
       tolerance on a bf16 step (issue 31: MT5's matmul rewrites 0.055 against a fixed 0.05); where
       Inductor's masks cannot be reproduced here the variant's own parity stands;
-    - every other variant (the default, a knob alone, a knob with such fusions): None."""
+    - every other variant (the default, a knob alone, a knob with such fusions): None.
+
+    ``judge(default_live, live, parity, batch=JUDGE_BATCH)`` judges ``live``'s fusions at a smaller batch
+    instead (:func:`smaller_batch_judge`): the default and the fusions (``graph_pass(names)``, gate open)
+    compiled afresh at that batch, for when the step's own eager float32 reference does not fit beside the
+    A/B's variants (DeBERTa-v2 at B16 S512 on an 80 GB H100). ``room(n)``: why ``n`` more compiles would not
+    fit the time budget (None: they would)."""
     import dataclasses
 
     from miner.check.verify import FLOOR
@@ -725,7 +735,7 @@ def ab_judge(built, inputs: dict, modules: dict[str, Any], *, mode: str, device:
     count, elements = len(calls), sum(math.prod(shape) for shape, _ in calls)
     floors: dict = {}
 
-    def judge(default_live, live, parity):
+    def judge(default_live, live, parity, batch: int | None = None):
         matches = getattr(live.res, "matches", None)
         # a fusion that matched nothing changed nothing: a variant where none fired runs the default's graph
         # (its own parity stands; DeBERTa's attention region, 0 matches at B16 S512, was judged anyway and
@@ -737,6 +747,11 @@ def ab_judge(built, inputs: dict, modules: dict[str, Any], *, mode: str, device:
             return None
         if own and missing:
             r = MaskedParity(None, f"{', '.join(missing)}: no pattern nodes beside pattern.py to find the masks")
+        elif batch is not None:
+            r = smaller_batch_judge(built, fired, mode=mode, device=device, seed=seed, batch=batch,
+                                    graph_pass=graph_pass, slots=slots if own else None,
+                                    why_not=(room(2) if room is not None else None)
+                                    or (getattr(live.res, "knob", None) and "a knob's variant is judged in its own step only"))
         elif elements > max_elements(device.split(":")[0]):
             r = MaskedParity(None, f"{elements / 1e6:.0f}M dropout elements per step, beyond the "
                                    f"{max_elements(device.split(':')[0]) / 1e6:.0f}M "
@@ -756,10 +771,55 @@ def ab_judge(built, inputs: dict, modules: dict[str, Any], *, mode: str, device:
                                   floor=floor)
             else:
                 r = _against_floor(_Reference(built, mode, device, True, seed, count), got, {}, floor)
-        if not own and r.ok is None:  # Inductor's masks not reproduced here: the variant's own parity stands
+        if not own and r.ok is None and batch is None:  # Inductor's masks not reproduced: its own parity stands
             return None
-        method = METHOD if own else INDUCTOR_METHOD
+        method = (METHOD if own else INDUCTOR_METHOD) + (f" at batch {batch}" if batch is not None else "")
         judged = method if r.ok is not None else f"{method} (not judged)"
         return dataclasses.replace(parity, ok=bool(r.ok), judged=judged, floor=r.floor, error=r.error,
                                    reason=r.reason[:300])
     return judge
+
+
+def first_rows(inputs: dict, batch: int) -> dict | None:
+    """``inputs`` cut to their first ``batch`` rows: every tensor whose leading size is the batch (the most
+    common leading size among them) is sliced, the rest kept; None when that batch is not above ``batch``."""
+    from collections import Counter
+
+    lead = Counter(int(v.shape[0]) for v in inputs.values() if hasattr(v, "shape") and len(v.shape))
+    if not lead:
+        return None
+    size = lead.most_common(1)[0][0]
+    if size <= batch:
+        return None
+    return {k: (v[:batch].contiguous() if hasattr(v, "shape") and len(v.shape) and v.shape[0] == size else v)
+            for k, v in inputs.items()}
+
+
+def smaller_batch_judge(built, fired: list[str], *, mode: str, device: str, seed: int, batch: int,
+                        graph_pass: Callable[[list[str]], Any] | None, slots: dict | None,
+                        why_not: str | None = None) -> MaskedParity:
+    """The masks-injected parity of the fusions ``fired`` at ``batch``: the same model and sequence length,
+    its inputs cut to ``batch`` rows, the default and the fusions (``graph_pass(fired)``, gate open)
+    compiled afresh, each against the eager float32 step with its masks (``slots``: pattern id -> mask slots
+    of the fusions drawing their own stream; None: every mask Inductor's). The same kernels and patterns as
+    in the step, at another batch: a wrong scale or a mask the backward does not share fails it as in the
+    step. Not judged when ``why_not`` says so, without ``graph_pass``, or when no fusion fires at ``batch``."""
+    import dataclasses
+
+    if why_not or graph_pass is None:
+        return MaskedParity(None, f"no judge at batch {batch}: {why_not or 'no way to compile the fusions again'}")
+    small = dataclasses.replace(built, inputs=first_rows(built.inputs, batch))
+    if small.inputs is None:
+        return MaskedParity(None, f"no judge at batch {batch}: the step's inputs have no larger batch to cut")
+    count = len(dropout_calls(small, mode, device))
+    floor, why = floor_of(small, mode, device, autocast=True, seed=seed, count=count)
+    if floor is None:
+        return MaskedParity(None, f"at batch {batch}: {why}")
+    gp = graph_pass(list(fired))
+    got = observe_compiled(small, mode, device, graph_pass=gp, autocast=True, seed=seed, gate_open=True)
+    if not sum(getattr(gp, "counts", {}).values()):
+        return MaskedParity(None, f"no fusion fired at batch {batch}: nothing judged there")
+    if slots is not None:
+        return masked_parity(small, got, mode=mode, device=device, slots_of=slots, autocast=True, seed=seed,
+                             floor=floor)
+    return _against_floor(_Reference(small, mode, device, True, seed, count), got, {}, floor)
