@@ -276,3 +276,14 @@ def test_an_ab_interrupted_before_any_timed_phase_is_an_error_row():
                        [ab.VariantResult("default", [], ab.NO_GATE)], 12.0)
     assert r.error == "interrupted 12 s into this A/B, before a timed phase finished"
     assert r.variants[0].error.startswith("not measured")
+
+
+def test_an_interrupt_in_the_first_phases_parity_leaves_the_default_a_plain_row():
+    timed = dict(step=ab.StepStats(10.0, 9.0, 11.0, 2, 0, 1.0), speedup=1.0)
+    default = ab.VariantResult("default", [], ab.NO_GATE, **timed)
+    control = ab.VariantResult("control", [], ab.NO_GATE, **timed)
+    fused = ab.VariantResult("all", ["f"], ab.GATE_OPEN, **{**timed, "speedup": 1.2})
+    r = ab.interrupted(ab.ABResult("m", "train", "default", "base", 16, 512), [default, control, fused], 30.0)
+    assert r.error is None and [v.name for v in r.variants] == ["default", "control", "all"]
+    assert default.verdict is None and control.verdict is None  # not variants whose parity is judged
+    assert fused.verdict == ab.UNJUDGED and "parity not judged" in fused.note  # timed, never a win unjudged

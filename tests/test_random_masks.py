@@ -252,17 +252,24 @@ def test_a_judge_that_does_not_fit_judges_the_same_fusions_at_a_smaller_batch(tm
             raise OutOfMemoryError("CUDA out of memory. Tried to allocate 3.91 GiB.")
         return judge(d, v, parity, batch=batch)
 
+    lives = [default]
     for name, ok in (("good", True), ("bad", False)):
         v = live(name, [name])
+        lives.append(v)
         v.res.parity = make_parity(1.0, 1.0, None, None, {}, {})
         p = ab._judged(no_room_for_the_step, default, v, DEVICE)
         assert p.judged == "masks injected at batch 2" and p.ok is ok, p
         assert p.reason.startswith("the step's judge ran out of device memory; at batch 2: ")
+    # the A/B's variants still run their compiled frames (a Dynamo reset would compile them again, in a timed round)
+    frames = torch._dynamo.utils.counters["frames"]["ok"]
+    for v in lives:
+        v.step()
+    assert torch._dynamo.utils.counters["frames"]["ok"] == frames
     assert masks.first_rows({"x": torch.zeros(2, 3), "n": 5}, 2) is None  # no larger batch to cut
     assert masks.first_rows({"x": torch.zeros(4, 3), "w": torch.zeros(3)}, 2)["x"].shape == (2, 3)
     why = masks.smaller_batch_judge(built, ["good"], mode="train", device=DEVICE, seed=0, batch=2,
                                     graph_pass=graph_pass, slots=None, why_not="out of time")
-    assert why.ok is None and why.reason == "no judge at batch 2: out of time"
+    assert why.ok is None and why.reason == "not judged: out of time"
 
 
 @pytest.mark.parametrize("seed", [0, 12345, -(2**62) + 7, 2**63 - 1])

@@ -617,7 +617,8 @@ def interrupted(r: ABResult, made: Sequence[VariantResult], seconds: float) -> A
     for res in made:
         if any(v is res for v in r.variants):
             continue
-        if res.step is not None and res.speedup is not None and res.parity is None and res.name != "control":
+        if (res.step is not None and res.speedup is not None and res.parity is None
+                and res.name not in ("default", "control")):
             res.verdict, res.note = UNJUDGED, ((res.note + "; ") if res.note else "") + f"{why}: parity not judged"
         elif res.step is None or res.speedup is None:
             res.error = f"not measured: {why}"

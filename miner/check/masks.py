@@ -451,10 +451,12 @@ def describe_draws(fused: list, repeated: int = 0) -> str:
 
 
 def observe_compiled(built, mode: str, device: str, *, graph_pass=None, autocast: bool, seed: int,
-                     gate_open: bool = True, runner: Callable | None = None) -> Compiled:
+                     gate_open: bool = True, runner: Callable | None = None, reset: bool = True) -> Compiled:
     """One seeded compiled step of a copy of ``built``'s model (``graph_pass`` installed; Inductor's
     random ops, caches off), recorded by ``launch.recording``. ``runner``: an already compiled
-    step ``(step, model)`` to observe instead (the A/B's variants)."""
+    step ``(step, model)`` to observe instead (the A/B's variants). ``reset``: Dynamo's caches are reset
+    before and after; not inside an A/B, whose variants' compiled frames would go with them (their next
+    step would compile again, inside a timed round)."""
     import torch
 
     from miner.check.checks import gate_context
@@ -466,7 +468,8 @@ def observe_compiled(built, mode: str, device: str, *, graph_pass=None, autocast
         with launch.recording() as calls, recording_fused_attention() as fused, graphs_run_eagerly():
             return Compiled.of(observe_step(step, model, mode=mode, device=device, seed=seed, grads_to_cpu=True),
                                calls, fused)
-    torch._dynamo.reset()
+    if reset:
+        torch._dynamo.reset()
     model = copy.deepcopy(built.model)
     options = rewrite.inductor_options(graph_pass) if graph_pass is not None else None
     try:
@@ -479,7 +482,8 @@ def observe_compiled(built, mode: str, device: str, *, graph_pass=None, autocast
                 return Compiled.of(observe_step(step, model, mode=mode, device=device, seed=seed, grads_to_cpu=True),
                                    calls, fused)
     finally:
-        torch._dynamo.reset()
+        if reset:
+            torch._dynamo.reset()
 
 
 @contextlib.contextmanager
@@ -807,18 +811,22 @@ def smaller_batch_judge(built, fired: list[str], *, mode: str, device: str, seed
     import dataclasses
 
     if why_not or graph_pass is None:
-        return MaskedParity(None, f"no judge at batch {batch}: {why_not or 'no way to compile the fusions again'}")
+        return MaskedParity(None, f"not judged: {why_not or 'no way to compile the fusions again'}")
     small = dataclasses.replace(built, inputs=first_rows(built.inputs, batch))
     if small.inputs is None:
-        return MaskedParity(None, f"no judge at batch {batch}: the step's inputs have no larger batch to cut")
+        return MaskedParity(None, "not judged: the step's inputs have no larger batch to cut")
     count = len(dropout_calls(small, mode, device))
-    floor, why = floor_of(small, mode, device, autocast=True, seed=seed, count=count)
+    # inside the A/B: Dynamo's caches are kept (its variants' compiled frames); the compiles at this batch
+    # get their own entries (other shapes, another backend)
+    floor, why = floor_of(small, mode, device, autocast=True, seed=seed, count=count,
+                          default=observe_compiled(small, mode, device, autocast=True, seed=seed, reset=False))
     if floor is None:
-        return MaskedParity(None, f"at batch {batch}: {why}")
+        return MaskedParity(None, why)
     gp = graph_pass(list(fired))
-    got = observe_compiled(small, mode, device, graph_pass=gp, autocast=True, seed=seed, gate_open=True)
+    got = observe_compiled(small, mode, device, graph_pass=gp, autocast=True, seed=seed, gate_open=True,
+                           reset=False)
     if not sum(getattr(gp, "counts", {}).values()):
-        return MaskedParity(None, f"no fusion fired at batch {batch}: nothing judged there")
+        return MaskedParity(None, "no fusion fired: nothing to judge")
     if slots is not None:
         return masked_parity(small, got, mode=mode, device=device, slots_of=slots, autocast=True, seed=seed,
                              floor=floor)
