@@ -128,6 +128,36 @@ def test_a_long_float32_sum_is_judged_by_its_rounding_not_a_fixed_tolerance():
     assert not sums(types.SimpleNamespace(meta={"ops": "exp -> div -> summary_stat"}))
 
 
+def test_the_float64_bound_is_computed_a_chunk_of_rows_at_a_time_where_rows_are_independent():
+    # the bound of a [8192, 128100] float32 sum held ~10 float64 [8192, 128100] temporaries at once on the
+    # H100 (2026-12-06): it ran out of memory and the fixed element tolerance failed DebertaV2's mul -> sum
+    import torch
+
+    from miner.check import reduce as R
+
+    def row_sum(x0, x1, w):
+        v0 = torch.ops.aten.mul.Tensor(torch.ops.aten.mul.Tensor(x0, x1), w)
+        return v0, torch.ops.aten.sum.dim_IntList(v0, [-1], True)
+
+    def col_sum(x0, x1, w):  # sums over the rows: no chunk may be judged alone
+        return (torch.ops.aten.sum.dim_IntList(torch.ops.aten.mul.Tensor(x0, w), [0], True),)
+
+    g = torch.Generator().manual_seed(0)
+    xs = [torch.randn(37, 300, generator=g), torch.randn(37, 1, generator=g), torch.randn(1, 300, generator=g)]
+    for fn in (row_sum, col_sum):
+        whole = R.float64_reference(fn, xs, [])
+        seen = []
+        real = R.float64_reference
+        R.float64_reference = lambda f, x, s: seen.append(x[0].shape[0]) or real(f, x, s)
+        try:
+            chunked = R.float64_reference_by_rows(fn, xs, [], chunk_elements=8 * 300)
+        finally:
+            R.float64_reference = real
+        assert seen == ([8, 8, 8, 8, 5] if fn is row_sum else [37]), seen  # col_sum: the whole at once
+        for a, b in zip(chunked, whole):
+            assert torch.equal(a.value, b.value) and torch.equal(a.e2, b.e2)
+
+
 def test_a_pattern_seen_only_under_autocast_is_proven_under_autocast(monkeypatch, tmp_path):
     # DebertaV2's GELU-gradient chain (2026-12-06, H100) ends in a cast to bf16 that only an autocast step
     # has: the float32 tiny model could never fire it ("did not fire (0 matches)")
