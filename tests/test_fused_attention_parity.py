@@ -199,5 +199,5 @@ def test_on_a_gpu_a_cuda_graph_variant_is_observed_through_the_warm_up_path():
     step = make_step(compiled, built.inputs, built.loss, "train", dev, autocast=True)
     for _ in range(4):  # warm-up, record, replay
         step()
-    got = masks.observe_compiled(built, "train", dev, autocast=True, seed=0, runner=(step, model))
+    got = masks.observe_runner((step, model), "train", dev, seed=0)
     assert len(got.fused) == 1, got.fused

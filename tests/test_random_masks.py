@@ -267,9 +267,10 @@ def test_a_judge_that_does_not_fit_judges_the_same_fusions_at_a_smaller_batch(tm
     assert torch._dynamo.utils.counters["frames"]["ok"] == frames
     assert masks.first_rows({"x": torch.zeros(2, 3), "n": 5}, 2) is None  # no larger batch to cut
     assert masks.first_rows({"x": torch.zeros(4, 3), "w": torch.zeros(3)}, 2)["x"].shape == (2, 3)
-    why = masks.smaller_batch_judge(built, ["good"], mode="train", device=DEVICE, seed=0, batch=2,
-                                    graph_pass=graph_pass, slots=None, why_not="out of time")
-    assert why.ok is None and why.reason == "not judged: out of time"
+    out_of_time = masks.ab_judge(built, built.inputs, modules, mode="train", device=DEVICE, graph_pass=graph_pass,
+                                 room=lambda n: f"{n} compiles do not fit")
+    p = out_of_time(default, lives[1], lives[1].res.parity, batch=2)
+    assert p.judged == "masks injected at batch 2 (not judged)" and p.reason == "not judged: 2 compiles do not fit"
 
 
 @pytest.mark.parametrize("seed", [0, 12345, -(2**62) + 7, 2**63 - 1])

@@ -591,12 +591,20 @@ def run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions, 
     gate on; candidates: all of them), timed in the phase of ``gated``.
     """
     t0 = time.perf_counter()
-    r = ABResult(case.model, case.mode, case.compile_mode, options.preset, case.batch, case.seq, env=env or {})
-    made: list[VariantResult] = []
+    so_far = _SoFar(ABResult(case.model, case.mode, case.compile_mode, options.preset, case.batch, case.seq,
+                             env=env or {}))
     try:
-        return _run_ab(build, case, fusions, options, r, made, knobs=knobs, deadline=deadline, log=log)
+        return _run_ab(build, case, fusions, options, so_far, knobs=knobs, deadline=deadline, log=log)
     except KeyboardInterrupt as e:
-        raise Interrupted(interrupted(r, made, time.perf_counter() - t0)) from e
+        raise Interrupted(interrupted(so_far.result, so_far.made, time.perf_counter() - t0)) from e
+
+
+@dataclass
+class _SoFar:
+    """What :func:`run_ab` has so far: its result, and each variant's as it is compiled."""
+
+    result: ABResult
+    made: list[VariantResult] = field(default_factory=list)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -646,12 +654,12 @@ def phase_room(deadline: float | None, compile_s: float, tail_s: float, variants
             f"~{tail_s * variants:.0f} s; {max(left, 0):.0f} s left)")
 
 
-def _run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions, r: ABResult,
-            made: list[VariantResult], *, knobs: Sequence[Any], deadline: float | None,
-            log: Callable[[str], None]) -> ABResult:
-    """:func:`run_ab`'s body: fills ``r``, and ``made`` with each variant as it is compiled."""
+def _run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions, so_far: _SoFar, *,
+            knobs: Sequence[Any], deadline: float | None, log: Callable[[str], None]) -> ABResult:
+    """:func:`run_ab`'s body: fills ``so_far`` (its result, and each variant as it is compiled)."""
     import torch
 
+    r, made = so_far.result, so_far.made
     model, mode, compile_mode, batch, seq = case.model, case.mode, case.compile_mode, case.batch, case.seq
     preset, device, rounds, compile_fn = options.preset, options.device, options.rounds, options.compile_fn
     t0 = time.perf_counter()

@@ -450,11 +450,22 @@ def describe_draws(fused: list, repeated: int = 0) -> str:
     return text + (f"; {repeated} more repeated exactly" if repeated else "")
 
 
+def observe_runner(runner: tuple, mode: str, device: str, *, seed: int) -> Compiled:
+    """One seeded step of an already compiled ``runner`` ``(step, model)`` (an A/B's variant), recorded
+    as :func:`observe_compiled` records one."""
+    from miner.check.verify import observe_step
+    from miner.runtime import launch
+
+    step, model = runner
+    with launch.recording() as calls, recording_fused_attention() as fused, graphs_run_eagerly():
+        return Compiled.of(observe_step(step, model, mode=mode, device=device, seed=seed, grads_to_cpu=True),
+                           calls, fused)
+
+
 def observe_compiled(built, mode: str, device: str, *, graph_pass=None, autocast: bool, seed: int,
-                     gate_open: bool = True, runner: Callable | None = None, reset: bool = True) -> Compiled:
+                     gate_open: bool = True, reset: bool = True) -> Compiled:
     """One seeded compiled step of a copy of ``built``'s model (``graph_pass`` installed; Inductor's
-    random ops, caches off), recorded by ``launch.recording``. ``runner``: an already compiled
-    step ``(step, model)`` to observe instead (the A/B's variants). ``reset``: Dynamo's caches are reset
+    random ops, caches off), recorded by ``launch.recording``. ``reset``: Dynamo's caches are reset
     before and after; not inside an A/B, whose variants' compiled frames would go with them (their next
     step would compile again, inside a timed round)."""
     import torch
@@ -463,11 +474,6 @@ def observe_compiled(built, mode: str, device: str, *, graph_pass=None, autocast
     from miner.check.verify import make_step, observe_step
     from miner.runtime import launch, rewrite
 
-    if runner is not None:
-        step, model = runner
-        with launch.recording() as calls, recording_fused_attention() as fused, graphs_run_eagerly():
-            return Compiled.of(observe_step(step, model, mode=mode, device=device, seed=seed, grads_to_cpu=True),
-                               calls, fused)
     if reset:
         torch._dynamo.reset()
     model = copy.deepcopy(built.model)
@@ -751,11 +757,12 @@ def ab_judge(built, inputs: dict, modules: dict[str, Any], *, mode: str, device:
             return None
         if own and missing:
             r = MaskedParity(None, f"{', '.join(missing)}: no pattern nodes beside pattern.py to find the masks")
+        elif batch is not None and (why := (room(2) if room is not None else None) or (
+                getattr(live.res, "knob", None) and "a knob's variant is judged in its own step only")):
+            r = MaskedParity(None, f"not judged: {why}")
         elif batch is not None:
             r = smaller_batch_judge(built, fired, mode=mode, device=device, seed=seed, batch=batch,
-                                    graph_pass=graph_pass, slots=slots if own else None,
-                                    why_not=(room(2) if room is not None else None)
-                                    or (getattr(live.res, "knob", None) and "a knob's variant is judged in its own step only"))
+                                    graph_pass=graph_pass, slots=slots if own else None)
         elif elements > max_elements(device.split(":")[0]):
             r = MaskedParity(None, f"{elements / 1e6:.0f}M dropout elements per step, beyond the "
                                    f"{max_elements(device.split(':')[0]) / 1e6:.0f}M "
@@ -764,9 +771,9 @@ def ab_judge(built, inputs: dict, modules: dict[str, Any], *, mode: str, device:
         else:
             if "floor" not in floors:
                 floors["floor"] = floor_of(built, mode, device, autocast=True, seed=seed, count=count,
-                                           default=observe_compiled(built, mode, device, autocast=True, seed=seed,
-                                                                    runner=(default_live.step, default_live.model)))
-            got = observe_compiled(built, mode, device, autocast=True, seed=seed, runner=(live.step, live.model))
+                                           default=observe_runner((default_live.step, default_live.model), mode,
+                                                                  device, seed=seed))
+            got = observe_runner((live.step, live.model), mode, device, seed=seed)
             floor, why = floors["floor"]
             if floor is None:
                 r = MaskedParity(None, why)
@@ -800,18 +807,17 @@ def first_rows(inputs: dict, batch: int) -> dict | None:
 
 
 def smaller_batch_judge(built, fired: list[str], *, mode: str, device: str, seed: int, batch: int,
-                        graph_pass: Callable[[list[str]], Any] | None, slots: dict | None,
-                        why_not: str | None = None) -> MaskedParity:
+                        graph_pass: Callable[[list[str]], Any] | None, slots: dict | None) -> MaskedParity:
     """The masks-injected parity of the fusions ``fired`` at ``batch``: the same model and sequence length,
     its inputs cut to ``batch`` rows, the default and the fusions (``graph_pass(fired)``, gate open)
     compiled afresh, each against the eager float32 step with its masks (``slots``: pattern id -> mask slots
     of the fusions drawing their own stream; None: every mask Inductor's). The same kernels and patterns as
     in the step, at another batch: a wrong scale or a mask the backward does not share fails it as in the
-    step. Not judged when ``why_not`` says so, without ``graph_pass``, or when no fusion fires at ``batch``."""
+    step. Not judged without ``graph_pass``, or when no fusion fires at ``batch``."""
     import dataclasses
 
-    if why_not or graph_pass is None:
-        return MaskedParity(None, f"not judged: {why_not or 'no way to compile the fusions again'}")
+    if graph_pass is None:
+        return MaskedParity(None, "not judged: no way to compile the fusions again")
     small = dataclasses.replace(built, inputs=first_rows(built.inputs, batch))
     if small.inputs is None:
         return MaskedParity(None, "not judged: the step's inputs have no larger batch to cut")
