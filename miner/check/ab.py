@@ -606,6 +606,10 @@ class _SoFar:
     result: ABResult
     made: list[VariantResult] = field(default_factory=list)
 
+    def longest_compile(self) -> float:
+        """The longest compile of a variant so far (0 before any): what the next one is reckoned to take."""
+        return max((v.compile_s or 0.0 for v in self.made), default=0.0)
+
 
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C or SIGTERM (``miner.cli``) inside :func:`run_ab`; ``result`` is what it measured before
@@ -674,8 +678,7 @@ def _run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions,
     tail = [0.0]  # seconds per variant of a timed phase (rounds, parity, the judge), once the first phase ran
 
     def out_of_time(variants: int) -> str | None:  # why one more variant is not compiled (None: it is)
-        longest = max((v.compile_s or 0.0 for v in made), default=0.0)
-        return phase_room(deadline, longest, tail[0], variants)
+        return phase_room(deadline, so_far.longest_compile(), tail[0], variants)
 
     def make(name, graph_pass=None, chosen=(), gate_mode=NO_GATE, cache=False, knob=None) -> _Live:
         log(f"  {model} {mode}/{compile_mode} {name}: compiling")
@@ -704,8 +707,7 @@ def _run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions,
 
     masked = ab_judge(built, inputs, modules, mode=mode, device=device,  # philox4 variants' parity
                       graph_pass=lambda chosen: fusions.graph_pass(chosen, gate=GATE_OPEN),
-                      room=lambda n: phase_room(deadline, n * max((v.compile_s or 0.0 for v in made), default=0.0),
-                                                0.0, 0))
+                      room=lambda n: phase_room(deadline, n * so_far.longest_compile(), 0.0, 0))
     phase_a = [default, control]
     if "all" in wanted:
         every = make("all", fusions.graph_pass(names, gate=GATE_OPEN), names, GATE_OPEN)

@@ -139,11 +139,11 @@ def float64_reference_by_rows(fn, xs: list, scalars: list,
         return float64_reference(fn, xs, scalars)
     cut = [isinstance(x, torch.Tensor) and x.dim() == big.dim() and x.shape[0] == n for x in xs]
 
-    def rows(lo: int, hi: int, device=None) -> list:
-        return [(x[lo:hi] if k else x).to(device) if device else (x[lo:hi] if k else x) for x, k in zip(xs, cut)]
+    def rows(lo: int, hi: int) -> list:
+        return [x[lo:hi] if k else x for x, k in zip(xs, cut)]
 
     def shapes(k: int) -> list:
-        outs = fn(*rows(0, k, "meta"), *scalars)
+        outs = fn(*[x.to("meta") if isinstance(x, torch.Tensor) else x for x in rows(0, k)], *scalars)
         return [tuple(o.shape) for o in (outs if isinstance(outs, (tuple, list)) else (outs,))]
 
     full, part = shapes(n), shapes(c)
