@@ -95,7 +95,10 @@ def promote(workspace: Workspace, cid: str, name: str, root: Path | None = None)
         write_json(folder / "fusion.json", {
             "name": name, "pattern_id": meta["id"], "ops": meta["ops"], "miner_version": __version__,
             "promoted_by": command, "observed": meta["observed"], "occurrences": meta["occurrences"],
-            "validation": validation}),
+            "validation": validation,
+            # what the files were rendered from (a region's masks are found from its pattern's nodes:
+            # ``miner.check.masks``), so the fusion's own tests and judge need no candidate folder
+            **{k: meta[k] for k in ("pattern", "lowering", "rng", "source") if k in meta}}),
     ]
     wins = write_wins(workspace, folder, meta["id"])
     files += [wins] if wins else []

@@ -37,14 +37,24 @@ settings.load_profile(PROFILE if PROFILE in ("ci", "slow") else "ci")
 DEVICE = os.environ.get("MINER_PROPERTY_DEVICE", "cpu")
 EXAMPLES = {"ci": {"fusion": 8, "candidate": 4, "compiled": 1}, "slow": {"fusion": 100, "candidate": 50, "compiled": 6}}[PROFILE]
 
+
+def _random(folder) -> bool:
+    """Whether the kernel beside ``folder``'s pattern.py draws random numbers (a region with dropout)."""
+    kernel = folder / "kernel.py"
+    return kernel.is_file() and "\nRANDOM = True" in kernel.read_text()
+
+
+# candidates and fusions whose kernel draws random numbers (region kernels with dropout) are not deterministic
+# functions of their inputs: their properties are tests/test_region.py's (masks, keep rate, the rule) and a
+# region fusion's own tests (tests/harness/region_kernel.py: its kernel against its random reference, one mask
+# under every tiling, its tiny step with the masks injected)
 # chain fusions (an upcast-matmul fusion is an aten rewrite with no chain: tests/fusions/test_<name>.py tests it)
-FUSION_NAMES = [n for n in fusions.names(FUSIONS) if hasattr(fusions.load(FUSIONS, n), "EXAMPLE_INPUTS")]
-# candidates whose kernel draws random numbers (region candidates with dropout) are not deterministic
-# functions of their inputs: their properties are tests/test_region.py's (masks, keep rate, the rule)
+FUSION_NAMES = [n for n in fusions.names(FUSIONS) if hasattr(fusions.load(FUSIONS, n), "EXAMPLE_INPUTS")
+                and not _random(FUSIONS / n)]
 # a reduce_region candidate takes an int64 index and fixed ranks this harness does not draw: its own tests
 # (tests/test_reduce*.py: odd sizes, masked tails, bf16, the region compiled) cover it
 CANDIDATE_IDS = sorted(p.parent.name for p in CANDIDATES.glob("p*/pattern.py")
-                       if "\nRANDOM = True" not in p.with_name("kernel.py").read_text()
+                       if not _random(p.parent)
                        and '\nKIND = "reduce_region"' not in p.with_name("kernel.py").read_text())
 TALLY: Counter = Counter()
 

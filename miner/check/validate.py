@@ -153,20 +153,46 @@ def check_tiling(cand: Candidate, label: str, entry: dict, device: str) -> Check
                  seconds=time.perf_counter() - t0)
 
 
-def stream_checks(cand: Candidate, device: str) -> list[Check]:
-    """A four-per-call dropout candidate's own checks: the same mask under every tiling (an observed
-    row length and an odd one, 8 rows) and numerics with float32 inputs (the numeric cases add
-    bf16/fp16 ones; the reference draws from ``miner.runtime.philox``)."""
+def stream_cases(meta: dict) -> list[tuple[str, dict]]:
+    """(label, entry) of the tiling checks of a four-per-call dropout kernel (``meta``: candidate.json or
+    fusion.json): an observed row length and an odd one, 8 rows; none without an observed shape."""
     from miner.check import cases
 
-    observed = [o for o in cand.meta.get("observed", []) if o.get("outputs")]
+    observed = [o for o in meta.get("observed", []) if o.get("outputs")]
     if not observed:
         return []
     first = cases.shrink(observed[0], 8)
-    odd = cases.reshape(first, n_cols=cases.ODD_COLS)
-    out = [check_tiling(cand, f"tilings {cases.describe(e)}", e, device) for e in (first, odd)]
-    out.append(check_numerics(cand, "float32 inputs", cases.reshape(first, dtype="float32"), None, device))
+    return [(f"tilings {cases.describe(e)}", e) for e in (first, cases.reshape(first, n_cols=cases.ODD_COLS))]
+
+
+def stream_checks(cand: Candidate, device: str) -> list[Check]:
+    """A four-per-call dropout candidate's own checks: the same mask under every tiling
+    (:func:`stream_cases`) and numerics with float32 inputs (the numeric cases add bf16/fp16 ones;
+    the reference draws from ``miner.runtime.philox``)."""
+    from miner.check import cases
+
+    tiled = stream_cases(cand.meta)
+    if not tiled:
+        return []
+    out = [check_tiling(cand, label, e, device) for label, e in tiled]
+    out.append(check_numerics(cand, "float32 inputs", cases.reshape(tiled[0][1], dtype="float32"), None, device))
     return out
+
+
+def fusion_test_cases(workspace, name: str, meta: dict) -> list[tuple[str, str, dict]]:
+    """The rows of a region-kernel fusion's test table (``miner_testing.region_kernel``): ``(test, case id,
+    arguments)``. The checks ``miner validate`` ran on the candidate, on the promoted fusion's files: every
+    numeric case (shrunk as on the CPU), the tilings of a four-per-call stream, the zoo model's tiny step
+    with the fusion's masks injected into eager (``masks.check_model``), and the registry's loud failure."""
+    rows = [("test_kernel_matches_float64_reference", label, {"entry": e, "variant": v})
+            for label, e, v in numeric_cases(meta, on_cpu=True)]
+    if (meta.get("lowering") or {}).get("rng") == "philox4":
+        rows += [("test_same_mask_in_every_tiling", label, {"entry": e}) for label, e in stream_cases(meta)]
+    zoo = pick_model(meta)
+    if zoo:
+        rows.append(("test_step_with_its_masks_injected_matches_eager", "/".join(zoo),
+                     {"model": zoo[0], "mode": zoo[1]}))
+    return rows + [("test_registry_is_loud_about_unknown_names", "no_such_fusion", {"unknown": "no_such_fusion"})]
 
 
 # --------------------------------------------------------------------------- rewrite in a model

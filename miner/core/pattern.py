@@ -446,8 +446,10 @@ def pattern_to_json(p: Pattern) -> dict:
     return d
 
 
-def pattern_from_json(d: dict) -> Pattern:
-    """Rebuild a :class:`Pattern` from :func:`to_json` output; checks that the id matches the form."""
+def pattern_from_json(d: dict, prepared: bool = False) -> Pattern:
+    """Rebuild a :class:`Pattern` from :func:`to_json` output; checks that the id matches the form, unless
+    ``prepared``: a region pattern rewritten for lowering (``miner.generate.region.prepare``, a candidate's
+    ``pattern``) keeps the id of the region it was made from."""
     sup, cnt, ind = d.get("support", {}), d.get("counts", {}), d.get("inductor", {})
     p = Pattern(
         id=d["id"],
@@ -468,7 +470,7 @@ def pattern_from_json(d: dict) -> Pattern:
         occurrences=tuple(occurrence_from_json(o) for o in d.get("occurrences", ())),
         closed=bool(d.get("closed", True)),
     )
-    if pattern_id(p.canonical()) != p.id:
+    if not prepared and pattern_id(p.canonical()) != p.id:
         raise ValueError(f"pattern {p.id}: id does not match its canonical form")
     return p
 
