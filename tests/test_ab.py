@@ -340,3 +340,66 @@ def test_each_rounds_gpu_and_host_times_are_kept_and_the_host_bound_rounds_count
     old = ab_to_json(r)
     del old["variants"][0]["round_ms"], old["variants"][0]["host_ms"]  # a verify.json written before them
     assert ab_from_json(old).variants[0].host_ms == []
+
+
+def knob_result(ln_ms=58.0, band=0.005, parity_ok=True) -> ABResult:
+    """t5-like: two fusions fire only on top of the knob; each alone there, timed in the knob's rounds."""
+    from miner.check.verify import Parity
+
+    r = ABResult("t5", "train", "default", "base", 16, 512, noise_band=band, fires={},
+                 env={"device": "cuda", "gpu": "NVIDIA H100 80GB HBM3", "torch": "2.11", "date": "2026-12-06"})
+    knob = [60.0, 61.0, 59.0, 60.0]
+    ok = Parity(1.0, 1.0, 0.0, 0.0, 0.0, None, None, parity_ok) if parity_ok is not None else None
+
+    def v(name, fusions, rounds, matches):
+        return VariantResult(name, fusions, "open", stats(sum(rounds) / len(rounds)), 80 / (sum(rounds) / len(rounds)),
+                             "win", matches=matches, contexts={f: {SITE: n} for f, n in matches.items()},
+                             knob="sdpa", round_ms=rounds, parity=ok)
+    r.variants = [VariantResult("default", [], "-", stats(80.0), 1.0, round_ms=[80.0] * 4),
+                  VariantResult("control", [], "-", stats(80.1), 80 / 80.1, "noise", round_ms=[80.1] * 4),
+                  v("knob:sdpa", [], knob, {}),
+                  v("knob:sdpa+fusions", ["p_attn", "p_ln"], [55.0, 56.0, 54.0, 55.0], {"p_attn": 12, "p_ln": 58}),
+                  v("knob:sdpa+alone:p_attn", ["p_attn"], [56.0, 57.0, 55.0, 56.0], {"p_attn": 12}),
+                  v("knob:sdpa+alone:p_ln", ["p_ln"], [t * ln_ms / 60.0 for t in knob], {"p_ln": 58})]
+    return r
+
+
+def test_a_fusion_alone_on_top_of_a_knob_is_recorded_against_the_knob_not_the_default():
+    recs = dict(ab.knob_records(knob_result()))
+    assert set(recs) == {"p_attn", "p_ln"}
+    attn = recs["p_attn"]
+    assert attn.knob == "sdpa" and attn.verdict == "win" and attn.matches == 12 and attn.contexts == {SITE: 12}
+    assert attn.speedup == pytest.approx(60 / 56, abs=1e-4)  # the median of the per-round ratios, not of the steps
+    assert recs["p_ln"].speedup == pytest.approx(60 / 58, abs=1e-4)  # the same ratio every round (stored to 4 places)
+    # a variant that breaks parity or was not judged is never a win
+    assert dict(ab.knob_records(knob_result(parity_ok=False)))["p_ln"].verdict == "parity-fail"
+    assert dict(ab.knob_records(knob_result(ln_ms=61.0)))["p_ln"].verdict == "loss"
+    # the record keeps its knob through the file, and does not replace a record over the default
+    from miner.runtime import evidence
+
+    stored = evidence.InModelRecord.from_json(attn.to_json())
+    assert stored == attn and stored.knob == "sdpa" and "over knob sdpa" in stored.describe()
+    plain = ab.alone_records(result())["layer_norm"]
+    assert "knob" not in plain.to_json() and plain.key != replace_knob(plain).key
+    assert len(evidence.merge([plain], [replace_knob(plain)])) == 2
+    assert sorted(ab.run_records(knob_result())) == ["p_attn", "p_ln"]
+
+
+def replace_knob(rec, knob="sdpa"):
+    import dataclasses
+
+    return dataclasses.replace(rec, knob=knob)
+
+
+def test_when_one_fusion_fires_on_a_knob_its_knob_plus_fusions_variant_is_it_alone():
+    r = knob_result()
+    r.variants = r.variants[:3] + [r.variants[5]]
+    r.variants[3].name = "knob:sdpa+fusions"
+    assert [f for f, _ in ab.knob_records(r)] == ["p_ln"]
+
+
+def test_a_fusion_alone_on_a_knob_is_no_configuration_of_its_own():
+    from miner.check import configs
+
+    names = [c.name for c in configs.configurations(knob_result())]
+    assert names == ["default", "sdpa", "sdpa+fusions"]

@@ -68,7 +68,7 @@ def test_a_newer_record_of_the_same_key_replaces_the_older_in_both_file_kinds(tm
         kind = json.loads(path.read_text())["kind"]
         assert kind == (evidence.FUSION_KIND if path.name == evidence.FUSION_FILE else evidence.CANDIDATE_KIND)
     assert [r.key for r in evidence.merge([_record(seq=128)], [_record(seq=256)])] == [
-        ("bert", "train", "default", "base", 16, 128), ("bert", "train", "default", "base", 16, 256)]
+        ("bert", "train", "default", "base", 16, 128, None), ("bert", "train", "default", "base", 16, 256, None)]
 
 
 def test_decide_fires_only_on_in_model_evidence():

@@ -130,6 +130,17 @@ def test_run_ab_measures_each_knob_alone_and_with_the_fusions(counting_knob):
     # the context was entered for the compiling warm-up, the 2 timed rounds and the parity step, per variant
     assert state["entered"] == 2 * (1 + 2 + 1) and state["on"] is False
     assert r.variant("default").step.steps == 2  # phase A's numbers kept for default
+    # one fusion fires on the knob: knob:counting+fusions is it alone there, the evidence over the knob
+    [(f, rec)] = ab.knob_records(r)
+    assert f == "layer_norm" and rec.knob == "counting" and rec.matches == fused.matches["layer_norm"]
+
+
+def test_fusion_variants_alone_without_all_only_on_top_of_knobs():
+    from miner.commands.verify import _fusion_variants
+
+    assert _fusion_variants("alone,gated", knobs=True) == ("alone", "gated")
+    with pytest.raises(UsageError, match="alone needs all or --knobs"):
+        _fusion_variants("alone,gated")
 
 
 def test_knobs_only_one_phase_without_fusion_variants(counting_knob):
@@ -287,3 +298,41 @@ def test_an_interrupt_in_the_first_phases_parity_leaves_the_default_a_plain_row(
     assert r.error is None and [v.name for v in r.variants] == ["default", "control", "all"]
     assert default.verdict is None and control.verdict is None  # not variants whose parity is judged
     assert fused.verdict == ab.UNJUDGED and "parity not judged" in fused.note  # timed, never a win unjudged
+
+
+class _NormSoftmax(torch.nn.Module):
+    """embedding -> LayerNorm -> head -> log_softmax: two of the repository's fusions match."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 32)
+        self.ln = torch.nn.LayerNorm(32)
+        self.head = torch.nn.Linear(32, 50)
+
+    def forward(self, input_ids):
+        return {"logits": torch.log_softmax(self.head(self.ln(self.emb(input_ids))).float(), dim=-1)}
+
+
+def test_each_fusion_firing_on_a_knob_is_measured_alone_on_top_of_it(counting_knob):
+    from miner.runtime.fusions import Fusions
+    from tests.test_verify_ab import _Built
+
+    def build():
+        torch.manual_seed(0)
+        return _Built(_NormSoftmax(), {"input_ids": torch.randint(0, 50, (2, 8))})
+
+    knob, _ = counting_knob
+    r = ab.run_ab(build, ab.ABCase("norm_softmax", "infer", "default"), Fusions(Path(__file__).resolve().parents[1]),
+                  ab.ABOptions(preset="tiny", device="cpu", warmup=1, rounds=2, profile_steps=0,
+                               fusion_variants=("alone",)), knobs=[knob], log=lambda s: None)
+    fused = r.variant("knob:counting+fusions")
+    fired = sorted(f for f, n in fused.matches.items() if n)
+    assert len(fired) == 2, fused.matches
+    names = [v.name for v in r.variants]
+    assert names == ["default", "control", "knob:counting", "knob:counting+fusions"] + \
+        [f"knob:counting+alone:{f}" for f in fired]
+    for f in fired:
+        v = r.variant(f"knob:counting+alone:{f}")
+        assert v.knob == "counting" and [g for g, n in v.matches.items() if n] == [f] and v.parity.ok
+        assert len(v.round_ms) == len(r.variant("knob:counting").round_ms) == 2
+    assert sorted(f for f, _ in ab.knob_records(r)) == fired

@@ -205,7 +205,8 @@ def test_validation_leaves_the_ab_the_time_its_compiles_need(tmp_path, monkeypat
     assert tune._ab_estimate(run, 1) == pytest.approx(per * 4)
     assert tune._ab_estimate(run, 0) == pytest.approx(per * 5)  # no candidate: promoted fusions, gated
     run.args.fusion_variants = "all,alone,gated"
-    assert tune._ab_estimate(run, 2) == pytest.approx(per * 7)  # ... and all, and each of two candidates alone
+    # ... and all, and each of two candidates alone, over the default and over the knob
+    assert tune._ab_estimate(run, 2) == pytest.approx(per * 9)
     run.args.fusion_variants = "gated"
     run.state = {"stages": {"generate": {"outputs": {"candidates": ["p1", "p2"]}}}}
     validated = []

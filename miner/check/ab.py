@@ -541,6 +541,66 @@ def alone_records(r: ABResult) -> dict:
     return out
 
 
+def knob_alone_variant(r: ABResult, knob: str, fusion: str) -> VariantResult | None:
+    """The variant of ``r`` that measured ``fusion`` alone on top of ``knob``: ``knob:<k>+alone:<f>``, or
+    ``knob:<k>+fusions`` when ``fusion`` was the only one that fired there."""
+    v = r.variant(f"knob:{knob}+alone:{fusion}")
+    fused = r.variant(f"knob:{knob}+fusions")
+    if v is None and fused is not None and [g for g, k in fused.matches.items() if k] == [fusion]:
+        v = fused
+    return v
+
+
+@dataclass(frozen=True)
+class OverKnob:
+    """One fusion measured alone on top of a knob: the knob's variant, the fusion's, and the knob's step over
+    the fusion's (median and p20-p80 of the per-round ratios: both were timed in the same rounds)."""
+
+    fusion: str
+    knob: VariantResult
+    variant: VariantResult
+    speedup: float
+    p20: float
+    p80: float
+
+
+def over_knobs(r: ABResult) -> list[OverKnob]:
+    """Every fusion measured alone on top of a knob in ``r`` (:func:`knob_alone_variant`)."""
+    out = []
+    for base in r.variants:
+        if not base.knob or base.name != f"knob:{base.knob}" or not base.round_ms:
+            continue
+        fired = {f for v in r.variants if v.knob == base.knob for f, n in v.matches.items() if n}
+        for f in sorted(fired):
+            v = knob_alone_variant(r, base.knob, f)
+            if v is not None and v.round_ms and len(v.round_ms) == len(base.round_ms):
+                out.append(OverKnob(f, base, v, *ratio_stats(paired_ratios(base.round_ms, v.round_ms))))
+    return out
+
+
+def knob_records(r: ABResult) -> list[tuple[str, Any]]:
+    """(fusion, record) for every fusion measured alone on top of a knob in ``r`` (:func:`over_knobs`): its
+    speedup over the knob alone, the verdict against the run's band and the variant's parity. The evidence
+    for a fusion that exists only in a knob's graph (t5's attention regions under ``sdpa_reduced_math``) or
+    that is worth taking only on top of one."""
+    out = []
+    for o in over_knobs(r):
+        verdict_ = verdict(o.speedup, r.noise_band, o.variant.parity)
+        if verdict_ is not None:
+            rec = in_model_record(r, o.variant, o.fusion)
+            out.append((o.fusion, replace(rec, speedup=round(o.speedup, 4), verdict=verdict_, knob=o.knob.knob)))
+    return out
+
+
+def run_records(r: ABResult) -> dict[str, list]:
+    """fusion -> every in-model record ``r`` gives it: alone over the default (:func:`alone_records`) and
+    alone over each knob (:func:`knob_records`)."""
+    out = {f: [rec] for f, rec in alone_records(r).items()}
+    for f, rec in knob_records(r):
+        out.setdefault(f, []).append(rec)
+    return out
+
+
 def gate_verdicts(r: ABResult, modules: dict[str, Any], compile_mode: str,
                   records: dict[str, Sequence[Any]] | None = None) -> dict[str, dict[str, str]]:
     """fusion -> {site: "fire: <reason>" | "decline: <reason>"}: the gate's decision, with the evidence of
@@ -784,6 +844,14 @@ def _run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions,
             else:
                 phase_b.append(make(name, fusions.graph_pass(names, records=this_run) if fused else None,
                                     held, gate, knob=knob))
+                fired_k = [f for f in names if phase_b[-1].res.matches.get(f)] if fused else []
+                for f in (fired_k if len(fired_k) > 1 and "alone" in wanted else []):  # each on top of the knob
+                    alone_k = f"knob:{knob.name}+alone:{f}"
+                    if why := out_of_time(len(phase_b) + 1):
+                        r.variants.append(VariantResult(alone_k, [f], GATE_OPEN, knob=knob.name, error=why))
+                    else:
+                        phase_b.append(make(alone_k, fusions.graph_pass([f], gate=GATE_OPEN), [f], GATE_OPEN,
+                                            knob=knob))
     if len(phase_b) > 2:
         log(f"  {model} {mode}/{compile_mode}: {rounds} alternating rounds over {len(phase_b)} variants")
         for live in interleave(phase_b, rounds, device):

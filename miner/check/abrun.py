@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from miner.check import explain
-from miner.check.ab import (COMPILE_MODES, ABOptions, ABResult, VariantResult, ab_from_json, ab_to_json, alone_records,
+from miner.check.ab import (COMPILE_MODES, ABOptions, ABResult, VariantResult, ab_from_json, ab_to_json, run_records,
                             rounds_for, run_ab, step_label)
 from miner.check.promotion import _root
 from miner.check.verify import format_step, load_fusions, run_env
@@ -199,11 +199,12 @@ def run_all(models: Sequence[str], run: ABRun, *, time_budget_s: float | None = 
 # --------------------------------------------------------------------------- evidence
 
 def record(workspace: Any, results: Sequence[ABResult], source: str = "") -> list[Path]:
-    """Write each fusion-alone verdict of ``results`` into ``fusions/<name>/wins.json`` (``in_model``),
-    or, for a candidate id (``--candidates``), into ``candidates/<id>/in_model.json``.
+    """Write each fusion-alone verdict of ``results`` (over the default, and over each knob it was measured
+    alone on: ``ab.run_records``) into ``fusions/<name>/wins.json`` (``in_model``), or, for a candidate id
+    (``--candidates``), into ``candidates/<id>/in_model.json``.
 
     Only results measured on CUDA count (interpreter timings mean nothing); a record for the same
-    model, mode, compile mode, preset, batch and seq replaces the older one.
+    model, mode, compile mode, preset, batch, seq and knob replaces the older one.
     """
     from miner.runtime import evidence
 
@@ -212,8 +213,8 @@ def record(workspace: Any, results: Sequence[ABResult], source: str = "") -> lis
     for r in results:
         if r.error or r.env.get("device", "cuda") != "cuda":
             continue
-        for f, rec in alone_records(r).items():
-            per_fusion.setdefault(f, []).append(replace(rec, source=source))
+        for f, recs in run_records(r).items():
+            per_fusion.setdefault(f, []).extend(replace(rec, source=source) for rec in recs)
     written = []
     for f, recs in sorted(per_fusion.items()):
         path = evidence.evidence_file(root, f, fusion=True)

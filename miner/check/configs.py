@@ -220,7 +220,7 @@ def configurations(r: Any, source: str = "") -> list[Config]:
             out.append(_config(DEFAULT, v, knob=None, fusions=False, r=r, source=source))
         elif v.name == "gated" or (v.name == "all" and r.variant("gated") is None):
             out.append(_config(FUSIONS, v, knob=None, fusions=True, r=r, source=source))
-        elif v.knob:
+        elif v.knob and "+alone:" not in v.name:  # a fusion alone on a knob is evidence, not a configuration
             fused = v.name.endswith("+fusions")
             out.append(_config(v.knob + ("+fusions" if fused else ""), v, knob=v.knob, fusions=fused, r=r,
                                source=source))

@@ -250,8 +250,8 @@ A_B_COMPILE_SHARE = 0.65  # an A/B variant's compile against the profile's of th
 
 def _ab_estimate(run: Run, candidates: int, knobs: int | None = None) -> float | None:
     """Seconds the A/B would take with ``candidates`` validated: one compile per variant it builds (the
-    float32 parity reference, the default, ``all``, ``alone`` once per candidate, each knob alone and with
-    the fusions; the control reads the default's cache; ``gated`` compiles only for promoted fusions, which
+    float32 parity reference, the default, ``all``, ``alone`` once per candidate over the default (with ``all``)
+    and over each knob, each knob alone and with the fusions; the control reads the default's cache; ``gated`` compiles only for promoted fusions, which
     have a gate), each ``A_B_COMPILE_SHARE`` of the profile's compile of the same step (its scan's seconds,
     summed over the models and modes). ``knobs``: how many apply (read from the captures here if None).
     None without such a scan here."""
@@ -262,7 +262,7 @@ def _ab_estimate(run: Run, candidates: int, knobs: int | None = None) -> float |
     if knobs is None:
         knobs = _knob_count(run)
     variants = {v.strip() for v in (run.args.fusion_variants or "").split(",") if v.strip()}
-    compiles = (2 + 2 * knobs + ("all" in variants) + ("alone" in variants) * candidates
+    compiles = (2 + 2 * knobs + ("all" in variants) + ("alone" in variants) * candidates * (("all" in variants) + knobs)
                 + ("gated" in variants and not candidates))
     return float(seconds) * A_B_COMPILE_SHARE * compiles
 
@@ -413,7 +413,7 @@ def run_stages(run: Run, stages: tuple[Stage, ...] | None = None) -> list[str]:
 def decision_lines(run: Run) -> list[str]:
     """The recommendation per model and mode (``miner.check.configs``) and each candidate's verdict alone."""
     from miner.check import abrun
-    from miner.check.ab import alone_records
+    from miner.check.ab import run_records
     from miner.check import configs
 
     path = run.out / "ab" / "verify.json"
@@ -427,8 +427,10 @@ def decision_lines(run: Run) -> list[str]:
             continue
         if not any(v.knob for v in r.variants):
             out.append(f"{r.model} {r.mode}/{r.compile}: no knob measured")
-        for f, rec in sorted(alone_records(r).items()):
-            out.append(f"  candidate {f} alone: {rec.speedup:.3f}x {rec.verdict} (±{100 * rec.band:.1f}%)")
+        for f, recs in sorted(run_records(r).items()):
+            for rec in recs:
+                over = f" on top of {rec.knob}" if rec.knob else ""
+                out.append(f"  candidate {f} alone{over}: {rec.speedup:.3f}x {rec.verdict} (±{100 * rec.band:.1f}%)")
         held = sorted({f for v in r.variants for f in v.fusions if v.step is not None})
         idle = [f for f in held if not any((v.matches or {}).get(f) for v in r.variants)]
         for f in idle:  # measured nowhere: say so, not only "nothing faster than the default"

@@ -52,8 +52,10 @@ def add_arguments(p) -> None:
                          "sdpa_reduced_math, reduce_overhead, max_autotune_no_cudagraphs, coordinate_descent, "
                          "combo_kernels, benchmark_fusion, all, a+b (together), module:attr (your own Knob)")
     ab.add_argument("--fusion-variants", default="all,alone,gated", metavar="V,...",
-                    help="fusion variants to compile: all (gate open), alone (each firing fusion; needs all), "
-                         "gated (default: all,alone,gated; e.g. gated for a knobs-only comparison)")
+                    help="fusion variants to compile: all (gate open), alone (each firing fusion: with all, alone "
+                         "over the default; with --knobs, alone on top of each knob, knob:<k>+alone:<f>), gated "
+                         "(default: all,alone,gated; e.g. gated for a knobs-only comparison, alone,gated to measure "
+                         "each fusion on top of the knobs only)")
     ab.add_argument("--record", action="store_true",
                     help="write each fusion-alone verdict into fusions/<name>/wins.json (in_model): the gate's "
                          "evidence (CUDA runs only)")
@@ -213,7 +215,7 @@ def _ab_run(args, preset: str, device: str, modes, compile_modes):
 
     options = ABOptions(preset=preset, device=device, warmup=args.warmup, rounds=args.rounds,
                         profile_steps=args.profile_steps, parity_reference=args.parity_reference == "float32",
-                        fusion_variants=_fusion_variants(args.fusion_variants) or FUSION_VARIANTS)
+                        fusion_variants=_fusion_variants(args.fusion_variants, bool(args.knobs)) or FUSION_VARIANTS)
     return ABRun(options, modes=tuple(modes), compile_modes=tuple(compile_modes),
                  batch=None if args.batch is None else tuple(args.batch),
                  seq=None if args.seq is None else tuple(args.seq),
@@ -221,15 +223,16 @@ def _ab_run(args, preset: str, device: str, modes, compile_modes):
                  candidates=tuple(c.strip() for c in (args.candidates or "").split(",") if c.strip()))
 
 
-def _fusion_variants(text: str) -> tuple[str, ...]:
+def _fusion_variants(text: str, knobs: bool = False) -> tuple[str, ...]:
     from miner.check.ab import FUSION_VARIANTS
 
     chosen = tuple(v.strip() for v in text.split(",") if v.strip())
     bad = [v for v in chosen if v not in FUSION_VARIANTS]
     if bad:
         raise UsageError(f"--fusion-variants: unknown {bad[0]!r}; variants: {', '.join(FUSION_VARIANTS)}")
-    if "alone" in chosen and "all" not in chosen:
-        raise UsageError("--fusion-variants: alone needs all (all's matches say which fusions fire)")
+    if "alone" in chosen and "all" not in chosen and not knobs:
+        raise UsageError("--fusion-variants: alone needs all or --knobs (the matches of all, or of each "
+                         "knob:<k>+fusions, say which fusions fire)")
     return chosen
 
 

@@ -390,7 +390,7 @@ def ab_steps(results: Sequence[tuple[str, object]]) -> dict[str, list[StepChange
     The p20-p80 range is the A/B's own (quantiles of the per-round paired ratios) where the file has
     it, else the default's median over the variant's p80 and p20 step times.
     """
-    from miner.check.ab import alone_records, alone_variant
+    from miner.check.ab import alone_records, alone_variant, knob_records, over_knobs
 
     out: dict[str, list[StepChange]] = {}
     for source, r in results:
@@ -410,6 +410,14 @@ def ab_steps(results: Sequence[tuple[str, object]]) -> dict[str, list[StepChange
                 r.model, r.mode, r.compile, rec.speedup, rec.band, rec.verdict, lo, hi, mem,
                 _parity_ok(v.parity), rec.matches, source, str(r.env.get("date") or ""),
                 setup_of(r)))
+        records = {(f, rec.knob): rec for f, rec in knob_records(r)}
+        for o in over_knobs(r):  # alone on top of a knob: the knob's step over the knob's with the fusion
+            rec = records.get((o.fusion, o.knob.knob))
+            if rec is not None:
+                out.setdefault(o.fusion, []).append(StepChange(
+                    r.model, r.mode, f"{r.compile} over {o.knob.knob}", o.speedup, rec.band, rec.verdict, o.p20,
+                    o.p80, None, _parity_ok(o.variant.parity), rec.matches, source, str(r.env.get("date") or ""),
+                    setup_of(r)))
     return out
 
 

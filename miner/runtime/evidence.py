@@ -68,6 +68,9 @@ class InModelRecord:
     torch: str | None = None
     date: str | None = None
     source: str | None = None
+    # measured on top of this knob (``miner.check.knobs``): ``speedup`` is the knob's step over the knob's
+    # with the fusion alone (``knob:<k>+alone:<f>``); None: over the default compile
+    knob: str | None = None
     extra: dict = field(default_factory=dict, compare=False)
 
     @property
@@ -80,12 +83,12 @@ class InModelRecord:
 
     @property
     def key(self) -> tuple:
-        """What a newer record replaces an older one by: model, mode, compile, preset, batch, seq."""
-        return (self.model, self.mode, self.compile, self.preset) + self.shape
+        """What a newer record replaces an older one by: model, mode, compile, preset, batch, seq, knob."""
+        return (self.model, self.mode, self.compile, self.preset) + self.shape + (self.knob,)
 
     @property
     def where(self) -> str:
-        return f"{self.model} {self.mode}/{self.compile}"
+        return f"{self.model} {self.mode}/{self.compile}" + (f" over knob {self.knob}" if self.knob else "")
 
     def describe(self, *, full: bool = False) -> str:
         """``bert train/default B16 S512 1.030x (noise +-1.0%)``; ``full``: with its matches and verdict."""
@@ -98,7 +101,7 @@ class InModelRecord:
         """The record as stored (the committed files' key order; fields this version does not know last)."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
         order = ("model", "mode", "compile", "preset", "batch", "seq", "speedup", "band", "verdict", "matches",
-                 "contexts", "gpu", "torch", "date", "source")
+                 "contexts", "gpu", "torch", "date", "source") + (("knob",) if self.knob else ())
         return {**{k: out[k] for k in order}, **self.extra}
 
     @staticmethod
