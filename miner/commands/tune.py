@@ -250,11 +250,11 @@ A_B_COMPILE_SHARE = 0.65  # an A/B variant's compile against the profile's of th
 
 def _ab_estimate(run: Run, candidates: int, knobs: int | None = None) -> float | None:
     """Seconds the A/B would take with ``candidates`` validated: one compile per variant it builds (the
-    float32 parity reference, the default, ``all``, ``alone`` once per candidate over the default (with ``all``)
-    and over each knob, each knob alone and with the fusions; the control reads the default's cache; ``gated`` compiles only for promoted fusions, which
-    have a gate), each ``A_B_COMPILE_SHARE`` of the profile's compile of the same step (its scan's seconds,
-    summed over the models and modes). ``knobs``: how many apply (read from the captures here if None).
-    None without such a scan here."""
+    float32 parity reference, the default, ``all``, ``alone`` once per candidate over the default (with
+    ``all``) and over each knob, each knob alone and with the fusions; the control reads the default's cache;
+    ``gated`` compiles only for promoted fusions, which have a gate), each ``A_B_COMPILE_SHARE`` of the
+    profile's compile of the same step (its scan's seconds, summed over the models and modes). ``knobs``: how
+    many apply (read from the captures here if None). None without such a scan here."""
     scans = [run.ws.load_scan(m, run.preset, mode) for m in run.models for mode in run.modes]
     seconds = sum(float(getattr(sc, "seconds", 0) or 0) for sc in scans if sc is not None)
     if not seconds:
@@ -262,8 +262,8 @@ def _ab_estimate(run: Run, candidates: int, knobs: int | None = None) -> float |
     if knobs is None:
         knobs = _knob_count(run)
     variants = {v.strip() for v in (run.args.fusion_variants or "").split(",") if v.strip()}
-    compiles = (2 + 2 * knobs + ("all" in variants) + ("alone" in variants) * candidates * (("all" in variants) + knobs)
-                + ("gated" in variants and not candidates))
+    alone = ("alone" in variants) * candidates * (("all" in variants) + knobs)  # over the default, over each knob
+    compiles = 2 + 2 * knobs + ("all" in variants) + alone + ("gated" in variants and not candidates)
     return float(seconds) * A_B_COMPILE_SHARE * compiles
 
 
