@@ -90,7 +90,7 @@ def test_a_users_knob_from_the_current_directory(tmp_path, monkeypatch):
 
 # --------------------------------------------------------------------------- in the A/B
 
-from tests.test_verify_ab import _build  # noqa: E402  the small layer-norm model
+from tests.test_verify_ab import _Norm, _build  # noqa: E402  the small layer-norm model
 
 
 @pytest.fixture
@@ -300,17 +300,11 @@ def test_an_interrupt_in_the_first_phases_parity_leaves_the_default_a_plain_row(
     assert fused.verdict == ab.UNJUDGED and "parity not judged" in fused.note  # timed, never a win unjudged
 
 
-class _NormSoftmax(torch.nn.Module):
-    """embedding -> LayerNorm -> head -> log_softmax: two of the repository's fusions match."""
-
-    def __init__(self):
-        super().__init__()
-        self.emb = torch.nn.Embedding(50, 32)
-        self.ln = torch.nn.LayerNorm(32)
-        self.head = torch.nn.Linear(32, 50)
+class _NormSoftmax(_Norm):
+    """The layer-norm model with a log_softmax on its logits: two of the repository's fusions match."""
 
     def forward(self, input_ids):
-        return {"logits": torch.log_softmax(self.head(self.ln(self.emb(input_ids))).float(), dim=-1)}
+        return {"logits": torch.log_softmax(super().forward(input_ids)["logits"].float(), dim=-1)}
 
 
 def test_each_fusion_firing_on_a_knob_is_measured_alone_on_top_of_it(counting_knob):
