@@ -60,6 +60,16 @@ def test_committed_candidate_is_what_the_generator_makes(regenerated, cid):
 
 
 @pytest.mark.parametrize("cid", COMMITTED)
+def test_committed_candidate_json_says_what_the_generator_says(regenerated, cid):
+    """The fields a later stage reads back: a region's lowering (what `miner promote` renders from), the safety
+    summary, the signature."""
+    new = json.loads((regenerated.candidates / cid / "candidate.json").read_text())
+    old = json.loads((REPO / "candidates" / cid / "candidate.json").read_text())
+    for key in ("lowering", "safety", "signature"):
+        assert new.get(key) == old.get(key), f"candidates/{cid}/candidate.json: {key} is stale"
+
+
+@pytest.mark.parametrize("cid", COMMITTED)
 def test_committed_candidate_kernel_passes_numerics(tmp_path, cid):
     ws = Workspace(tmp_path)
     shutil.copytree(REPO / "candidates" / cid, ws.candidates / cid)
