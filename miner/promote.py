@@ -98,7 +98,7 @@ def promote(workspace: Workspace, cid: str, name: str, root: Path | None = None)
             "validation": validation,
             # what the files were rendered from (a region's masks are found from its pattern's nodes:
             # ``miner.check.masks``), so the fusion's own tests and judge need no candidate folder
-            **{k: meta[k] for k in ("pattern", "lowering", "rng", "source") if k in meta}}),
+            **{k: meta[k] for k in ("pattern", "lowering", "rng", "source", "kind", "kernel", "sizes") if k in meta}}),
     ]
     wins = write_wins(workspace, folder, meta["id"])
     files += [wins] if wins else []

@@ -270,3 +270,27 @@ def test_a_region_candidates_json_renders_its_own_files_again(cid):
                                     f"Fusion candidate {cid} ({meta['label']}): {meta['ops']}.")
     assert [ln for ln in kernel.splitlines() if not ln.startswith("# ")] == _body(folder / "kernel.py")
     assert [ln for ln in pattern.splitlines() if not ln.startswith("# ")] == _body(folder / "pattern.py")
+
+
+def test_a_reduction_region_promotes_and_its_fusion_passes_its_own_checks(tmp_path):
+    """t5's position-bias-gradient reduction (kind ``reduce_region``): the fusion's kernel is the validated one,
+    its pattern asks the gate, and the harness's checks pass on the fusion's own files."""
+    import shutil
+
+    from miner.core.candidate import Candidate
+    from miner_testing import reduce_region as harness
+
+    ws = Workspace(tmp_path)
+    cid = "p86f4808f37"
+    shutil.copytree(REPO / "candidates" / cid, ws.candidates / cid)
+    (ws.candidates / cid / "in_model.json").unlink(missing_ok=True)
+    promotion.write_evidence(ws, cid, [IN_MODEL_WIN])  # as `miner verify --ab --record` would
+    promote(ws, cid, "bias_gradient")
+    folder = ws.fusions / "bias_gradient"
+    assert _body(folder / "kernel.py") == _body(ws.candidates / cid / "kernel.py")
+    assert "rewrite.wins_gate(match, WINS, N_INPUTS)" in (folder / "pattern.py").read_text()
+    test = (ws.root / "tests" / "fusions" / "test_bias_gradient.py").read_text()
+    assert 'bind("reduce_region", CASES)' in test and "test_rewrite_fires_and_equals_eager_in_the_region_module" in test
+    fusion = Candidate("bias_gradient", folder, json.loads((folder / "fusion.json").read_text()))
+    harness.test_kernel_matches_float64_reference(fusion, {"entry": 0, "primes": "ODD", "dtype": None}, "cpu")
+    harness.test_rewrite_fires_and_equals_eager_in_the_region_module(fusion, {})

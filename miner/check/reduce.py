@@ -298,6 +298,20 @@ def rewrite_check(cand) -> Check:
     return Check("rewrite", "region module", not problems, detail, matches=n, seconds=time.perf_counter() - t0)
 
 
+def fusion_test_cases(workspace, name: str, meta: dict) -> list[tuple[str, str, dict]]:
+    """The rows of a reduction-region fusion's test table (``miner_testing.reduce_region``): the numeric
+    cases :func:`numeric_checks` runs (each observed entry at the CPU's stand-in sizes, at odd sizes, and with
+    bf16 inputs), the rewrite in the region module (:func:`rewrite_check`) and the registry's loud failure."""
+    rows = []
+    for i, entry in enumerate(meta["observed"]):
+        for label, primes, dtype in (("small sizes", "SMALL", None), ("odd sizes", "ODD", None),
+                                     ("bfloat16 inputs", "ODD", "bfloat16")):
+            rows.append(("test_kernel_matches_float64_reference", f"observed {i}: {label}",
+                         {"entry": i, "primes": primes, "dtype": dtype}))
+    return rows + [("test_rewrite_fires_and_equals_eager_in_the_region_module", "region module", {}),
+                   ("test_registry_is_loud_about_unknown_names", "no_such_fusion", {"unknown": "no_such_fusion"})]
+
+
 def validate(cand, device: str, model: bool, log):
     """The checks of a reduce_region candidate, as ``miner.check.checks.Validation``."""
     v = Validation(cand.id, True, device, model)

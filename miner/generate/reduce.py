@@ -645,7 +645,6 @@ def generate_one(pattern: Pattern, workspace, command: str, source_info: dict | 
     from miner import __version__
     from miner.core.pattern import to_json as pattern_json
     from miner.core.workspace import write_json, write_text
-    from miner.generate import emit
     from miner.generate import generate as gen
 
     occ = next(o for o in pattern.occurrences if o.verdict.ok and all(m is not None for m in o.input_meta))
@@ -660,43 +659,26 @@ def generate_one(pattern: Pattern, workspace, command: str, source_info: dict | 
     tied = tie_shapes(pattern, shapes)
     spec = gen.spec_from_pattern(tied)
     tied = replace(tied, nodes=spec.nodes)
-    inputs = [{"shape": list(m.shape), "dtype": m.dtype} for m in occ.input_meta]
     try:
-        metas = gen.node_metas(spec, inputs, [source.literal_value(c) for c in occ.scalars])
-        pl = plan(tied, metas, [m.dtype for m in occ.input_meta])
+        pl = _plan_of(spec, tied, occ)
     except Unsupported as e:
         return gen.Skipped(pattern.id, pattern.ops, f"not generated: {e}")
     observed = gen.observed_entries(tied, spec)
     sizes = small_sizes(shapes)
-    examples = [([sizes[s] for s in i["shape"]], i["dtype"]) for i in inputs]
-    label = "reduce_" + ("index_put" if any(o[0] == "scatter" for o in pl.outputs) else "sum")
+    label = _label(pl)
     folder = workspace.candidates / pattern.id
-    n_out = len(spec.outputs)
-    params = ", ".join([f"x{k}" for k in range(spec.n_inputs)] + [f"c{c}" for c in range(spec.n_consts)])
-    kernel_py = emit.fill_template(
-        "reduce_kernel.py.tmpl", head=gen.header(pattern.id, command, "Triton kernel + launcher"), id=pattern.id,
-        reduced=repr(pl.reduced), rank=pl.rank, params=params,
-        reference=emit.reference_source(spec, name="reference"),
-        kernel=kernel_source(pl, kernel_consts(pl)), launcher=launcher_source(pl, spec.n_inputs, spec.n_consts))
-    kinds = tuple(pl.input_kind[k] for k in range(spec.n_inputs))
-    check = ("(_reduce.match_ok(match, OP_NAME, N_INPUTS, INPUT_KINDS)\n"
-             "            and _reduce.structure_ok(match, STRUCTURE, OP_NAME, N_INPUTS))")
-    pattern_py = emit.fill_template(
-        "reduce_pattern.py.tmpl", head=gen.header(pattern.id, command, "search pattern, replacement, extra check"),
-        doc=f"Fusion candidate {pattern.id} ({label}, kind {KIND}): {pattern.ops}.", op_name=f"miner::c{pattern.id}",
-        id=pattern.id, n_inputs=spec.n_inputs, n_consts=spec.n_consts, n_outputs=n_out, input_kinds=repr(kinds),
-        examples=repr(examples), trace_values="rewrite.scalar_trace_values(N_SCALARS)",
-        structure=repr(structure(spec, examples, len(occ.scalars))),
-        reference=emit.reference_source(spec, name="pattern"), kernel_import=gen.KERNEL_IMPORT, params=params,
-        search_return=("pattern({0})[0]" if n_out == 1 else "pattern({0})").format(params),
-        op_attr=f"c{pattern.id}", check=check, xs=", ".join(f"x{k}" for k in range(spec.n_inputs)),
-        cs=", ".join(f"c{c}" for c in range(spec.n_consts)))
+    kernel_py = _kernel_text(pattern.id, spec, pl, gen.header(pattern.id, command, "Triton kernel + launcher"))
+    pattern_py = _pattern_text(spec, pl, occ, gen.header(pattern.id, command, "search pattern, replacement, extra check"),
+                               f"miner::c{pattern.id}", f"Fusion candidate {pattern.id} ({label}, kind {KIND}): "
+                               f"{pattern.ops}.")
     write_text(folder / "kernel.py", kernel_py)
     write_text(folder / "pattern.py", pattern_py)
+    kinds = tuple(pl.input_kind[k] for k in range(spec.n_inputs))
     meta = {
         "id": pattern.id, "kind": KIND, "miner_version": __version__, "regenerate": command,
         "op": f"miner::c{pattern.id}", "label": label, "ops": pattern.ops,
-        "signature": {"inputs": spec.n_inputs, "scalars": spec.n_consts, "outputs": n_out, "input_kinds": list(kinds)},
+        "signature": {"inputs": spec.n_inputs, "scalars": spec.n_consts, "outputs": len(spec.outputs),
+                      "input_kinds": list(kinds)},
         "kernel": {"reduced": list(pl.reduced), "rank": pl.rank, "f_inputs": sorted(pl.f_inputs),
                    "k_inputs": sorted(pl.k_inputs), "scatter": [o[0] == "scatter" for o in pl.outputs]},
         "sizes": {str(k): v for k, v in sizes.items() if k > 1},
@@ -709,6 +691,79 @@ def generate_one(pattern: Pattern, workspace, command: str, source_info: dict | 
         meta["source"] = source_info
     write_json(folder / "candidate.json", meta)
     return gen.Generated(pattern.id, label, folder, len(observed))
+
+
+def _plan_of(spec, tied: Pattern, occ) -> "Plan":
+    """The plan of a tied region (``Unsupported`` with the reason): node metas from the occurrence ``occ``."""
+    from miner.generate import generate as gen
+
+    inputs = [{"shape": list(m.shape), "dtype": m.dtype} for m in occ.input_meta]
+    metas = gen.node_metas(spec, inputs, [source.literal_value(c) for c in occ.scalars])
+    return plan(tied, metas, [m.dtype for m in occ.input_meta])
+
+
+def _label(pl: "Plan") -> str:
+    return "reduce_" + ("index_put" if any(o[0] == "scatter" for o in pl.outputs) else "sum")
+
+
+def _signature(spec) -> str:
+    """``x0, ..., c0, ...``: the pattern's parameters."""
+    return ", ".join([f"x{k}" for k in range(spec.n_inputs)] + [f"c{c}" for c in range(spec.n_consts)])
+
+
+def _kernel_text(pid: str, spec, pl: "Plan", head: str) -> str:
+    """kernel.py of a reduction region (the candidate's or a fusion's: ``head`` differs)."""
+    from miner.generate import emit
+
+    return emit.fill_template(
+        "reduce_kernel.py.tmpl", head=head, id=pid, reduced=repr(pl.reduced), rank=pl.rank, params=_signature(spec),
+        reference=emit.reference_source(spec, name="reference"),
+        kernel=kernel_source(pl, kernel_consts(pl)), launcher=launcher_source(pl, spec.n_inputs, spec.n_consts))
+
+
+def _pattern_text(spec, pl: "Plan", occ, head: str, op_name: str, doc: str, gated: bool = False) -> str:
+    """pattern.py of a reduction region: the candidate's, or (``gated``) a promoted fusion's, whose extra
+    check also asks the in-model gate (``wins.json`` beside it, as every promoted fusion's)."""
+    from miner.generate import emit
+    from miner.generate import generate as gen
+
+    pid = spec.id
+    params = _signature(spec)
+    n_out = len(spec.outputs)
+    sizes = small_sizes([list(m.shape) for m in occ.input_meta])
+    examples = [([sizes[s] for s in m.shape], m.dtype) for m in occ.input_meta]
+    kinds = tuple(pl.input_kind[k] for k in range(spec.n_inputs))
+    check = ("(_reduce.match_ok(match, OP_NAME, N_INPUTS, INPUT_KINDS)\n"
+             "            and _reduce.structure_ok(match, STRUCTURE, OP_NAME, N_INPUTS)"
+             + ("\n            and rewrite.wins_gate(match, WINS, N_INPUTS))" if gated else ")"))
+    return emit.fill_template(
+        "reduce_pattern.py.tmpl", head=head, doc=doc, op_name=op_name,
+        gate_doc=gen.GATE_DOC if gated else "", gate_import="from pathlib import Path\n\n" if gated else "",
+        wins=("\n" + gen.WINS_LINE.rstrip("\n")) if gated else "",
+        id=pid, n_inputs=spec.n_inputs, n_consts=spec.n_consts, n_outputs=n_out, input_kinds=repr(kinds),
+        examples=repr(examples), trace_values="rewrite.scalar_trace_values(N_SCALARS)",
+        structure=repr(structure(spec, examples, len(occ.scalars))),
+        reference=emit.reference_source(spec, name="pattern"), kernel_import=gen.KERNEL_IMPORT, params=params,
+        search_return=("pattern({0})[0]" if n_out == 1 else "pattern({0})").format(params),
+        op_attr=op_name.split("::")[1], check=check, xs=", ".join(f"x{k}" for k in range(spec.n_inputs)),
+        cs=", ".join(f"c{c}" for c in range(spec.n_consts)))
+
+
+def render_fusion(folder, name: str, meta: dict, head: str) -> list:
+    """kernel.py and pattern.py of the fusion ``name`` promoted from reduction-region candidate ``meta``,
+    rendered again from its tied pattern (candidate.json's ``pattern``: the validated kernel) with the
+    fusion's names and the in-model gate."""
+    from miner.core.pattern import pattern_from_json
+    from miner.core.workspace import write_text
+    from miner.generate import generate as gen
+
+    tied = pattern_from_json(meta["pattern"], prepared=True)
+    occ = next(o for o in tied.occurrences if o.verdict.ok and all(m is not None for m in o.input_meta))
+    spec = gen.spec_from_pattern(tied)
+    pl = _plan_of(spec, replace(tied, nodes=spec.nodes), occ)
+    return [write_text(folder / "kernel.py", _kernel_text(meta["id"], spec, pl, head)),
+            write_text(folder / "pattern.py", _pattern_text(spec, pl, occ, head, f"miner::{name}",
+                                                            f"Fusion {name}: {meta['ops']}.", gated=True))]
 
 
 def structure(spec, examples, n_consts: int) -> list[tuple]:

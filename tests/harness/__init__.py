@@ -79,4 +79,25 @@ def workspace_of(module) -> Path:
     return Path(module.__file__).resolve().parents[2]
 
 
-__all__ = ["bind", "pytest_generate_tests", "workspace_of"]
+def fusion_folder_as_candidate(module):
+    """The fusion a test module names, as ``miner validate``'s checks take a candidate
+    (``miner.core.candidate.Candidate``: its name, its folder and its ``fusion.json``)."""
+    from miner.core.candidate import Candidate
+    from miner.core.workspace import read_json
+
+    folder = workspace_of(module) / "fusions" / module.FUSION
+    return Candidate(module.FUSION, folder, read_json(folder / "fusion.json"))
+
+
+def registry_is_loud(fusion, unknown: str) -> None:
+    """``fusion`` (a :func:`fusion_folder_as_candidate`) is registered, and loading ``unknown`` fails naming it."""
+    from miner.core.errors import UsageError
+    from miner.runtime import fusions
+
+    where = fusion.path.parent
+    assert fusion.id in fusions.names(where)
+    with pytest.raises(UsageError, match=fusion.id):
+        fusions.load(where, unknown)
+
+
+__all__ = ["bind", "fusion_folder_as_candidate", "pytest_generate_tests", "registry_is_loud", "workspace_of"]

@@ -20,10 +20,7 @@ import pytest
 
 from miner.check import masks, validate
 from miner.core.candidate import Candidate
-from miner.core.errors import UsageError
-from miner.core.workspace import read_json
-from miner.runtime import fusions
-from miner_testing import workspace_of
+from miner_testing import fusion_folder_as_candidate, registry_is_loud
 
 FIXTURES = ("fusion",)
 
@@ -31,8 +28,7 @@ FIXTURES = ("fusion",)
 @pytest.fixture(scope="module")
 def fusion(request) -> Candidate:
     """The fusion the requesting test module names, as the checks take a candidate: its folder and fusion.json."""
-    folder = workspace_of(request.module) / "fusions" / request.module.FUSION
-    return Candidate(request.module.FUSION, folder, read_json(folder / "fusion.json"))
+    return fusion_folder_as_candidate(request.module)
 
 
 def test_kernel_matches_float64_reference(fusion, case, device):
@@ -54,7 +50,4 @@ def test_step_with_its_masks_injected_matches_eager(fusion, case, device):
 
 
 def test_registry_is_loud_about_unknown_names(fusion, case):
-    where = fusion.path.parent
-    assert fusion.id in fusions.names(where)
-    with pytest.raises(UsageError, match=fusion.id):
-        fusions.load(where, case["unknown"])
+    registry_is_loud(fusion, case["unknown"])
