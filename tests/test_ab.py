@@ -403,3 +403,10 @@ def test_a_fusion_alone_on_a_knob_is_no_configuration_of_its_own():
 
     names = [c.name for c in configs.configurations(knob_result())]
     assert names == ["default", "sdpa", "sdpa+fusions"]
+
+
+def test_record_that_writes_nothing_says_why():
+    together = knob_result()
+    together.variants = together.variants[:4]  # knob:sdpa+fusions only: the two fusions never alone
+    assert "p_attn, p_ln fired only together" in abrun.nothing_recorded([together])
+    assert "no result timed on CUDA" in abrun.nothing_recorded([result(device="cpu")])

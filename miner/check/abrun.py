@@ -225,6 +225,19 @@ def record(workspace: Any, results: Sequence[ABResult], source: str = "") -> lis
     return written
 
 
+def nothing_recorded(results: Sequence[ABResult]) -> str:
+    """Why :func:`record` wrote nothing for ``results``: one line (``--record`` never ends silently)."""
+    cuda = [r for r in results if not r.error and r.env.get("device", "cuda") == "cuda"]
+    if not cuda:
+        return "nothing recorded: no result timed on CUDA (interpreter timings are no evidence)"
+    together = sorted({f for r in cuda for v in r.variants if v.name in ("all", "gated") or v.name.endswith("+fusions")
+                       for f, n in v.matches.items() if n})
+    if together:
+        return (f"nothing recorded: no fusion was measured alone ({', '.join(together)} fired only together); "
+                "`--fusion-variants all,alone` (or `alone,gated` with --knobs) measures each alone")
+    return "nothing recorded: no fusion fired"
+
+
 # --------------------------------------------------------------------------- output
 
 def band_note(r: ABResult) -> str:

@@ -198,11 +198,9 @@ def _run_ab(args, ws, device: str, preset: str, modes, models, out_dir: Path | N
         paths = abrun.save(done, target(), rows)
         print(f"wrote {paths[0]} and {paths[1].name}")
         if args.record:
-            for p in abrun.record(ws, done, source=str(paths[0])):
-                print(f"recorded in-model evidence: {p}")
+            _print_recorded(abrun.record(ws, done, source=str(paths[0])), done)
     elif args.record:
-        for p in abrun.record(ws, done):
-            print(f"recorded in-model evidence: {p}")
+        _print_recorded(abrun.record(ws, done), done)
     bad = [r for r in done if r.error and not r.error.startswith("skipped")]
     bad += [r for r in done for v in r.variants if v.parity is not None and not v.parity.ok]
     return 1 if bad else 0
@@ -259,15 +257,21 @@ def _log(line: str) -> None:
     print(line, flush=True)  # a run cut short by a time limit still shows how far it got
 
 
+def _print_recorded(written, results, where: str = "") -> None:
+    """Each evidence file ``--record`` wrote, or why it wrote none (``abrun.nothing_recorded``)."""
+    from miner.check import abrun
+
+    if not written:
+        print(f"{where}{abrun.nothing_recorded(results)}")
+    for p in written:
+        print(f"recorded in-model evidence: {p}")
+
+
 def _record_from(ws, path: Path) -> int:
     from miner.check import abrun
 
     results, _ = abrun.load(path)
-    written = abrun.record(ws, results, source=str(path))
-    if not written:
-        print(f"{path}: no CUDA fusion-alone verdicts to record")
-    for p in written:
-        print(f"recorded in-model evidence: {p}")
+    _print_recorded(abrun.record(ws, results, source=str(path)), results, f"{path}: ")
     return 0
 
 
