@@ -373,8 +373,10 @@ def gate_lines(d: Decision) -> list[str]:
 
 def steps_listing(d: Decision) -> Listing:
     """The in-model A/B measurements a decision stands on, one row each."""
-    return Listing("in-model A/B (the fusion alone vs the default compile)",
-                   [Column("where", "model mode/compile", wrap=False), Column("speedup", "step x", justify="right"),
+    return Listing("in-model A/B (the fusion alone vs the default compile, or vs the knob a row names)",
+                   # the setup (GPU, preset, sizes, dtype) makes the first cell long: it wraps rather than squeeze
+                   # the numbers and the source into one character a line
+                   [Column("where", "model mode/compile", ratio=2), Column("speedup", "step x", justify="right"),
                     Column("range", "p20-p80", justify="right"), Column("band", "noise", justify="right"),
                     Column("verdict", "verdict"), Column("mem", "memory", justify="right"),
                     Column("source", "from", ratio=1)],
