@@ -303,6 +303,7 @@ def test_ab_judges_a_fusion_drawing_no_stream_of_its_own_by_inductors_masks(tmp_
     from miner.check.verify import make_parity
     from miner.runtime import rewrite
 
+    torch._dynamo.reset()  # a frame an earlier test compiled from the same model class would be reused unpassed
     built = _built()
 
     def live(name, cand):
@@ -334,3 +335,28 @@ def test_ab_judges_a_fusion_drawing_no_stream_of_its_own_by_inductors_masks(tmp_
     # kept as they are: a knob's variant, and one the float32 floor decided
     assert judge(default, dataclasses.replace(good, res=dataclasses.replace(good.res, knob="k")), fixed) is None
     assert judge(default, good, dataclasses.replace(fixed, judged="float32 floor")) is None
+
+
+def test_dropout_calls_run_one_eager_step_per_model_mode_and_shape(monkeypatch):
+    """The judge asks for the step's dropout calls once per variant it judges: one eager dry run serves them all,
+    a new input shape (the batch-2 judge) or another model runs its own."""
+    import types
+
+    runs = []
+
+    def eager(built, mode, device, mask_of, seed):
+        runs.append((id(built.model), mode, tuple(built.inputs["x"].shape)))
+        return None, types.SimpleNamespace(calls=[((2, 3), 0.1)])
+
+    monkeypatch.setattr(masks, "eager_reference", eager)
+    model = torch.nn.Linear(3, 3)
+    built = types.SimpleNamespace(model=model, inputs={"x": torch.zeros(2, 3)})
+    for _ in range(3):
+        assert masks.dropout_calls(built, "train", "cpu") == [((2, 3), 0.1)]
+    assert len(runs) == 1
+    masks.dropout_calls(types.SimpleNamespace(model=model, inputs={"x": torch.zeros(1, 3)}), "train", "cpu")
+    masks.dropout_calls(types.SimpleNamespace(model=torch.nn.Linear(3, 3), inputs={"x": torch.zeros(2, 3)}),
+                        "train", "cpu")
+    masks.dropout_calls(types.SimpleNamespace(model=types.SimpleNamespace(), inputs={"x": torch.zeros(2, 3)}),
+                        "train", "cpu")  # no weak reference: counted, not kept
+    assert len(runs) == 4

@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -400,11 +401,25 @@ def eager_reference(built, mode: str, device: str, mask_of: Callable, seed: int,
     return out, inj
 
 
+_CALLS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> {(mode, device, input shapes): calls}
+
+
 def dropout_calls(built, mode: str, device: str) -> list[tuple[tuple, float]]:
-    """The ``(shape, p)`` of each dropout call of one eager step (all elements kept: a dry run)."""
+    """The ``(shape, p)`` of each dropout call of one eager step (all elements kept: a dry run), run once per
+    model, mode, device and input shapes (the A/B's judge asks again for every variant it judges: each time a
+    whole eager step, forward and backward, of the model)."""
     import torch
 
-    return eager_reference(built, mode, device, lambda k, shape, p: torch.ones((), dtype=torch.bool), 0)[1].calls
+    shapes = tuple(sorted((k, tuple(v.shape)) for k, v in built.inputs.items() if hasattr(v, "shape")))
+    try:
+        per_model = _CALLS.setdefault(built.model, {})
+    except TypeError:  # a model object that takes no weak reference: counted every time
+        per_model = {}
+    key = (mode, str(device), shapes)
+    if key not in per_model:
+        per_model[key] = eager_reference(built, mode, device, lambda k, shape, p: torch.ones((), dtype=torch.bool),
+                                         0)[1].calls
+    return list(per_model[key])
 
 
 # --------------------------------------------------------------------------- the parity
