@@ -410,3 +410,14 @@ def test_record_that_writes_nothing_says_why():
     together.variants = together.variants[:4]  # knob:sdpa+fusions only: the two fusions never alone
     assert "p_attn, p_ln fired only together" in abrun.nothing_recorded([together])
     assert "no result timed on CUDA" in abrun.nothing_recorded([result(device="cpu")])
+
+
+def test_a_measurement_over_a_knob_keeps_its_knob_in_every_view():
+    from miner.rank import decision
+
+    steps = decision.ab_steps([("verify.json", knob_result())])["p_attn"]
+    assert [(s.compile, s.knob) for s in steps] == [("default", "sdpa")] and "over knob sdpa" in steps[0].where
+    # a record read back from a fusion's wins.json is shown as what it is, not as a step over the default
+    [rec] = [rec for f, rec in ab.knob_records(knob_result()) if f == "p_attn"]
+    [step] = decision.record_steps([rec], "wins.json")
+    assert step.knob == "sdpa" and step.where == steps[0].where

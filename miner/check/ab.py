@@ -583,13 +583,16 @@ def knob_records(r: ABResult) -> list[tuple[str, Any]]:
     speedup over the knob alone, the verdict against the run's band and the variant's parity. The evidence
     for a fusion that exists only in a knob's graph (t5's attention regions under ``sdpa_reduced_math``) or
     that is worth taking only on top of one."""
-    out = []
-    for o in over_knobs(r):
-        verdict_ = verdict(o.speedup, r.noise_band, o.variant.parity)
-        if verdict_ is not None:
-            rec = in_model_record(r, o.variant, o.fusion)
-            out.append((o.fusion, replace(rec, speedup=round(o.speedup, 4), verdict=verdict_, knob=o.knob.knob)))
-    return out
+    return [(o.fusion, rec) for o in over_knobs(r) if (rec := knob_record(r, o)) is not None]
+
+
+def knob_record(r: ABResult, o: OverKnob):
+    """The in-model record of one :class:`OverKnob` measurement of ``r`` (None without a verdict)."""
+    verdict_ = verdict(o.speedup, r.noise_band, o.variant.parity)
+    if verdict_ is None:
+        return None
+    return replace(in_model_record(r, o.variant, o.fusion), speedup=round(o.speedup, 4), verdict=verdict_,
+                   knob=o.knob.knob)
 
 
 def run_records(r: ABResult) -> dict[str, list]:

@@ -63,10 +63,11 @@ class StepChange:
     source: str = ""  # the file it came from, relative to the workspace
     date: str = ""
     setup: str = ""  # GPU, preset, batch, seq, dtype (setup_of)
+    knob: str | None = None  # measured on top of this knob, against the knob alone (``InModelRecord.knob``)
 
     @property
     def where(self) -> str:
-        return f"{self.model} {self.mode}/{self.compile}"
+        return f"{self.model} {self.mode}/{self.compile}" + (f" over knob {self.knob}" if self.knob else "")
 
     @property
     def shown(self) -> str:
@@ -390,7 +391,7 @@ def ab_steps(results: Sequence[tuple[str, object]]) -> dict[str, list[StepChange
     The p20-p80 range is the A/B's own (quantiles of the per-round paired ratios) where the file has
     it, else the default's median over the variant's p80 and p20 step times.
     """
-    from miner.check.ab import alone_records, alone_variant, knob_records, over_knobs
+    from miner.check.ab import alone_records, alone_variant, knob_record, over_knobs
 
     out: dict[str, list[StepChange]] = {}
     for source, r in results:
@@ -410,14 +411,13 @@ def ab_steps(results: Sequence[tuple[str, object]]) -> dict[str, list[StepChange
                 r.model, r.mode, r.compile, rec.speedup, rec.band, rec.verdict, lo, hi, mem,
                 _parity_ok(v.parity), rec.matches, source, str(r.env.get("date") or ""),
                 setup_of(r)))
-        records = {(f, rec.knob): rec for f, rec in knob_records(r)}
         for o in over_knobs(r):  # alone on top of a knob: the knob's step over the knob's with the fusion
-            rec = records.get((o.fusion, o.knob.knob))
+            rec = knob_record(r, o)
             if rec is not None:
                 out.setdefault(o.fusion, []).append(StepChange(
-                    r.model, r.mode, f"{r.compile} over {o.knob.knob}", o.speedup, rec.band, rec.verdict, o.p20,
-                    o.p80, None, _parity_ok(o.variant.parity), rec.matches, source, str(r.env.get("date") or ""),
-                    setup_of(r)))
+                    r.model, r.mode, r.compile, o.speedup, rec.band, rec.verdict, o.p20, o.p80, None,
+                    _parity_ok(o.variant.parity), rec.matches, source, str(r.env.get("date") or ""), setup_of(r),
+                    knob=rec.knob))
     return out
 
 
@@ -475,7 +475,7 @@ def silent_in(results: Sequence[tuple[str, object]]) -> dict[str, list[str]]:
 def record_steps(records: Iterable, source: str) -> list[StepChange]:
     """The gate's evidence records (``miner.runtime.evidence.InModelRecord``) as measurements (no p20-p80, no memory)."""
     return [StepChange(r.model, r.mode, r.compile, r.speedup, r.band, r.verdict, matches=int(r.matches or 0),
-                       source=source, date=str(r.date or "")) for r in records]
+                       source=source, date=str(r.date or ""), knob=r.knob) for r in records]
 
 
 def gate_fires(records: Sequence) -> tuple[str, ...]:
@@ -664,9 +664,9 @@ def _decision(ident: str, name: str, ops: str, promoted: bool, rec_path: Path, w
 
     ab, failed, kernel, silent = found.ab, found.failed, found.kernel, found.silent
     records = evidence.read(rec_path)
-    covered = {(s.model, s.mode, s.compile) for s in ab}
+    covered = {(s.model, s.mode, s.compile, s.knob) for s in ab}
     rel = str(rec_path.relative_to(ws.root)) if rec_path.is_relative_to(ws.root) else str(rec_path)
-    steps = ab + [s for s in record_steps(records, rel) if (s.model, s.mode, s.compile) not in covered]
+    steps = ab + [s for s in record_steps(records, rel) if (s.model, s.mode, s.compile, s.knob) not in covered]
     verdict, reason, won = verdict_of(steps, failed=failed, kernel=kernel)
     if silent and not steps and verdict == UNMEASURED:
         reason = f"matches nothing in the models the in-model A/B ran ({', '.join(silent)}): no step change to measure"

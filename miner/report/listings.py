@@ -35,7 +35,8 @@ def _where(s: StepChange, setup: str) -> str:
     from miner.rank.decision import setup_diff
 
     diff = setup_diff(s.setup, setup) if setup else ""
-    return f"{s.model} {s.mode}" + ("" if s.compile == "default" else f"/{s.compile}") + (f" [{diff}]" if diff else "")
+    return (f"{s.model} {s.mode}" + ("" if s.compile == "default" else f"/{s.compile}")
+            + (f" over knob {s.knob}" if s.knob else "") + (f" [{diff}]" if diff else ""))
 
 
 def set_text(x, setup: str = "") -> str:
