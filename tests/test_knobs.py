@@ -110,10 +110,16 @@ def counting_knob():
                       numerics="test numerics"), state
 
 
-def test_run_ab_measures_each_knob_alone_and_with_the_fusions(counting_knob):
+def test_run_ab_measures_each_knob_alone_and_with_the_fusions(counting_knob, monkeypatch):
     from miner.runtime.fusions import Fusions
 
     knob, state = counting_knob
+    cached, prepare = {}, ab.prepare
+
+    def spy(spec, *args, **kwargs):  # which variants Inductor's FX cache may serve
+        cached[spec.name] = spec.cache
+        return prepare(spec, *args, **kwargs)
+    monkeypatch.setattr(ab, "prepare", spy)
     r = ab.run_ab(_build, ab.ABCase("norm", "infer", "default"), Fusions(Path(__file__).resolve().parents[1]),
                   ab.ABOptions(preset="tiny", device="cpu", warmup=1, rounds=2, profile_steps=0), knobs=[knob],
                   log=lambda s: None)
@@ -130,6 +136,11 @@ def test_run_ab_measures_each_knob_alone_and_with_the_fusions(counting_knob):
     # the context was entered for the compiling warm-up, the 2 timed rounds and the parity step, per variant
     assert state["entered"] == 2 * (1 + 2 + 1) and state["on"] is False
     assert r.variant("default").step.steps == 2  # phase A's numbers kept for default
+    # the caches never serve a knob with a context (its flag is in no cache key) nor a variant with a pass
+    assert cached == {"default": True, "control": True, "all": False, "knob:counting": False,
+                      "knob:counting+fusions": False}
+    options_only = knobs.Knob("opts", "test", options={"coordinate_descent_tuning": True})
+    assert ab.cacheable(options_only, fused=False) and not ab.cacheable(options_only, fused=True)
     # one fusion fires on the knob: knob:counting+fusions is it alone there, the evidence over the knob
     [(f, rec)] = ab.knob_records(r)
     assert f == "layer_norm" and rec.knob == "counting" and rec.matches == fused.matches["layer_norm"]

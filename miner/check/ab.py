@@ -747,6 +747,8 @@ def _run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions,
         log(f"  {model} {mode}/{compile_mode} {name}: compiling")
         live = prepare(VariantSpec(name, graph_pass, tuple(chosen), gate_mode, cache, knob), built, inputs, case, options)
         made.append(live.res)
+        if live.res.fx_cache_hits:  # compiled in an earlier process: its compile s is a cache load
+            live.res.note = f"FX graph cache hit ({live.res.fx_cache_hits} graphs): compile s is a cache load"
         fired = {f: n for f, n in live.res.matches.items() if n}
         log(f"  {model} {mode}/{compile_mode} {name}: {live.res.compile_s:.1f} s"
             f"{f', FX cache hits {live.res.fx_cache_hits}' if live.res.fx_cache_hits else ''}; matches {fired}")
@@ -846,7 +848,7 @@ def _run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions,
                                                 cudagraphs=True, error=room))
             else:
                 phase_b.append(make(name, fusions.graph_pass(names, records=this_run) if fused else None,
-                                    held, gate, knob=knob))
+                                    held, gate, knob=knob, cache=cacheable(knob, fused)))
                 fired_k = [f for f in names if phase_b[-1].res.matches.get(f)] if fused else []
                 for f in (fired_k if len(fired_k) > 1 and "alone" in wanted else []):  # each on top of the knob
                     alone_k = f"knob:{knob.name}+alone:{f}"
@@ -887,6 +889,14 @@ def _run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions,
     del reference
     r.seconds = time.perf_counter() - t0
     return r
+
+
+def cacheable(knob: Any, fused: bool) -> bool:
+    """Whether Inductor's FX and AOT caches may serve a knob's variant: only the knob alone (a fusion pass
+    would count no matches on a hit) and only a knob of options alone (they are in the cache keys; a
+    context's global state, e.g. the SDPA flag, is in neither key, and the AOT cache keys the graph Dynamo
+    traced, before the flag changes what it decomposes into: a hit would run the default's code)."""
+    return not fused and knob.context is None
 
 
 def knob_reserve(knobs: Sequence[Any], compile_s: float | None, deadline: float | None,

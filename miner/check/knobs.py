@@ -10,8 +10,8 @@ The context is entered around **every call of the variant's step**: the first ca
 flag is set while Dynamo and Inductor trace) and every later one runs (parity, timed and profiled
 steps), and it is left after each call, so a flag never leaks into the other variants that
 alternate with it in one process. Each knob variant compiles with its own options (the A/B's
-per-variant tag) and with Inductor's FX and AOT caches off: a global flag is in no cache key, so a
-hit would silently run the default's code.
+per-variant tag); Inductor's FX and AOT caches serve only a knob of options alone (``ab.cacheable``): a
+global flag is in no cache key, so a hit would silently run the default's code.
 
 Built in (``KNOBS``): ``sdpa_reduced_math``, ``reduce_overhead``, ``max_autotune_no_cudagraphs``,
 ``coordinate_descent``, ``combo_kernels``, ``benchmark_fusion``, ``pack_dropout_masks`` (a joint-graph
