@@ -235,3 +235,27 @@ def test_a_cuda_graph_configuration_shows_its_warm_up_peak_marked_so():
     assert cells(c["sdpa_reduced_math"])[4] == "1.00"  # a timed step's peak, as before
     r.variants[6] = dataclasses.replace(r.variants[6], warmup_peak_bytes=None)
     assert cells({x.name: x for x in configurations(r)}["reduce_overhead"])[4] == "-"  # not measured
+
+
+def test_the_recommendation_says_how_to_run_it_and_what_to_promote_first(tmp_path):
+    from miner.check import configs, knobs
+    from miner.core.workspace import Workspace
+
+    best = Config("sdpa_reduced_math+reduce_overhead+fusions", "sdpa_reduced_math+reduce_overhead", True, 1.46,
+                  verdict="win", fired=("layer_norm", "p_attn"))
+    text = configs.how(best, {"layer_norm": "layer_norm"}, "ws")
+    assert text.startswith("torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True); "
+                           'miner.runtime.fusions.install("ws"); model = torch.compile(model, mode="reduce-overhead")')
+    assert "first promote p_attn:" in text and "layer_norm," not in text  # a candidate measured, not yet promoted
+    assert "first promote" not in configs.how(best, {"layer_norm": "layer_norm", "p_attn": "attention"}, "ws")
+    # a knob of options: each written as the Inductor config line it is; no fusions, no install
+    assert configs.how(Config("coordinate_descent", "coordinate_descent", speedup=1.02), {}) == (
+        "torch._inductor.config.coordinate_descent_tuning = True; model = torch.compile(model)")
+    assert knobs.code(knobs.Knob("mine", "test", options={"shape_padding": False})) == [
+        "torch._inductor.config.shape_padding = False"]
+    # every built-in knob says how (a line of code), never a context in words
+    assert all(knobs.code(k) and "context" not in knobs.code(k)[-1] for k in knobs.KNOBS.values())
+    # lines() shows it; the default needs no line
+    rec = configs.with_how([recommend([D, best], 0.01)], Workspace(tmp_path))[0]
+    assert any(x.startswith("  how: torch.backends") for x in lines(rec, 10**6))
+    assert not any("how:" in x for x in lines(recommend([D], 0.01), 10**6))

@@ -117,7 +117,9 @@ def test_the_decision_lists_each_candidate_alone(tmp_path):
     from test_ab import result
 
     abrun.save([result(1.03)], tmp_path / "ab")
-    lines = tune.decision_lines(types.SimpleNamespace(out=tmp_path))
+    from miner.core.workspace import Workspace
+
+    lines = tune.decision_lines(types.SimpleNamespace(out=tmp_path, ws=Workspace(tmp_path)))
     assert any("candidate layer_norm alone: 1.030x win" in line for line in lines), lines
     assert any("candidate log_softmax alone: 0.952x loss" in line for line in lines), lines
     # DebertaV2 (H100, 2026-12-06): its attention region fired 0 times and the decision only said "run the

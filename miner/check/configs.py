@@ -22,8 +22,9 @@ turns one such ``ABResult`` into :class:`Config` rows; ``recommend`` is the rule
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 DEFAULT, FUSIONS = "default", "fusions"
 
@@ -55,6 +56,7 @@ class Config:
     # and it is not a measured failure either
     unjudged: str = ""
     peak_warmup: bool = False  # ``peak_gib`` is the warm-up's (CUDA graphs: their pool), not a timed step's
+    fired: tuple[str, ...] = ()  # the fusions (or candidate ids) that matched in it
 
     @property
     def changes(self) -> int:
@@ -85,6 +87,7 @@ class Recommendation:
     source: str = ""
     date: str = ""
     setup: str = ""  # where it was measured (``miner.check.ab.setup_of``): GPU, preset, batch, seq, dtype
+    how: str = ""  # the code that runs ``best`` (:func:`how`), where the caller knows the workspace
 
     @property
     def where(self) -> str:
@@ -191,7 +194,8 @@ def _config(name: str, v: Any, *, knob: str | None, fusions: bool, r: Any, sourc
                   _peak_gib(v), v.compile_s, v.error,
                   r.noise_band, source,
                   _largest(v.parity.floor) if v.parity is not None and _masked(v.parity) else None,
-                  _unjudged(v.parity), bool(v.cudagraphs and getattr(v, "warmup_peak_bytes", None) is not None))
+                  _unjudged(v.parity), bool(v.cudagraphs and getattr(v, "warmup_peak_bytes", None) is not None),
+                  tuple(f for f, n in sorted((getattr(v, "matches", None) or {}).items()) if n) if fusions else ())
 
 
 def _peak_gib(v: Any) -> float | None:
@@ -260,6 +264,57 @@ def recommendations(results: Sequence[Any], sources: Sequence[str] = ()) -> list
     return out
 
 
+# --------------------------------------------------------------------------- how to run it
+
+def how(best: Config, fusion_of: Mapping[str, str], workspace: str = ".") -> str:
+    """The code that runs ``best`` in a user's own script: each knob's line (``miner.check.knobs.code``),
+    ``miner.runtime.fusions.install(workspace)`` where it holds fusions, and the ``torch.compile`` call.
+
+    ``fusion_of``: the workspace's promoted fusions by name and by the candidate id each was promoted from
+    (``miner.core.candidate.fusions_by_candidate``). A measured fusion that is a candidate not promoted yet
+    is named with the command that promotes it: until then a user's compile does not hold it."""
+    from miner.check import knobs
+
+    lines, compile_call = [], "torch.compile(model)"
+    for part in (best.knob.split("+") if best.knob else []):
+        try:
+            code = knobs.code(knobs.get(part))
+        except Exception:  # noqa: BLE001 - a knob of your own that no longer imports: named, not written out
+            code = [f"the knob {part}"]
+        for line in code:
+            if line.startswith("torch.compile("):
+                compile_call = line if compile_call == "torch.compile(model)" else (
+                    f"{compile_call} with {line}")  # two modes: both said, neither merged by guess
+            else:
+                lines.append(line)
+    todo = []
+    if best.fusions:
+        lines.append(f"miner.runtime.fusions.install({json.dumps(workspace)})")
+        todo = [f for f in best.fired if f not in fusion_of]
+    text = "; ".join(lines + [f"model = {compile_call}"])
+    if todo:
+        text += (f" (first promote {', '.join(todo)}: `miner promote <id> --name <name>`, each needs its "
+                 "own in-model win)")
+    return text
+
+
+def with_how(recs: Sequence[Recommendation], ws: Any) -> list[Recommendation]:
+    """``recs`` with :attr:`Recommendation.how` written for the workspace ``ws`` (its promoted fusions, its
+    path as a user would pass it from the current directory)."""
+    import os
+    from pathlib import Path
+
+    from miner.core import candidate as candidates
+
+    fusion_of = {d.name: d.name for d in Path(ws.fusions).glob("*") if (d / "pattern.py").is_file()}
+    fusion_of.update(candidates.fusions_by_candidate(ws))
+    try:
+        where = os.path.relpath(ws.root)
+    except ValueError:  # another drive (Windows)
+        where = str(ws.root)
+    return [replace(r, how=how(r.best, fusion_of, where)) for r in recs]
+
+
 # --------------------------------------------------------------------------- text
 
 def _sp(c: Config | None) -> str:
@@ -284,6 +339,8 @@ def lines(rec: Recommendation, width: int = 100, *, setup: str = "") -> list[str
             out.append(f"  fusions on top of the best knob ({rec.best_knob.name}): "
                        + (f"not usable: {_why_unusable(unusable)}" if unusable is not None else "not measured"))
     out += [f"  numerics: {n}" for n in rec.numerics]
+    if rec.how and rec.best.name != DEFAULT:
+        out.append(f"  how: {rec.how}")
     import textwrap
 
     return [w for line in out for w in textwrap.wrap(line, width, subsequent_indent="    ")]

@@ -66,6 +66,9 @@ class Knob:
     context: Callable[[], ContextManager] | None = None
     numerics: str = ""
     needs: tuple[str, ...] = ()  # names of ops/kernels one of which a step must hold for the knob to change it
+    # the line of code a user writes for it: a statement run before compiling, or a ``torch.compile(model, ...)``
+    # call (a mode); "" for a knob of your own: its options are written out (:func:`code`)
+    how: str = ""
 
     @property
     def cudagraphs(self) -> bool:
@@ -116,11 +119,13 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          context=sdpa_reduction_math,
          numerics="bf16 GEMMs and bf16 intermediates (scores, softmax, dropout) in SDPA's math path, where the "
                   "default upcasts to float32",
-         needs=("scaled_dot_product", "_safe_softmax")),  # an SDPA call, or its math path decomposed
+         needs=("scaled_dot_product", "_safe_softmax"),  # an SDPA call, or its math path decomposed
+         how="torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)"),
     Knob("reduce_overhead", 'mode="reduce-overhead": CUDA graphs (training too)',
-         options={CUDAGRAPHS: True}),
+         options={CUDAGRAPHS: True}, how='torch.compile(model, mode="reduce-overhead")'),
     Knob("max_autotune_no_cudagraphs", 'mode="max-autotune-no-cudagraphs": GEMM and kernel autotuning',
-         options={"max_autotune": True, "coordinate_descent_tuning": True}),
+         options={"max_autotune": True, "coordinate_descent_tuning": True},
+         how='torch.compile(model, mode="max-autotune-no-cudagraphs")'),
     Knob("coordinate_descent", "Inductor coordinate_descent_tuning: tunes each Triton kernel's block sizes",
          options={"coordinate_descent_tuning": True}),
     Knob("combo_kernels", "Inductor combo_kernels: independent kernels launched as one", options={"combo_kernels": True}),
@@ -132,14 +137,16 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "and unpacked where it is read; changes saved-activation memory (an eighth of the masks' bytes) and "
          "adds pack/unpack work, not the numerics (same random stream, same masks; only kernels split differently "
          "around the unpack may round differently in the last bits)",
-         options={"joint_custom_post_pass": PackDropoutMasks()}),
+         options={"joint_custom_post_pass": PackDropoutMasks()},
+         how="torch._inductor.config.joint_custom_post_pass = miner.check.mask_bits.PackDropoutMasks()"),
     Knob("pack_bool_masks",
          "Inductor joint_custom_post_pass miner.check.mask_bits.PackBoolMasks: in training, every bool tensor of "
          "4096 elements or more that the backward reads and the forward can compute (dropout keep masks, a ReLU's "
          "le(out, 0) mask, ...) is saved as one bit per element instead of one byte, and unpacked where it is read; "
          "memory, not numerics (the same values; kernels split differently around the unpack may round "
          "differently in the last bits)",
-         options={"joint_custom_post_pass": PackBoolMasks()}),
+         options={"joint_custom_post_pass": PackBoolMasks()},
+         how="torch._inductor.config.joint_custom_post_pass = miner.check.mask_bits.PackBoolMasks()"),
 )}
 
 
@@ -239,6 +246,17 @@ def parse(spec: str | None) -> list[Knob]:
         knob = combine([get(part.strip()) for part in item.split("+")])
         if knob.name not in {o.name for o in out}:
             out.append(knob)
+    return out
+
+
+def code(knob: Knob) -> list[str]:
+    """The lines a user writes for ``knob``: its ``how``, else each option as an Inductor config assignment
+    (a context of your own: entered around each step, said in words)."""
+    if knob.how:
+        return [knob.how]
+    out = [f"torch._inductor.config.{k} = {v!r}" for k, v in knob.options.items()]
+    if knob.context is not None:
+        out.append(f"with {knob.name}'s context around each step")
     return out
 
 

@@ -420,7 +420,7 @@ def decision_lines(run: Run) -> list[str]:
     if not path.is_file():
         return ["no A/B yet: no decision (run the same command again to go on)"]
     results, _ = abrun.load(path)
-    out = [line for rec in configs.recommendations(results) for line in configs.lines(rec)]
+    out = [line for rec in configs.with_how(configs.recommendations(results), run.ws) for line in configs.lines(rec)]
     for r in results:
         if r.error:
             out.append(f"{r.model} {r.mode}/{r.compile}: {r.error}")

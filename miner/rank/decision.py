@@ -376,7 +376,7 @@ def recommendations(ws: Workspace, files: list | None = None) -> list:
     from miner.check import configs
 
     found = ab_results(ws, files)
-    return configs.recommendations([r for _, r in found], [src for src, _ in found])
+    return configs.with_how(configs.recommendations([r for _, r in found], [src for src, _ in found]), ws)
 
 
 def cpu_runs(ws: Workspace, files: list | None = None) -> tuple[str, ...]:
