@@ -189,6 +189,18 @@ def test_promotion_needs_a_measured_in_model_win(tmp_path):
     promotion.write_evidence(ws, "pabc", [ab.alone_records(gpt2)["layer_norm"]])
     with pytest.raises(UsageError, match=r"slower where it fires: gpt2 train/default B16 S512 0\.970x"):
         promotion.require_in_model_win(ws, "pabc")
+    # a loss vetoes its own compile mode only: a win under CUDA graphs (a record over reduce_overhead) promotes,
+    # and the gate fires there alone (gpt2's dropout + LayerNorm region, H200 2026-12-06)
+    import dataclasses
+
+    from miner.runtime import evidence
+
+    under_graphs = dataclasses.replace(ab.alone_records(result(1.03))["layer_norm"], model="gpt2",
+                                       knob="reduce_overhead", compile="reduce-overhead")
+    promotion.write_evidence(ws, "pabc", [under_graphs])
+    recs = promotion.require_in_model_win(ws, "pabc")
+    assert evidence.decide(evidence.Site(SITE, "reduce-overhead"), recs)[0]
+    assert not evidence.decide(evidence.Site(SITE, "default"), recs)[0]
 
 
 def test_gate_verdicts_and_the_gated_shortcut_follow_the_evidence():
@@ -383,6 +395,30 @@ def test_a_fusion_alone_on_top_of_a_knob_is_recorded_against_the_knob_not_the_de
     assert "knob" not in plain.to_json() and plain.key != replace_knob(plain).key
     assert len(evidence.merge([plain], [replace_knob(plain)])) == 2
     assert sorted(ab.run_records(knob_result())) == ["p_attn", "p_ln"]
+
+
+def test_a_record_over_a_cuda_graph_knob_is_named_by_the_mode_the_gate_reads():
+    r = knob_result()
+    for v in r.variants:
+        if v.knob:
+            v.knob, v.name, v.cudagraphs = "reduce_overhead", v.name.replace("sdpa", "reduce_overhead"), True
+    recs = dict(ab.knob_records(r))
+    assert {rec.compile for rec in recs.values()} == {"reduce-overhead"} and recs["p_attn"].knob == "reduce_overhead"
+    assert {rec.compile for _, rec in ab.knob_records(knob_result())} == {"default"}  # sdpa: no mode of its own
+    assert ab.knob_mode(VariantResult("knob:max_autotune_no_cudagraphs", [], "-", knob="max_autotune_no_cudagraphs"),
+                        "default") == "max-autotune"
+
+
+def test_a_fusion_that_matched_nothing_alone_gives_no_record():
+    """gpt2 (H200, 2026-12-06): a region fired x11 beside another and 0 times alone; its `alone` variant
+    timed the default's graph, recorded as a 1.005x win of a fusion that never ran."""
+    r = knob_result()
+    r.variant("knob:sdpa+alone:p_ln").matches = {"p_ln": 0}
+    assert [f for f, _ in ab.knob_records(r)] == ["p_attn"]
+    plain = result()
+    plain.variant("alone:layer_norm").matches = {"layer_norm": 0}
+    assert "layer_norm" not in ab.alone_records(plain)
+    assert "layer_norm x" in abrun.summary_table([plain]) and "0 matches, not measured alone" in abrun.summary_table([plain])
 
 
 def replace_knob(rec, knob="sdpa"):

@@ -259,3 +259,10 @@ def test_the_recommendation_says_how_to_run_it_and_what_to_promote_first(tmp_pat
     rec = configs.with_how([recommend([D, best], 0.01)], Workspace(tmp_path))[0]
     assert any(x.startswith("  how: torch.backends") for x in lines(rec, 10**6))
     assert not any("how:" in x for x in lines(recommend([D], 0.01), 10**6))
+
+
+def test_knobs_that_change_numerics_alike_share_one_line():
+    rec = recommend([D, c("sdpa", 1.10, numerics="bf16", rel=5e-3), c("sdpa+ro", 1.20, numerics="bf16", rel=5e-3),
+                     c("sdpa+pack", 1.05, numerics="bf16", rel=4e-3)], 0.01)
+    assert rec.numerics == ("sdpa, sdpa+ro: bf16; measured max rel diff to the default 5.0e-03",
+                            "sdpa+pack: bf16; measured max rel diff to the default 4.0e-03")

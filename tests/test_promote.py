@@ -45,6 +45,12 @@ def test_refuses_numerics_only_validation(ws):
     validate(ws, r.id, device="cpu", model=False)
     with pytest.raises(UsageError, match="without proving the rewrite"):
         promote(ws, r.id, "softmax_like")
+    # an in-model GPU A/B where it matched proves the rewrite instead; one where it matched nothing does not
+    promotion.write_evidence(ws, r.id, [{**IN_MODEL_WIN, "matches": 0, "contexts": {}}])
+    with pytest.raises(UsageError, match="without proving the rewrite"):
+        promote(ws, r.id, "softmax_like")
+    promotion.write_evidence(ws, r.id, [IN_MODEL_WIN])
+    assert promote(ws, r.id, "softmax_like")
 
 
 def test_refuses_bad_names_and_unknown_ids(ws):
@@ -294,3 +300,16 @@ def test_a_reduction_region_promotes_and_its_fusion_passes_its_own_checks(tmp_pa
     fusion = Candidate("bias_gradient", folder, json.loads((folder / "fusion.json").read_text()))
     harness.test_kernel_matches_float64_reference(fusion, {"entry": 0, "primes": "ODD", "dtype": None}, "cpu")
     harness.test_rewrite_fires_and_equals_eager_in_the_region_module(fusion, {})
+
+
+def test_a_fusions_cases_table_reads_back_infinities():
+    """t5's masked attention softmax fills with ``-inf``: its cases table once held a bare ``-inf``."""
+    import math
+
+    from miner.generate.fusion_test import literal
+
+    row = {"scalars": [5, 0.1, -math.inf, math.inf], "shape": (2,), "nested": {"x": [math.nan]}}
+    back = eval(literal(row))  # noqa: S307 - the generated module is Python read back the same way
+    assert back["scalars"][:2] == [5, 0.1] and back["scalars"][2:] == [-math.inf, math.inf]
+    assert back["shape"] == (2,) and math.isnan(back["nested"]["x"][0])
+    assert literal(row).count('float("') == 3

@@ -536,8 +536,8 @@ def alone_records(r: ABResult) -> dict:
         if not n:
             continue
         v = alone_variant(r, f)
-        if v is not None and v.speedup is not None and v.verdict is not None:
-            out[f] = in_model_record(r, v, f)
+        if v is not None and v.speedup is not None and v.verdict is not None and v.matches.get(f):
+            out[f] = in_model_record(r, v, f)  # an alone variant it did not match in measured nothing of it
     return out
 
 
@@ -573,7 +573,7 @@ def over_knobs(r: ABResult) -> list[OverKnob]:
         fired = {f for v in r.variants if v.knob == base.knob for f, n in v.matches.items() if n}
         for f in sorted(fired):
             v = knob_alone_variant(r, base.knob, f)
-            if v is not None and v.round_ms and len(v.round_ms) == len(base.round_ms):
+            if v is not None and v.round_ms and len(v.round_ms) == len(base.round_ms) and v.matches.get(f):
                 out.append(OverKnob(f, base, v, *ratio_stats(paired_ratios(base.round_ms, v.round_ms))))
     return out
 
@@ -592,7 +592,25 @@ def knob_record(r: ABResult, o: OverKnob):
     if verdict_ is None:
         return None
     return replace(in_model_record(r, o.variant, o.fusion), speedup=round(o.speedup, 4), verdict=verdict_,
-                   knob=o.knob.knob)
+                   knob=o.knob.knob, compile=knob_mode(o.knob, r.compile))
+
+
+def knob_mode(v: VariantResult, compile_mode: str) -> str:
+    """The compile mode the gate reads (``miner.runtime.gate.compile_mode``) in a compile with ``v``'s knob: a
+    knob under CUDA graphs is ``reduce-overhead``, one setting ``max_autotune`` is ``max-autotune``. A record
+    over ``reduce_overhead`` is then evidence for a user's ``mode="reduce-overhead"`` compile, and a loss
+    over the default compile does not veto it there (gpt2's dropout + LayerNorm region, H200 2026-12-06:
+    0.956x alone, 1.010x on top of CUDA graphs)."""
+    from miner.check import knobs
+    from miner.runtime.gate import mode_of
+
+    try:
+        options = dict(knobs.parse(v.knob)[0].options) if v.knob else {}
+    except Exception:  # noqa: BLE001 - a knob of your own that no longer imports: what the variant recorded
+        options = {}
+    base = "default" if compile_mode == "dynamic" else compile_mode
+    return mode_of(bool(options.get(knobs.CUDAGRAPHS) or v.cudagraphs),
+                   bool(options.get("max_autotune") or options.get("max_autotune_pointwise")), base)
 
 
 def run_records(r: ABResult) -> dict[str, list]:

@@ -282,6 +282,9 @@ def summary_table(results: Sequence[ABResult]) -> str:
         fires = []
         for f, n in sorted(r.fires.items()):
             v = r.variant(f"alone:{f}") or (a if n and [k for k, m in r.fires.items() if m] == [f] else None)
+            if n and v is not None and v.error is None and not v.matches.get(f):  # fires only beside the others
+                fires.append(f"{f} x{n} (alone: 0 matches, not measured alone)")
+                continue
             sites = r.gate.get(f, {})
             gate_says = (f"; gate fires in {sum(d.startswith('fire') for d in sites.values())}/{len(sites)} contexts"
                          if sites else "")

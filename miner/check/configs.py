@@ -137,11 +137,13 @@ def recommend(configs: Sequence[Config], band: float | None, *, model: str = "",
     best_knob = knobs[0] if knobs else None
     fused = next((c for c in usable if best_knob is not None and c.knob == best_knob.knob and c.fusions), None)
     share = fused.speedup / best_knob.speedup if fused is not None and best_knob.speedup else None
-    numerics = tuple(
-        f"{c.name}: {c.numerics}" + (f"; measured max rel diff to the default {c.error_rel:.1e}"
-                                     if c.error_rel is not None else "")
-        + ("" if c.parity_ok is not False else " (parity FAILED)")
-        for c in configs if c.knob and not c.fusions and c.numerics)
+    said: dict[str, list[str]] = {}  # knobs saying the same (t5: the SDPA flag alone and in two combinations)
+    for c in configs:
+        if c.knob and not c.fusions and c.numerics:
+            said.setdefault(f"{c.numerics}" + (f"; measured max rel diff to the default {c.error_rel:.1e}"
+                                               if c.error_rel is not None else "")
+                            + ("" if c.parity_ok is not False else " (parity FAILED)"), []).append(c.name)
+    numerics = tuple(f"{', '.join(names)}: {text}" for text, names in said.items())
     wins = [c for c in usable if c.verdict == "win"]
     bad = "; ".join(f"{c.name}: {_why_unusable(c)}" for c in unusable)
     if not wins:

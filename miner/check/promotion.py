@@ -55,11 +55,14 @@ def require_in_model_win(workspace: Any, cid: str) -> list:
             f"candidate {cid} has no in-model GPU evidence; on a CUDA machine run `miner verify --ab --candidates "
             f"{cid} --models {models} --mode {modes} --record` (or `--out DIR`, then here "
             f"`miner verify --record-from DIR/verify.json`)")
-    losses = [r for r in records if r.verdict == "loss"]
-    if losses:
-        raise UsageError(f"candidate {cid} makes the step slower where it fires: "
-                         + "; ".join(r.describe(full=True) for r in losses) + " (in-model A/B, fusion alone)")
-    if not any(r.verdict == "win" for r in records):
+    # per compile mode, as the gate decides (miner.runtime.evidence.decide): a loss vetoes its own mode only
+    losing = {r.compile for r in records if r.verdict == "loss"}
+    if not any(r.verdict == "win" and r.compile not in losing for r in records):
+        losses = [r for r in records if r.verdict == "loss"]
+        if losses:
+            raise UsageError(f"candidate {cid} makes the step slower where it fires: "
+                             + "; ".join(r.describe(full=True) for r in losses) + " (in-model A/B, fusion alone)"
+                             + " and wins in no other compile mode")
         raise UsageError(f"candidate {cid} has no step win beyond noise on any zoo model: "
                          + "; ".join(r.describe(full=True) for r in records))
     return records

@@ -32,8 +32,24 @@ def render(*, name: str, ops: str, harness: str, head: str, rows) -> str:
     str
         The module's text.
     """
-    cases = "".join(f"    ({test!r}, {cid!r}, {args!r}),\n" for test, cid, args in rows)
+    cases = "".join(f"    ({test!r}, {cid!r}, {literal(args)}),\n" for test, cid, args in rows)
     return fill_template("fusion_test.py.tmpl", head=head, name=name, ops=ops, harness=harness, cases=cases)
 
 
-__all__ = ["render"]
+def literal(value) -> str:
+    """``repr(value)`` that Python reads back, infinities and NaN included (a masked softmax's ``-inf`` fill:
+    ``repr`` writes ``-inf``, a name no module defines)."""
+    import math
+
+    if isinstance(value, float) and not math.isfinite(value):
+        return f'float("{value}")'
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{literal(k)}: {literal(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(literal(v) for v in value) + "]"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(literal(v) for v in value) + ("," if len(value) == 1 else "") + ")"
+    return repr(value)
+
+
+__all__ = ["literal", "render"]

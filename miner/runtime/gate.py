@@ -31,11 +31,14 @@ def compile_mode() -> str:
     """The mode of the compile in progress, from Inductor's config (torch applies the mode's options)."""
     import torch._inductor.config as config
 
-    if getattr(config.triton, "cudagraphs", False):
-        return "reduce-overhead"
-    if getattr(config, "max_autotune", False) or getattr(config, "max_autotune_pointwise", False):
-        return "max-autotune"
-    return "default"
+    return mode_of(bool(getattr(config.triton, "cudagraphs", False)),
+                   bool(getattr(config, "max_autotune", False) or getattr(config, "max_autotune_pointwise", False)))
+
+
+def mode_of(cudagraphs: bool, max_autotune: bool, base: str = "default") -> str:
+    """The name the gate gives a compile: ``reduce-overhead`` under CUDA graphs, else ``max-autotune``, else
+    ``base``. Pure: the A/B names a record over a knob by it too (``miner.check.ab.knob_mode``)."""
+    return "reduce-overhead" if cudagraphs else "max-autotune" if max_autotune else base
 
 
 def _fusable(node, hops: int = 4) -> bool:
@@ -223,4 +226,4 @@ def observe(match, name: str, n_inputs: int) -> bool:
 
 
 __all__ = ["BRACKET_RULE", "SYMBOLIC_REASON", "Context", "Query", "compile_mode", "context_of", "decide", "dim_range",
-           "in_model_records", "isolated_rows", "neighbourhood", "observe", "wins_gate"]
+           "mode_of", "in_model_records", "isolated_rows", "neighbourhood", "observe", "wins_gate"]
