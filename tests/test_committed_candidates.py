@@ -69,8 +69,15 @@ def test_committed_candidate_json_says_what_the_generator_says(regenerated, cid)
         assert new.get(key) == old.get(key), f"candidates/{cid}/candidate.json: {key} is stale"
 
 
-@pytest.mark.parametrize("cid", COMMITTED)
+PROMOTED = candidates.fusions_by_candidate(Workspace(REPO))  # candidate id -> its fusion
+
+
+@pytest.mark.parametrize("cid", [
+    pytest.param(c, marks=pytest.mark.slow) if c in PROMOTED else c for c in COMMITTED])  # slow: run by `-m slow`
 def test_committed_candidate_kernel_passes_numerics(tmp_path, cid):
+    """Each kernel against float64 on its observed and odd shapes. A promoted candidate's kernel is checked in the
+    default run by its fusion's own module (``tests/fusions/test_<name>.py``: the kind's cases on the kernel
+    ``miner promote`` rendered from this candidate), so here it runs with the slow tests."""
     ws = Workspace(tmp_path)
     shutil.copytree(REPO / "candidates" / cid, ws.candidates / cid)
     (ws.candidates / cid / "bench.json").unlink(missing_ok=True)
