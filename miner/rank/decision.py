@@ -280,7 +280,8 @@ MODEL_STEP_HEADER = ("model", "default ms", "fused ms", "speedup [p20-p80]", "ve
 
 
 RULE = ("adopt only where an in-model A/B (`miner verify --ab`) measured the step faster beyond its noise band and "
-        "nowhere slower; predicted numbers never decide")
+        "nowhere slower (a fusion slower in one compile mode only is adopted for the others: `fires only in`); "
+        "predicted numbers never decide")
 
 
 # --------------------------------------------------------------------------- the rule
