@@ -608,9 +608,14 @@ def knob_mode(v: VariantResult, compile_mode: str) -> str:
         options = dict(knobs.parse(v.knob)[0].options) if v.knob else {}
     except Exception:  # noqa: BLE001 - a knob of your own that no longer imports: what the variant recorded
         options = {}
-    base = "default" if compile_mode == "dynamic" else compile_mode
     return mode_of(bool(options.get(knobs.CUDAGRAPHS) or v.cudagraphs),
-                   bool(options.get("max_autotune") or options.get("max_autotune_pointwise")), base)
+                   bool(options.get("max_autotune") or options.get("max_autotune_pointwise")), gate_mode(compile_mode))
+
+
+def gate_mode(compile_mode: str) -> str:
+    """The mode the gate reads while compiling an A/B variant of ``compile_mode`` (``dynamic`` is the default
+    mode with symbolic sizes)."""
+    return "default" if compile_mode == "dynamic" else compile_mode
 
 
 def run_records(r: ABResult) -> dict[str, list]:
@@ -629,7 +634,7 @@ def gate_verdicts(r: ABResult, modules: dict[str, Any], compile_mode: str,
     variant of ``r`` saw the fusion in."""
     from miner.runtime import evidence
 
-    mode = "default" if compile_mode == "dynamic" else compile_mode  # what the gate reads while compiling
+    mode = gate_mode(compile_mode)
     out: dict[str, dict[str, str]] = {}
     for v in r.variants:
         for f, sites in v.contexts.items():

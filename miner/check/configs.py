@@ -277,18 +277,15 @@ def how(best: Config, fusion_of: Mapping[str, str], workspace: str = ".") -> str
     is named with the command that promotes it: until then a user's compile does not hold it."""
     from miner.check import knobs
 
-    lines, compile_call = [], "torch.compile(model)"
+    lines, calls = [], []
     for part in (best.knob.split("+") if best.knob else []):
         try:
             code = knobs.code(knobs.get(part))
         except Exception:  # noqa: BLE001 - a knob of your own that no longer imports: named, not written out
             code = [f"the knob {part}"]
         for line in code:
-            if line.startswith("torch.compile("):
-                compile_call = line if compile_call == "torch.compile(model)" else (
-                    f"{compile_call} with {line}")  # two modes: both said, neither merged by guess
-            else:
-                lines.append(line)
+            (calls if line.startswith("torch.compile(") else lines).append(line)
+    compile_call = " with ".join(calls) or "torch.compile(model)"  # two modes: both said, neither merged by guess
     todo = []
     if best.fusions:
         lines.append(f"miner.runtime.fusions.install({json.dumps(workspace)})")
@@ -304,11 +301,11 @@ def with_how(recs: Sequence[Recommendation], ws: Any) -> list[Recommendation]:
     """``recs`` with :attr:`Recommendation.how` written for the workspace ``ws`` (its promoted fusions, its
     path as a user would pass it from the current directory)."""
     import os
-    from pathlib import Path
 
     from miner.core import candidate as candidates
+    from miner.runtime import fusions
 
-    fusion_of = {d.name: d.name for d in Path(ws.fusions).glob("*") if (d / "pattern.py").is_file()}
+    fusion_of = {name: name for name in fusions.names(ws.fusions)}
     fusion_of.update(candidates.fusions_by_candidate(ws))
     try:
         where = os.path.relpath(ws.root)

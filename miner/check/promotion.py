@@ -56,9 +56,9 @@ def require_in_model_win(workspace: Any, cid: str) -> list:
             f"{cid} --models {models} --mode {modes} --record` (or `--out DIR`, then here "
             f"`miner verify --record-from DIR/verify.json`)")
     # per compile mode, as the gate decides (miner.runtime.evidence.decide): a loss vetoes its own mode only
-    losing = {r.compile for r in records if r.verdict == "loss"}
+    losses = [r for r in records if r.verdict == "loss"]
+    losing = {r.compile for r in losses}
     if not any(r.verdict == "win" and r.compile not in losing for r in records):
-        losses = [r for r in records if r.verdict == "loss"]
         if losses:
             raise UsageError(f"candidate {cid} makes the step slower where it fires: "
                              + "; ".join(r.describe(full=True) for r in losses) + " (in-model A/B, fusion alone)"
