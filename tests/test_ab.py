@@ -170,6 +170,25 @@ def test_record_writes_the_gates_evidence_and_only_from_cuda_runs(tmp_path):
     assert data["in_model"]["records"][0]["source"] == "run/verify.json"
 
 
+def test_a_candidate_measured_again_reaches_the_gate_of_the_fusion_promoted_from_it(tmp_path):
+    """``--candidates <id> --record`` after promotion (e.g. at another shape) updates the fusion's wins.json too."""
+    from miner.runtime import evidence
+
+    ws = _workspace(tmp_path)
+    r = result()
+    r.fires = {"pabc": 25}
+    r.variants = r.variants[:2] + [VariantResult("all", ["pabc"], "open", stats(20 / 1.03), 1.03, "win",
+                                                 matches={"pabc": 25}, contexts={"pabc": {SITE: 25}})]
+    r.batch, r.seq = 8, 512
+    written = abrun.record(ws, [r])
+    assert sorted(p.relative_to(ws).as_posix() for p in written) == ["candidates/pabc/in_model.json",
+                                                                     "fusions/layer_norm/wins.json"]
+    (rec,) = evidence.read(ws / "fusions" / "layer_norm" / "wins.json")
+    assert (rec.batch, rec.seq, rec.verdict, rec.contexts) == (8, 512, "win", {SITE: 25})
+    (ws / "fusions" / "layer_norm" / "fusion.json").write_text("{broken")  # unreadable: names no candidate
+    assert [p.name for p in abrun.record(ws, [r])] == ["in_model.json"]
+
+
 def test_promotion_needs_a_measured_in_model_win(tmp_path):
     ws = _workspace(tmp_path)
     with pytest.raises(UsageError, match="no in-model GPU evidence.*miner verify --ab --candidates pabc "
@@ -457,3 +476,12 @@ def test_a_measurement_over_a_knob_keeps_its_knob_in_every_view():
     [rec] = [rec for f, rec in ab.knob_records(knob_result()) if f == "p_attn"]
     [step] = decision.record_steps([rec], "wins.json")
     assert step.knob == "sdpa" and step.where == steps[0].where
+    # over a CUDA-graph knob the record's compile is reduce-overhead: the A/B's row says so too (one row for
+    # one measurement in `miner candidates show`, not a "default" row beside the record's)
+    graphs = knob_result()
+    for v in graphs.variants:
+        v.cudagraphs = bool(v.knob)
+    [graph_step] = decision.ab_steps([("verify.json", graphs)])["p_attn"]
+    [graph_rec] = [rec for f, rec in ab.knob_records(graphs) if f == "p_attn"]
+    assert graph_step.compile == graph_rec.compile == "reduce-overhead"
+    assert graph_step.where == decision.record_steps([graph_rec], "wins.json")[0].where

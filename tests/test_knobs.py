@@ -167,6 +167,22 @@ def test_knobs_only_one_phase_without_fusion_variants(counting_knob):
     assert r.variant("gated").matches["layer_norm"] >= 1 and r.variant("knob:counting").parity.grads_rel is not None
 
 
+def test_fusion_variants_none_is_each_knob_with_and_without_the_gated_fusions(counting_knob):
+    from miner.commands.verify import _fusion_variants
+    from miner.runtime.fusions import Fusions
+
+    with pytest.raises(UsageError, match="none: give --knobs"):
+        _fusion_variants("none")
+    with pytest.raises(UsageError, match="unknown 'none'"):
+        _fusion_variants("none,gated", knobs=True)
+    knob, _ = counting_knob
+    r = ab.run_ab(_build, ab.ABCase("norm", "train", "default"), Fusions(Path(__file__).resolve().parents[1]),
+                  ab.ABOptions(preset="tiny", device="cpu", warmup=1, rounds=2, profile_steps=0,
+                               fusion_variants=_fusion_variants("none", knobs=True)), knobs=[knob], log=lambda s: None)
+    assert [v.name for v in r.variants] == ["default", "control", "knob:counting", "knob:counting+fusions"]
+    assert r.variant("knob:counting+fusions").gate == ab.GATE_ON and r.noise_band is not None
+
+
 def test_knob_variants_out_of_time_are_recorded(counting_knob):
     from miner.check.abrun import NoFusions
 

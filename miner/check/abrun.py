@@ -201,12 +201,15 @@ def run_all(models: Sequence[str], run: ABRun, *, time_budget_s: float | None = 
 def record(workspace: Any, results: Sequence[ABResult], source: str = "") -> list[Path]:
     """Write each fusion-alone verdict of ``results`` (over the default, and over each knob it was measured
     alone on: ``ab.run_records``) into ``fusions/<name>/wins.json`` (``in_model``), or, for a candidate id
-    (``--candidates``), into ``candidates/<id>/in_model.json``.
+    (``--candidates``), into ``candidates/<id>/in_model.json`` and into the ``wins.json`` of every fusion
+    promoted from it (the gate reads those: a candidate measured again, e.g. at another shape, needs no
+    second ``miner promote``).
 
     Only results measured on CUDA count (interpreter timings mean nothing); a record for the same
     model, mode, compile mode, preset, batch, seq and knob replaces the older one.
     """
     from miner.runtime import evidence
+    from miner.runtime.fusions import promoted_from
 
     root = _root(workspace)
     per_fusion: dict[str, list[dict]] = {}
@@ -218,10 +221,14 @@ def record(workspace: Any, results: Sequence[ABResult], source: str = "") -> lis
     written = []
     for f, recs in sorted(per_fusion.items()):
         path = evidence.evidence_file(root, f, fusion=True)
-        if not path.parent.is_dir():  # not a promoted fusion (the gate's evidence): a candidate's (what `miner promote` requires)
-            path = evidence.evidence_file(root, f, fusion=False)
+        if path.parent.is_dir():  # a promoted fusion: the gate's evidence
+            written.append(evidence.write(path, f, recs))
+            continue
+        path = evidence.evidence_file(root, f, fusion=False)  # a candidate's: what `miner promote` requires
         if path.parent.is_dir():
             written.append(evidence.write(path, f, recs))
+        for name in promoted_from(root, f):
+            written.append(evidence.write(evidence.evidence_file(root, name, fusion=True), name, recs))
     return written
 
 

@@ -34,15 +34,13 @@ def write_evidence(workspace: Any, cid: str, records: list) -> Path:
 
 def records_for(workspace: Any, cid: str) -> list:
     """Every in-model record (``InModelRecord``) for candidate ``cid``: its own file, and fusions promoted from it."""
-    from miner.core.workspace import read_json
     from miner.runtime import evidence
-    from miner.runtime.fusions import fusions_dir
+    from miner.runtime.fusions import promoted_from
 
     root = _root(workspace)
     records = evidence.read(evidence_path(root, cid))
-    for fusion_json in sorted(fusions_dir(root).glob("*/fusion.json")):
-        if read_json(fusion_json).get("pattern_id") == cid:
-            records += evidence.read(fusion_json.with_name(evidence.FUSION_FILE))
+    for name in promoted_from(root, cid):
+        records += evidence.read(evidence.evidence_file(root, name, fusion=True))
     return records
 
 

@@ -55,7 +55,8 @@ def add_arguments(p) -> None:
                     help="fusion variants to compile: all (gate open), alone (each firing fusion: with all, alone "
                          "over the default; with --knobs, alone on top of each knob, knob:<k>+alone:<f>), gated "
                          "(default: all,alone,gated; e.g. gated for a knobs-only comparison, alone,gated to measure "
-                         "each fusion on top of the knobs only)")
+                         "each fusion on top of the knobs only), none (with --knobs: each knob alone and with the "
+                         "gated fusions, what a user of that knob gets, and nothing else)")
     ab.add_argument("--record", action="store_true",
                     help="write each fusion-alone verdict into fusions/<name>/wins.json (in_model): the gate's "
                          "evidence (CUDA runs only)")
@@ -225,9 +226,14 @@ def _fusion_variants(text: str, knobs: bool = False) -> tuple[str, ...]:
     from miner.check.ab import FUSION_VARIANTS
 
     chosen = tuple(v.strip() for v in text.split(",") if v.strip())
+    if chosen == ("none",):
+        if not knobs:
+            raise UsageError("--fusion-variants none: give --knobs (without them nothing but the default is compiled)")
+        return chosen
     bad = [v for v in chosen if v not in FUSION_VARIANTS]
     if bad:
-        raise UsageError(f"--fusion-variants: unknown {bad[0]!r}; variants: {', '.join(FUSION_VARIANTS)}")
+        raise UsageError(f"--fusion-variants: unknown {bad[0]!r}; variants: {', '.join(FUSION_VARIANTS)}, "
+                         "or none with --knobs")
     if "alone" in chosen and "all" not in chosen and not knobs:
         raise UsageError("--fusion-variants: alone needs all or --knobs (the matches of all, or of each "
                          "knob:<k>+fusions, say which fusions fire)")

@@ -413,10 +413,10 @@ def ab_steps(results: Sequence[tuple[str, object]]) -> dict[str, list[StepChange
                 _parity_ok(v.parity), rec.matches, source, str(r.env.get("date") or ""),
                 setup_of(r)))
         for o in over_knobs(r):  # alone on top of a knob: the knob's step over the knob's with the fusion
-            rec = knob_record(r, o)
-            if rec is not None:
+            rec = knob_record(r, o)  # its compile: the mode the gate reads under that knob (reduce-overhead for
+            if rec is not None:      # a CUDA-graph knob), as its record in wins.json says: one row for both
                 out.setdefault(o.fusion, []).append(StepChange(
-                    r.model, r.mode, r.compile, o.speedup, rec.band, rec.verdict, o.p20, o.p80, None,
+                    r.model, r.mode, rec.compile, o.speedup, rec.band, rec.verdict, o.p20, o.p80, None,
                     _parity_ok(o.variant.parity), rec.matches, source, str(r.env.get("date") or ""), setup_of(r),
                     knob=rec.knob))
     return out

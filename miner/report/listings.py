@@ -457,7 +457,7 @@ def validation_listing(v: dict | None) -> Listing:
     where = ", ".join(f"{k} {v[k]}" for k in ("device", "torch", "triton", "date") if v.get(k))
     not_run = sum(isinstance(c, dict) and c.get("ok", False) is None for c in v.get("checks", ()) or ())
     head = f"overall: {'ok' if v.get('ok') else 'FAILED'}" + (f" ({v['failure']})" if v.get("failure") else "") + (
-        f" ({not_run} check(s) not run: ?)" if not_run else "") + (
+        f" ({not_run} check(s) not run: marked ? below)" if not_run else "") + (
         f"  [{where}]" if where else "")
     rows = [{"ok": cell("ok", "green") if ok else cell("FAIL", "red") if ok is False else "?", "what": w, "detail": det}
             for w, ok, det in validation_rows(v)]

@@ -63,6 +63,21 @@ def names(where: str | Path) -> list[str]:
     return sorted(p.parent.name for p in fusions_dir(where).glob("*/pattern.py"))
 
 
+def promoted_from(where: str | Path, pattern_id: str) -> list[str]:
+    """The fusions in ``where`` (see :func:`fusions_dir`) that ``miner promote`` made from candidate ``pattern_id``
+    (their ``fusion.json`` names it), sorted; an unreadable ``fusion.json`` names none."""
+    import json
+
+    out = []
+    for path in sorted(fusions_dir(where).glob("*/fusion.json")):
+        try:
+            if json.loads(path.read_text()).get("pattern_id") == pattern_id:
+                out.append(path.parent.name)
+        except (OSError, ValueError, AttributeError):
+            continue
+    return out
+
+
 def load(where: str | Path, name: str):
     """The pattern module of fusion ``name`` in ``where``, imported by path once per process.
 
