@@ -21,11 +21,13 @@ class Chain(torch.nn.Module):
         return self.pattern(self.proj(x))[0]
 
 
-@pytest.fixture()
-def promoted(tmp_path):
+@pytest.fixture(scope="module")
+def promoted(tmp_path_factory):
+    """One promoted workspace for the module (generate, validate and promote take ~17 s on CI's CPU); the
+    tests only read it."""
     from miner.promote import promote
 
-    ws = Workspace(tmp_path)
+    ws = Workspace(tmp_path_factory.mktemp("promoted"))
     promote(ws, validated(ws).id, "exp_softmax")
     return ws
 
