@@ -108,7 +108,24 @@ def test_candidates_and_the_report_lead_with_the_recommendation(tmp_path, capsys
     assert cli.main(["--workspace", str(tmp_path), "report", "--run", "r"]) == 0
     html = (tmp_path / "reports" / "r" / "index.html").read_text()
     assert "run <b>sdpa_reduced_math+fusions</b>" in html
+    assert 'alt="configurations per model step" src="data:image/png;base64,' in html  # the figure leads
+    assert html.index("configurations per model step") < html.index("run <b>sdpa_reduced_math+fusions</b>")
     assert "Configurations: knobs and fusions" in (tmp_path / "reports" / "gpu" / "run1" / "verify.md").read_text()
+
+
+def test_the_configurations_figure_plots_every_measured_configuration_or_nothing():
+    import dataclasses
+
+    from miner.report.figures import configs_chart
+
+    rec = recommend([D, c("fusions", 1.07), c("sdpa", 1.13, numerics="bf16"), c("sdpa+fusions", 1.25),
+                     c("cd", 1.3, parity=False)], 0.01, model="t5", mode="train")
+    png = configs_chart([rec], "")
+    assert png.startswith("data:image/png;base64,") and len(png) > 1000
+    assert configs_chart([recommend([D], 0.01)], "") is None  # only the default: nothing to plot
+    rec = dataclasses.replace(rec, setup="NVIDIA H100 80GB HBM3, base B16 S512, bf16 autocast")
+    assert configs_chart([rec], "NVIDIA H200, base B16 S512, bf16 autocast", only_headline=True) is None
+    assert configs_chart([rec], "NVIDIA H200, base B16 S512, bf16 autocast") is not None  # labelled [H100]
 
 
 def test_runs_of_one_model_step_split_over_calls_are_pooled():

@@ -222,6 +222,56 @@ def overview_chart(rows: list[tuple[str, list]]) -> str | None:
     return _png(fig)
 
 
+def configs_chart(recs: list, headline: str = "", *, only_headline: bool = False) -> str | None:
+    """What to run, per model step (``miner.check.configs.Recommendation``): each measured configuration's
+    step speedup over the default compile (dot: paired median; bar: p20-p80), the run's noise band shaded
+    around 1.0, the recommended configuration in bold; configurations with the fusions green, knobs alone
+    blue, unusable ones (parity failed or not judged, errors) grey. A header row per model step names it and
+    its setup where that differs from ``headline`` (``miner.check.ab.setup_of``); ``only_headline``: the
+    model steps measured in that setup only (the report's first screen: other GPUs and shapes stay in its
+    tables)."""
+    from miner.rank.decision import setup_diff
+
+    if only_headline and headline:
+        recs = [rec for rec in recs if not setup_diff(rec.setup, headline)]
+    groups = [(rec, [c for c in rec.configs if c.speedup is not None and c.name != "default"]) for rec in recs]
+    groups = [(rec, cs) for rec, cs in groups if cs]
+    if not groups:
+        return None
+    plt = _pyplot()
+    n_rows = sum(1 + len(cs) for _, cs in groups)
+    fig, ax = plt.subplots(figsize=(MAX_WIDTH_IN, 0.3 * n_rows + 1.0))
+    xs = [x for _, cs in groups for c in cs for x in (c.speedup, c.p20, c.p80) if x is not None] + [1.0]
+    labels, y = [], 0
+    for rec, cs in groups:
+        diff = setup_diff(rec.setup, headline)
+        labels.append((f"{rec.model} {rec.mode}" + (f" [{diff}]" if diff else ""), "header"))
+        if rec.band:
+            ax.fill_between([1 - rec.band, 1 + rec.band], y + 0.5, y + len(cs) + 0.5, color="#e4e8ef", lw=0)
+        for c in cs:
+            y += 1
+            color = "#9aa5b8" if not c.usable else COLORS["candidate"] if c.fusions else COLORS["inductor"]
+            lo, hi = c.p20 if c.p20 is not None else c.speedup, c.p80 if c.p80 is not None else c.speedup
+            ax.errorbar([c.speedup], [y], xerr=[[max(c.speedup - lo, 0)], [max(hi - c.speedup, 0)]], fmt="o",
+                        color=color, ms=6 if c is rec.best else 4, capsize=2, lw=1.2)
+            labels.append(("  " + c.name, "best" if c is rec.best else ""))
+        y += 1
+    ax.axvline(1.0, color="#5d6778", lw=1, ls="--")
+    ax.set_yticks(range(len(labels)), [text for text, _ in labels])
+    for tick, (_, kind) in zip(ax.get_yticklabels(), labels):
+        if kind == "header":
+            tick.set_fontstyle("italic")
+        elif kind == "best":
+            tick.set_fontweight("bold")
+    ax.set_ylim(len(labels) - 0.5, -0.5)
+    pad = 0.04 * (max(xs) - min(xs) or 1.0)
+    ax.set_xlim(min(xs) - pad, max(xs) + pad)
+    ax.set_xlabel("step speedup over the default torch.compile (bar: p20-p80)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.spines[["top", "right"]].set_visible(False)
+    return _png(fig)
+
+
 def roofline_chart(rows: list[tuple[str, list]]) -> str | None:
     """Roofline share (memory floor time / kernel time) of Inductor's and the candidate's kernels, per
     candidate: the median over its latest run's shapes, with the min-max as a bar."""

@@ -308,6 +308,7 @@ def decision_html(dec: Decisions) -> str:
     if dec.configs:  # knobs measured beside the fusions: what to run comes first (miner.check.configs)
         from miner.check import configs
         from miner.rank.decision import setup_diff
+        from miner.report.figures import configs_chart
 
         head = "".join(f"<p><b>{_e(c.where)}</b>"
                        + (f" [{_e(setup_diff(c.setup, dec.setup))}]" if setup_diff(c.setup, dec.setup) else "")
@@ -315,6 +316,13 @@ def decision_html(dec: Decisions) -> str:
                        + "".join(f"<li>{_e(x.strip())}</li>" for x in configs.lines(c, 10**6)[1:]) + "</ul>"
                        + _table(configs.HEADER, [[_e(x) for x in configs.cells(k)] for k in c.configs], {1, 2})
                        for c in dec.configs) + head
+        chart = configs_chart(list(dec.configs), dec.setup, only_headline=True)
+        if chart:
+            head = (f'<div class="chart"><img alt="configurations per model step" src="{chart}"></div>'
+                    f'<p class="small">Each model step measured on {_e(dec.setup or "the GPU")}: its configurations '
+                    "against its default compile, dot the paired median, bar p20-p80, shaded the run's noise band; "
+                    "green with the fusions, blue a knob alone, grey not usable (parity failed or not judged); bold "
+                    "what to run. Steps measured elsewhere (another GPU or shape) are in the tables below.</p>" + head)
     if dec.models:
         from miner.rank.decision import MODEL_STEP_HEADER, model_step_cells
 
