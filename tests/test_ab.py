@@ -10,7 +10,7 @@ import pytest
 from miner.check import ab, abrun, explain, peers, promotion
 from miner.check.ab import ABResult, VariantResult
 from miner.check.verify import StepStats
-from miner.core.errors import UsageError
+from miner.core.errors import UsageError, WorkspaceError
 
 
 def stats(median, spread=0.2, steps=15, peak=2**30):
@@ -185,8 +185,12 @@ def test_a_candidate_measured_again_reaches_the_gate_of_the_fusion_promoted_from
                                                                      "fusions/layer_norm/wins.json"]
     (rec,) = evidence.read(ws / "fusions" / "layer_norm" / "wins.json")
     assert (rec.batch, rec.seq, rec.verdict, rec.contexts) == (8, 512, "win", {SITE: 25})
-    (ws / "fusions" / "layer_norm" / "fusion.json").write_text("{broken")  # unreadable: names no candidate
-    assert [p.name for p in abrun.record(ws, [r])] == ["in_model.json"]
+    (ws / "fusions" / "layer_norm" / "fusion.json").write_text("{broken")  # a corrupt file: one line, nothing written
+    before = (ws / "candidates" / "pabc" / "in_model.json").read_bytes()
+    r.batch = 32
+    with pytest.raises(WorkspaceError, match=r"fusion\.json: corrupt JSON .*miner promote"):
+        abrun.record(ws, [r])
+    assert (ws / "candidates" / "pabc" / "in_model.json").read_bytes() == before
 
 
 def test_promotion_needs_a_measured_in_model_win(tmp_path):

@@ -209,7 +209,6 @@ def record(workspace: Any, results: Sequence[ABResult], source: str = "") -> lis
     model, mode, compile mode, preset, batch, seq and knob replaces the older one.
     """
     from miner.runtime import evidence
-    from miner.runtime.fusions import promoted_from
 
     root = _root(workspace)
     per_fusion: dict[str, list[dict]] = {}
@@ -218,18 +217,23 @@ def record(workspace: Any, results: Sequence[ABResult], source: str = "") -> lis
             continue
         for f, recs in run_records(r).items():
             per_fusion.setdefault(f, []).extend(replace(rec, source=source) for rec in recs)
-    written = []
-    for f, recs in sorted(per_fusion.items()):
-        path = evidence.evidence_file(root, f, fusion=True)
-        if path.parent.is_dir():  # a promoted fusion: the gate's evidence
-            written.append(evidence.write(path, f, recs))
-            continue
-        path = evidence.evidence_file(root, f, fusion=False)  # a candidate's: what `miner promote` requires
-        if path.parent.is_dir():
-            written.append(evidence.write(path, f, recs))
-        for name in promoted_from(root, f):
-            written.append(evidence.write(evidence.evidence_file(root, name, fusion=True), name, recs))
-    return written
+    targets = {f: _evidence_files(root, f) for f in per_fusion}  # every fusion.json read before anything is written
+    return [evidence.write(path, path.parent.name, per_fusion[f]) for f in sorted(per_fusion) for path in targets[f]]
+
+
+def _evidence_files(root: Path, name: str) -> list[Path]:
+    """Where :func:`record` writes the records of ``name``: a promoted fusion's ``wins.json`` (the gate's evidence);
+    for a candidate id, its ``in_model.json`` (what ``miner promote`` requires) and the ``wins.json`` of every
+    fusion promoted from it. A corrupt ``fusion.json`` raises here (``WorkspaceError``), before any write."""
+    from miner.runtime import evidence
+    from miner.runtime.fusions import promoted_from
+
+    fusion = evidence.evidence_file(root, name, fusion=True)
+    if fusion.parent.is_dir():
+        return [fusion]
+    own = evidence.evidence_file(root, name, fusion=False)
+    promoted = [evidence.evidence_file(root, f, fusion=True) for f in promoted_from(root, name)]
+    return ([own] if own.parent.is_dir() else []) + promoted
 
 
 def nothing_recorded(results: Sequence[ABResult]) -> str:

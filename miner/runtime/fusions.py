@@ -65,17 +65,17 @@ def names(where: str | Path) -> list[str]:
 
 def promoted_from(where: str | Path, pattern_id: str) -> list[str]:
     """The fusions in ``where`` (see :func:`fusions_dir`) that ``miner promote`` made from candidate ``pattern_id``
-    (their ``fusion.json`` names it), sorted; an unreadable ``fusion.json`` names none."""
-    import json
+    (their ``fusion.json`` names it), sorted.
 
-    out = []
-    for path in sorted(fusions_dir(where).glob("*/fusion.json")):
-        try:
-            if json.loads(path.read_text()).get("pattern_id") == pattern_id:
-                out.append(path.parent.name)
-        except (OSError, ValueError, AttributeError):
-            continue
-    return out
+    Raises
+    ------
+    WorkspaceError
+        For a ``fusion.json`` that does not parse (naming it and the command that rebuilds it).
+    """
+    from miner.core.workspace import read_json
+
+    return [path.parent.name for path in sorted(fusions_dir(where).glob("*/fusion.json"))
+            if read_json(path).get("pattern_id") == pattern_id]
 
 
 def load(where: str | Path, name: str):
