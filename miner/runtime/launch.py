@@ -25,7 +25,10 @@ for all of them:
   on the host between Inductor's kernels: on the H200 (2026-12-03) bert's 26 layer-norm calls cost
   ~5 ms of host time per step. With the plan (and the op registered through ``torch.library.Library``
   rather than ``custom_op``, ``miner.runtime.rewrite.define_op``) a call's host path went from ~260
-  to ~32 us on this CPU (kernels stubbed out; not yet re-timed on the H200).
+  to ~32 us on this CPU (kernels stubbed out). On the H200 a region call still cost ~100 us of host
+  time (2026-12-06), much of it Triton binding ~45 arguments per launch: on CUDA a plan's later
+  calls launch the compiled kernel directly once that was shown safe and checked bit for bit against
+  Triton's own launch (``miner.runtime.direct``).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from miner.rules.contract import row_shape, shape_contract
+from miner.runtime import direct as _direct
 
 ONE_PASS_MAX = 8192  # longest row the one-pass kernel holds; longer rows take the looped kernel
 LOOP_BLOCK = 4096  # default column chunk of the looped kernel
@@ -308,13 +312,25 @@ def _run(spec: KernelSpec, xs, scalars, variant, config) -> tuple:
         return outs
     # the same shapes, strides and dtypes as a call before: only allocate and launch
     outs = tuple(torch.empty(s, dtype=d, device=device) for s, d in plan.metas)
-    if plan.kernel is not None:
-        xs, extra = spec.views(xs) if spec.views is not None else (xs, ())
-        rows = [xs[k] for k in plan.rows]
-        if plan.copy_shape is not None:
-            rows = [x.expand(plan.copy_shape).contiguous() for x in rows]
-        plan.kernel[plan.grid](*(xs[k] for k in plan.seeds), *rows, *outs, *scalars, *extra, *plan.sizes,
-                               *plan.strides, **plan.constexprs)
+    if plan.kernel is None:
+        return outs
+    xs, extra = spec.views(xs) if spec.views is not None else (xs, ())
+    inputs = [xs[k] for k in plan.seeds]
+    rows = [xs[k] for k in plan.rows]
+    if plan.copy_shape is not None:
+        rows = [x.expand(plan.copy_shape).contiguous() for x in rows]
+    inputs += rows
+    args = (*inputs, *outs, *scalars, *extra, *plan.sizes, *plan.strides)
+
+    def jit_launch(a):
+        return plan.kernel[plan.grid](*a, **plan.constexprs)
+
+    if plan.direct is None or torch.cuda.is_current_stream_capturing() or _direct.hooked():
+        jit_launch(args)
+    else:  # Triton's binding skipped (``miner.runtime.direct``); the fresh outputs need no alignment check
+        plan.direct.launch(
+            _direct.specialization(inputs, [s for s in scalars if isinstance(s, int)]), args, outs, jit_launch,
+            lambda compiled: _direct.launcher(plan.kernel, compiled, args, plan.constexprs, plan.grid, device.index))
     return outs
 
 
@@ -331,6 +347,7 @@ class Plan:
     sizes: tuple = ()  # n_rows, n_cols, d1, d2
     strides: tuple = ()
     constexprs: dict = field(default_factory=dict)
+    direct: Any = None  # a ``miner.runtime.direct.Direct`` on CUDA: launches without Triton's per-call binding
 
 
 PLANS: dict[tuple, Plan] = {}
@@ -405,7 +422,7 @@ def _first_launch(spec: KernelSpec, xs, scalars, variant, config) -> tuple[tuple
         raise ValueError(f"{pattern_id}: looped BLOCK {cfg[1]} < {ALIGN}: a chunk must cover the row's aligned lead")
     launch(cfg)
     return outs, Plan(tuple(metas), kernel, grid_of(cfg), seed_idx, row_idx, copy_shape, (n_rows, n_cols, d1, d2),
-                      tuple(strides), constexprs(cfg))
+                      tuple(strides), constexprs(cfg), _direct.Direct() if device.type == "cuda" else None)
 
 
 def rand4_flag(variant: str, n_cols: int, block: int) -> bool:
