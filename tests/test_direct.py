@@ -148,3 +148,13 @@ def test_a_launch_hook_sends_every_launch_through_triton(monkeypatch):
     assert direct.hooked()
     monkeypatch.setattr(direct, "_KNOBS", [None])  # a Triton without knobs
     assert direct.hooked()
+
+
+def test_an_int_compiled_in_as_a_constexpr_keeps_tritons_launch(stream):
+    """An int the caller varies (``varying``) that the kernel takes as ``tl.constexpr`` is compiled per
+    value, which no specialization class tells apart: no direct launch then (Triton's own 1 is fine)."""
+    x, out = torch.zeros(4, dtype=torch.bfloat16), torch.zeros(4)
+    sig = dict(SIG, c0="constexpr")
+    assert direct.launcher(KERNEL, CompiledKernel(sig, []), (x, out, 3, 4), {"BLOCK": 16}, (7,), 0, [2]) is None
+    assert direct.launcher(KERNEL, CompiledKernel(sig, []), (x, out, 1, 4), {"BLOCK": 16}, (7,), 0, [2]) is not None
+    assert direct.launcher(KERNEL, CompiledKernel(SIG, []), (x, out, 3, 4), {"BLOCK": 16}, (7,), 0, [2]) is not None

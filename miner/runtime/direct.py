@@ -46,14 +46,17 @@ def _signature(compiled) -> list[tuple[str, str]] | None:
     return [(str(k), str(v)) for k, v in sig.items()]
 
 
-def launcher(kernel, compiled, args: Sequence, constexprs: dict, grid: Sequence[int],
-             device_index: int) -> Callable | None:
+def launcher(kernel, compiled, args: Sequence, constexprs: dict, grid: Sequence[int], device_index: int,
+             varying: Sequence[int] = ()) -> Callable | None:
     """A function ``(args) -> None`` launching ``compiled`` (what ``kernel[grid](*args, **constexprs)``
     returned) with new positional ``args`` of the same kinds, or None where that cannot be shown safe.
 
     Safe here means: ``compiled`` exposes the launcher and signature this module reads; the signature
     names ``kernel``'s parameters in order, each either one of ``args`` (a tensor exactly where the
-    signature has a pointer) or a constexpr whose value ``constexprs`` holds (launched as it).
+    signature has a pointer) or a constexpr whose value ``constexprs`` holds (launched as it); and no
+    int at a position in ``varying`` (the ints :func:`specialization` classes) was compiled in as a
+    constexpr other than Triton's own specialization of 1 (a kernel taking that int as ``tl.constexpr``
+    is compiled per value, which no class tells apart).
     """
     if compiled is None or type(compiled).__name__ != "CompiledKernel":
         return None
@@ -65,6 +68,8 @@ def launcher(kernel, compiled, args: Sequence, constexprs: dict, grid: Sequence[
     for k, (name, kind) in enumerate(sig):
         if k < len(args):
             if kind.startswith("*") != _is_tensor(args[k]):
+                return None
+            if k in varying and kind == "constexpr" and args[k] != 1:
                 return None
         elif name in constexprs and kind == "constexpr":
             tail.append(constexprs[name])

@@ -328,9 +328,12 @@ def _run(spec: KernelSpec, xs, scalars, variant, config) -> tuple:
     if plan.direct is None or torch.cuda.is_current_stream_capturing() or _direct.hooked():
         jit_launch(args)
     else:  # Triton's binding skipped (``miner.runtime.direct``); the fresh outputs need no alignment check
+        at = len(inputs) + len(outs)
+        ints = [at + k for k, s in enumerate(scalars) if isinstance(s, int)]  # a dropout layer's seed index
         plan.direct.launch(
-            _direct.specialization(inputs, [s for s in scalars if isinstance(s, int)]), args, outs, jit_launch,
-            lambda compiled: _direct.launcher(plan.kernel, compiled, args, plan.constexprs, plan.grid, device.index))
+            _direct.specialization(inputs, [args[k] for k in ints]), args, outs, jit_launch,
+            lambda compiled: _direct.launcher(plan.kernel, compiled, args, plan.constexprs, plan.grid, device.index,
+                                              ints))
     return outs
 
 
