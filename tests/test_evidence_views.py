@@ -114,7 +114,7 @@ def test_the_committed_report_shows_no_cpu_rows_and_names_the_setup():
 def _newest_ab_date() -> str:
     """The env date of the newest ``miner verify --ab`` run committed under reports/gpu/."""
     dates = []
-    for path in (ROOT / "reports" / "gpu").glob("*/verify.json"):
+    for path in (ROOT / "reports" / "gpu").rglob("verify.json"):
         try:
             results, _ = abrun.load(path)
         except Exception:  # a plain ``miner verify`` run: no A/B
