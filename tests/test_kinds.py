@@ -57,12 +57,17 @@ def test_promote_refuses_a_kind_it_cannot_render_yet(monkeypatch):
     assert not (REPO / "fusions" / "never_written").exists()
 
 
-def test_a_kind_that_renders_asks_for_the_in_model_evidence_first():
+def test_a_kind_that_renders_asks_for_the_in_model_evidence_first(tmp_path):
+    import shutil
+
     from miner.promote import promote
 
+    ws = Workspace(tmp_path)  # the committed reduction, without the in-model record it was promoted on
+    shutil.copytree(REPO / "candidates" / "p86f4808f37", ws.candidates / "p86f4808f37")
+    (ws.candidates / "p86f4808f37" / "in_model.json").unlink(missing_ok=True)
     with pytest.raises(UsageError, match="p86f4808f37 has no in-model GPU evidence.*--record"):
-        promote(Workspace(REPO), "p86f4808f37", "never_written")
-    assert not (REPO / "fusions" / "never_written").exists()
+        promote(ws, "p86f4808f37", "never_written")
+    assert not (ws.fusions / "never_written").exists()
 
 
 def test_each_fusion_test_module_names_its_kinds_harness():
