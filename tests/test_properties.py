@@ -49,13 +49,20 @@ def _random(folder) -> bool:
 # region fusion's own tests (tests/harness/region_kernel.py: its kernel against its random reference, one mask
 # under every tiling, its tiny step with the masks injected)
 # chain fusions (an upcast-matmul fusion is an aten rewrite with no chain: tests/fusions/test_<name>.py tests it)
+# a reduce_region kernel takes an int64 index and fixed ranks this harness does not draw: its own tests
+# (tests/test_reduce*.py: odd sizes, masked tails, bf16, the region compiled; a promoted one's
+# tests/fusions/test_<name>.py through tests/harness/reduce_region.py) cover it
+
+
+def _reduce_region(folder) -> bool:
+    kernel = folder / "kernel.py"
+    return kernel.is_file() and '\nKIND = "reduce_region"' in kernel.read_text()
+
+
 FUSION_NAMES = [n for n in fusions.names(FUSIONS) if hasattr(fusions.load(FUSIONS, n), "EXAMPLE_INPUTS")
-                and not _random(FUSIONS / n)]
-# a reduce_region candidate takes an int64 index and fixed ranks this harness does not draw: its own tests
-# (tests/test_reduce*.py: odd sizes, masked tails, bf16, the region compiled) cover it
+                and not _random(FUSIONS / n) and not _reduce_region(FUSIONS / n)]
 CANDIDATE_IDS = sorted(p.parent.name for p in CANDIDATES.glob("p*/pattern.py")
-                       if not _random(p.parent)
-                       and '\nKIND = "reduce_region"' not in p.with_name("kernel.py").read_text())
+                       if not _random(p.parent) and not _reduce_region(p.parent))
 TALLY: Counter = Counter()
 
 
