@@ -131,10 +131,12 @@ def test_each_specialization_gets_its_own_launcher_and_check():
     assert log == ["triton", "triton", "triton", "direct", "triton", "direct"]
 
 
-def test_same_bits_sees_nan_and_signed_zero():
+def test_same_bits_sees_nan_and_signed_zero_in_any_shape():
     a = torch.tensor([float("nan"), 0.0])
     assert direct.same_bits([a], [a.clone()])
     assert not direct.same_bits([a], [torch.tensor([float("nan"), -0.0])])
+    s = torch.tensor(1.5)  # a 0-dim output (a reduction over every dim)
+    assert direct.same_bits([s], [s.clone()]) and not direct.same_bits([s], [torch.tensor(-1.5)])
 
 
 def test_a_launch_hook_sends_every_launch_through_triton(monkeypatch):

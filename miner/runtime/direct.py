@@ -121,7 +121,7 @@ def same_bits(a: Sequence, b: Sequence) -> bool:
     import torch
 
     return all(x.shape == y.shape and x.dtype == y.dtype
-               and torch.equal(x.contiguous().view(torch.uint8), y.contiguous().view(torch.uint8))
+               and torch.equal(x.reshape(-1).view(torch.uint8), y.reshape(-1).view(torch.uint8))
                for x, y in zip(a, b))
 
 
