@@ -160,3 +160,49 @@ def test_an_int_compiled_in_as_a_constexpr_keeps_tritons_launch(stream):
     assert direct.launcher(KERNEL, CompiledKernel(sig, []), (x, out, 3, 4), {"BLOCK": 16}, (7,), 0, [2]) is None
     assert direct.launcher(KERNEL, CompiledKernel(sig, []), (x, out, 1, 4), {"BLOCK": 16}, (7,), 0, [2]) is not None
     assert direct.launcher(KERNEL, CompiledKernel(SIG, []), (x, out, 3, 4), {"BLOCK": 16}, (7,), 0, [2]) is not None
+
+
+def test_the_ab_counts_each_variants_launches_per_path_over_its_timed_steps(monkeypatch):
+    """``miner verify --ab`` says per variant how its kernels were launched in the timed steps (the run of
+    2026-12-07 could not tell whether the direct launch was active in the model)."""
+    from miner.check import ab
+
+    monkeypatch.setattr(direct, "LAUNCHES", direct.Counter())
+
+    def step_of(paths):
+        def step():
+            for p in paths:
+                direct.LAUNCHES[p] += 1
+        return step
+
+    lives = [ab._Live(ab.VariantResult("default", [], "-"), torch.nn.Linear(1, 1), step_of([])),
+             ab._Live(ab.VariantResult("all", [], "open"), torch.nn.Linear(1, 1), step_of(["direct"] * 3 + ["triton"]))]
+    ab.interleave(lives, 4, "cpu")
+    assert lives[0].res.launches == {"steps": 4}
+    assert lives[1].res.launches == {"direct": 12, "triton": 4, "steps": 4}
+    v = lives[1].res
+    v.round_ms = [1.0] * 4
+    assert ab.launch_share(v) == "; per step 4 launches of miner's kernels: 3 direct, 1 triton"
+    assert ab.launch_share(lives[0].res) == ""
+
+
+def test_a_generated_kernel_launch_is_counted(monkeypatch):
+    """Every launch of a generated kernel goes into ``LAUNCHES`` (here the interpreter: Triton's path)."""
+    import importlib.util
+    import os
+    from pathlib import Path
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("needs TRITON_INTERPRET=1 (the CI test command sets it)")
+    from miner.runtime import launch
+
+    path = Path(__file__).resolve().parents[1] / "fusions" / "layer_norm" / "kernel.py"
+    spec = importlib.util.spec_from_file_location("_direct_test_layer_norm_kernel", path)
+    k = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(k)
+    monkeypatch.setattr(launch, "PLANS", {})
+    monkeypatch.setattr(direct, "LAUNCHES", direct.Counter())
+    xs = (torch.randn(3, 40), torch.randn(40), torch.randn(40))
+    for _ in range(3):
+        k.launch(*xs, 1e-5)
+    assert direct.LAUNCHES == {"triton": 3}

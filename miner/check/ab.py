@@ -40,6 +40,7 @@ from typing import Any, Callable, Sequence
 from miner.check.verify import (Parity, StepStats, _zero_grads, make_parity, make_step, observe_step, resize_inputs,
                                 time_step_host)
 from miner.core.executor import one_line
+from miner.runtime import direct as _direct
 
 COMPILE_MODES = ("default", "dynamic", "reduce-overhead")
 GATE_OPEN, GATE_ON, NO_GATE = "open", "on", "-"
@@ -103,6 +104,9 @@ class VariantResult:
     # per timed round of the phase its numbers come from: the step's GPU ms, and the host's ms to issue it
     round_ms: list[float] = field(default_factory=list)
     host_ms: list[float] = field(default_factory=list)
+    # generated kernels launched in its timed steps, per path (``miner.runtime.direct.LAUNCHES``: direct, triton,
+    # checked), and those steps ("steps"); a CUDA-graph replay launches none from Python
+    launches: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -395,8 +399,13 @@ def interleave(lives: list[_Live], rounds: int, device: str) -> list[_Live]:
             with _collected_then_paused():  # a collection inside a timed step stalls its launches
                 for live in list(lives[r % n:]) + list(lives[:r % n]):
                     _zero_grads(live.model)
+                    before = Counter(_direct.LAUNCHES)
                     with gpu_timing_lock():
                         ms, peak, host = time_step_host(live.step, device)
+                    counted = live.res.launches
+                    for path, n in (_direct.LAUNCHES - before).items():
+                        counted[path] = counted.get(path, 0) + n
+                    counted["steps"] = counted.get("steps", 0) + 1
                     live.times.append(ms)
                     live.host.append(host)
                     live.peak = max(live.peak, peak)
@@ -983,6 +992,17 @@ def host_share(v: VariantResult) -> str:
             f"{len(v.host_ms)} rounds")
 
 
+def launch_share(v: VariantResult) -> str:
+    """``; per step 23 region launches: 23 direct``: how miner's kernels were launched in the timed steps
+    (``miner.runtime.direct``); "" where none ran outside a CUDA-graph replay."""
+    steps = v.launches.get("steps", 0)
+    paths = {k: n for k, n in sorted(v.launches.items()) if k != "steps" and n}
+    if not steps or not paths:
+        return ""
+    return (f"; per step {sum(paths.values()) / steps:g} launches of miner's kernels: "
+            + ", ".join(f"{n / steps:g} {k}" for k, n in paths.items()))
+
+
 def _log_phase(lives: Sequence[_Live], log: Callable, prefix: str) -> None:
     """One line per variant as soon as a phase is measured: a call killed later keeps these in its log."""
     for live in lives:
@@ -1000,7 +1020,7 @@ def _log_phase(lives: Sequence[_Live], log: Callable, prefix: str) -> None:
             + ("" if v.warmup_peak_bytes is None else f" (warm-up peak {v.warmup_peak_bytes / 2**30:.2f} GiB"
                + (": the graphs' pool)" if v.cudagraphs else ")"))
             + (f" {v.verdict}" if v.verdict else "")
-            + (f"; host issues it in {host_share(v)}" if v.host_ms else "") + parity)
+            + (f"; host issues it in {host_share(v)}" if v.host_ms else "") + launch_share(v) + parity)
 
 
 def _parity(lives: Sequence[_Live], mode: str, device: str, reference: tuple | None = None,

@@ -23,11 +23,18 @@ launch hook (a profiler) is installed.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from typing import Any, Callable, Sequence
 
 log = logging.getLogger(__name__)
 
 INT32 = (-2 ** 31, 2 ** 31)
+
+# launches of generated kernels since the process started, by the path they took: "direct" (this module),
+# "triton" (Triton's own launch: a first call, a plan off CUDA, under a capture or a hook, a launcher not shown
+# safe or dropped), "checked" (a direct launch and Triton's, compared). ``miner verify --ab`` reports each
+# variant's per step, so a run shows which path its region calls took.
+LAUNCHES: Counter = Counter()
 
 
 def specialization(tensors: Sequence, ints: Sequence[int]) -> tuple:
@@ -133,11 +140,12 @@ class Direct:
         self.launchers: dict[tuple, tuple[Callable | None, bool]] = {}
 
     def launch(self, spec: tuple, args: Sequence, outs: Sequence, jit_launch: Callable[[Sequence], Any],
-               build: Callable[[Any], Callable | None]) -> None:
+               build: Callable[[Any], Callable | None]) -> str:
         """Fill ``outs`` by launching ``args`` (which hold ``outs``): directly where ``spec`` has a checked
         launcher; else through ``jit_launch(args)`` (Triton's launch, returning its compiled kernel),
         building the direct launcher from what the first returns (``build``), or, at its first use,
-        checking it against Triton's launch of the same inputs into fresh outputs."""
+        checking it against Triton's launch of the same inputs into fresh outputs. Returns the path taken
+        (a key of :data:`LAUNCHES`)."""
         fn, checked = self.launchers.get(spec, (None, False))
         if spec not in self.launchers:
             self.launchers[spec] = (build(jit_launch(args)), False)
@@ -145,8 +153,11 @@ class Direct:
             jit_launch(args)
         elif checked:
             fn(args)
+            return "direct"
         else:
             self.launchers[spec] = (self._check(fn, args, outs, jit_launch), True)
+            return "checked"
+        return "triton"
 
     @staticmethod
     def _check(fn: Callable, args: Sequence, outs: Sequence, jit_launch: Callable) -> Callable | None:

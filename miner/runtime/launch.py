@@ -307,6 +307,7 @@ def _run(spec: KernelSpec, xs, scalars, variant, config) -> tuple:
     plan = PLANS.get(key)
     if plan is None:
         outs, plan = _first_launch(spec, xs, scalars, variant, config)
+        _direct.LAUNCHES["triton"] += 1
         if not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
             PLANS[key] = plan  # a tile picked untimed inside a capture is not kept (see ``pick``)
         return outs
@@ -327,13 +328,14 @@ def _run(spec: KernelSpec, xs, scalars, variant, config) -> tuple:
 
     if plan.direct is None or torch.cuda.is_current_stream_capturing() or _direct.hooked():
         jit_launch(args)
+        _direct.LAUNCHES["triton"] += 1
     else:  # Triton's binding skipped (``miner.runtime.direct``); the fresh outputs need no alignment check
         at = len(inputs) + len(outs)
         ints = [at + k for k, s in enumerate(scalars) if isinstance(s, int)]  # a dropout layer's seed index
-        plan.direct.launch(
+        _direct.LAUNCHES[plan.direct.launch(
             _direct.specialization(inputs, [args[k] for k in ints]), args, outs, jit_launch,
             lambda compiled: _direct.launcher(plan.kernel, compiled, args, plan.constexprs, plan.grid, device.index,
-                                              ints))
+                                              ints))] += 1
     return outs
 
 
