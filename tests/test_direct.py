@@ -142,13 +142,13 @@ def test_same_bits_sees_nan_and_signed_zero_in_any_shape():
 def test_a_launch_hook_sends_every_launch_through_triton(monkeypatch):
     """A profiler's launch hook must see every launch: an empty hook chain (newer Tritons) or None is no hook."""
     knobs = SimpleNamespace(runtime=SimpleNamespace(launch_enter_hook=None, launch_exit_hook=SimpleNamespace(calls=[])))
-    monkeypatch.setattr(direct, "_KNOBS", [knobs])
+    monkeypatch.setattr(direct, "_knobs", lambda: knobs)
     assert not direct.hooked()
     knobs.runtime.launch_exit_hook.calls.append(print)
     assert direct.hooked()
     knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook = print, None
     assert direct.hooked()
-    monkeypatch.setattr(direct, "_KNOBS", [None])  # a Triton without knobs
+    monkeypatch.setattr(direct, "_knobs", lambda: None)  # a Triton without knobs
     assert direct.hooked()
 
 
@@ -188,18 +188,15 @@ def test_the_ab_counts_each_variants_launches_per_path_over_its_timed_steps(monk
 
 def test_a_generated_kernel_launch_is_counted(monkeypatch):
     """Every launch of a generated kernel goes into ``LAUNCHES`` (here the interpreter: Triton's path)."""
-    import importlib.util
     import os
     from pathlib import Path
 
     if os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("needs TRITON_INTERPRET=1 (the CI test command sets it)")
-    from miner.runtime import launch
+    from miner.runtime import launch, rewrite
 
     path = Path(__file__).resolve().parents[1] / "fusions" / "layer_norm" / "kernel.py"
-    spec = importlib.util.spec_from_file_location("_direct_test_layer_norm_kernel", path)
-    k = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(k)
+    k = rewrite.load_module(path, rewrite.module_name(path, "kernel"))
     monkeypatch.setattr(launch, "PLANS", {})
     monkeypatch.setattr(direct, "LAUNCHES", direct.Counter())
     xs = (torch.randn(3, 40), torch.randn(40), torch.randn(40))

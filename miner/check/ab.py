@@ -993,7 +993,7 @@ def host_share(v: VariantResult) -> str:
 
 
 def launch_share(v: VariantResult) -> str:
-    """``; per step 23 region launches: 23 direct``: how miner's kernels were launched in the timed steps
+    """``; per step 23 launches of miner's kernels: 22 direct, 1 triton``: how they were launched in the timed steps
     (``miner.runtime.direct``); "" where none ran outside a CUDA-graph replay."""
     steps = v.launches.get("steps", 0)
     paths = {k: n for k, n in sorted(v.launches.items()) if k != "steps" and n}

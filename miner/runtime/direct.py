@@ -22,6 +22,7 @@ launch hook (a profiler) is installed.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import Counter
 from typing import Any, Callable, Sequence
@@ -65,6 +66,8 @@ def launcher(kernel, compiled, args: Sequence, constexprs: dict, grid: Sequence[
     constexpr other than Triton's own specialization of 1 (a kernel taking that int as ``tl.constexpr``
     is compiled per value, which no class tells apart).
     """
+    import torch
+
     if compiled is None or type(compiled).__name__ != "CompiledKernel":
         return None
     names = list(getattr(kernel, "arg_names", ()) or ())
@@ -74,7 +77,7 @@ def launcher(kernel, compiled, args: Sequence, constexprs: dict, grid: Sequence[
     tail = []
     for k, (name, kind) in enumerate(sig):
         if k < len(args):
-            if kind.startswith("*") != _is_tensor(args[k]):
+            if kind.startswith("*") != isinstance(args[k], torch.Tensor):
                 return None
             if k in varying and kind == "constexpr" and args[k] != 1:
                 return None
@@ -86,8 +89,6 @@ def launcher(kernel, compiled, args: Sequence, constexprs: dict, grid: Sequence[
         run, function, metadata = compiled.run, compiled.function, compiled.packed_metadata
     except Exception:  # noqa: BLE001 - a Triton without these: keep its own launch
         return None
-    import torch
-
     g0, g1, g2 = (tuple(grid) + (1, 1))[:3]
     raw_stream = torch._C._cuda_getCurrentRawStream  # Inductor's own launchers' stream lookup
     tail = tuple(tail)
@@ -98,23 +99,20 @@ def launcher(kernel, compiled, args: Sequence, constexprs: dict, grid: Sequence[
     return launch
 
 
-def _is_tensor(x: Any) -> bool:
-    return hasattr(x, "data_ptr") and hasattr(x, "dtype")
-
-
-_KNOBS: list = []  # triton.knobs, imported at the first call (None: a Triton without it)
+@functools.cache
+def _knobs():
+    """``triton.knobs``, or None on a Triton without it (older than the launcher this module calls)."""
+    try:
+        from triton import knobs
+    except ImportError:
+        return None
+    return knobs
 
 
 def hooked() -> bool:
     """Whether Triton has a launch hook installed (a profiler): then every launch goes through Triton,
-    as on a Triton without ``triton.knobs`` (older than the launcher this module calls)."""
-    if not _KNOBS:
-        try:
-            from triton import knobs
-        except ImportError:
-            knobs = None
-        _KNOBS.append(knobs)
-    knobs = _KNOBS[0]
+    as on a Triton without ``triton.knobs``."""
+    knobs = _knobs()
     return knobs is None or _installed(knobs.runtime.launch_enter_hook) or _installed(knobs.runtime.launch_exit_hook)
 
 
