@@ -1,5 +1,6 @@
 """The in-model gate: a promoted fusion fires on CUDA only in contexts an in-model A/B showed faster."""
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -378,3 +379,26 @@ def test_a_parity_failure_declines_and_says_so_not_slower():
     assert not fire and reason.startswith("parity failed or not judged in") and "slower" not in reason
     fire, reason = decide(SIG, wins_with(record("loss", 0.97)), producer_fusable=True)
     assert not fire and reason.startswith("step slower in")
+
+
+def test_the_committed_t5_records_bracket_b12_and_not_b24():
+    """The decision the gate made on the H100 (reports/gpu/2026-12-07-h100-t5-shapes/): with t5's
+    attention region measured at B8 (an H100) and B16 (an H200) over the same knob, B12 fires and B24
+    declines, whichever card each record came from."""
+    wins = json.loads((Path(__file__).resolve().parents[1]
+                       / "fusions/attention_position_bias_softmax_dropout/wins.json").read_text())
+    records = evidence.records_of(wins)
+    assert {r.batch for r in records if r.verdict == "win"} >= {8, 16}
+    assert len({r.gpu for r in records}) > 1  # the class does not key on the GPU
+
+    def site(batch):
+        return evidence.Site(f"int64[112] bfloat16[{batch},12,512,512] bool[1,1,512,512] float32[32,12] "
+                             f"int64[512,512] | producer:fusable consumer:fusable", "reduce-overhead")
+
+    fire, reason = evidence.decide(site(12), records, evidence.isolated_rows(wins))
+    assert fire and "x1 dim 0 in [8, 16]" in reason, reason
+    fire, reason = evidence.decide(site(24), records, evidence.isolated_rows(wins))
+    assert not fire and reason == "outside the in-model evidence: x1 dim 0 = 24 outside measured [8, 16]", reason
+    # the same site under the default compile mode is another class: no record there brackets it
+    fire, reason = evidence.decide(evidence.Site(site(12).site, "default"), records, evidence.isolated_rows(wins))
+    assert not fire and "no in-model win of this class" in reason

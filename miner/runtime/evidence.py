@@ -328,7 +328,8 @@ BRACKET_RULE = (
     "same dtypes and ranks) bracket it: each size between the smallest and largest measured for that "
     "dimension (a size equal in every win must be equal), no in-model loss or parity failure and no slower "
     "isolated kernel row (where bench rows are recorded) inside that box; one measured shape brackets only "
-    "itself; symbolic sizes (dynamic=True) count by the range the compile allows, so an unbounded one declines")
+    "itself; symbolic sizes (dynamic=True) count by the range the compile allows, so an unbounded one declines; "
+    "records of any CUDA GPU count alike (each keeps its GPU's name; the class does not)")
 
 
 def _same_class(q: Query, other: Query) -> bool:
