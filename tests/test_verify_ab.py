@@ -58,8 +58,19 @@ def test_run_ab_on_a_small_model_with_the_repository_fusions():
     assert r.noise_band is not None and all(v.step.steps == 2 for v in r.variants[:3])
     assert every.kernels is not None and "delta_us" in every.kernels  # profiled and diffed
     assert r.variant("gated").note.startswith("same graph as `all`")  # CPU: the gate passes
+    # what miner's pass added to the compile: the patterns traced once, every fusion tried on the graph
+    assert {"(build)", "layer_norm"} <= set(every.pass_s), every.pass_s  # parts under 0.5 ms left out
+    assert 0 < sum(every.pass_s.values()) < every.compile_s and not r.variant("default").pass_s
+    assert any("miner's pass" in line and ": compiling" not in line for line in logs if " all:" in line), logs
     md = abrun.markdown([r])
-    assert "layer_norm x" in md and "| all | open |" in md
+    assert "layer_norm x" in md and "| all | open |" in md and "(miner's pass " in md
+    assert ab.ab_from_json(json.loads(json.dumps(ab.ab_to_json(r)))).variant("all").pass_s == every.pass_s
+
+
+def test_pass_text_names_the_largest_parts_first():
+    assert ab.pass_text({}) == ""
+    assert ab.pass_text({"a": 0.5, "(build)": 2.0, "b": 8.25}) == ", miner's pass 10.8 s (b 8.2, (build) 2.0, ...)"
+    assert ab.pass_text({"a": 1.0}) == ", miner's pass 1.0 s (a 1.0)"
 
 
 @pytest.mark.slow

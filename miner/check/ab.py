@@ -107,6 +107,9 @@ class VariantResult:
     # generated kernels launched in its timed steps, per path (``miner.runtime.direct.LAUNCHES``: direct, triton,
     # checked), and those steps ("steps"); a CUDA-graph replay launches none from Python
     launches: dict[str, int] = field(default_factory=dict)
+    # wall seconds miner's fusion pass spent inside this variant's compile, per fusion (``FusionPass.seconds``:
+    # "(build)" traces the patterns, "(prepare)" its graph rewrites before matching); part of ``compile_s``
+    pass_s: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -127,6 +130,16 @@ class ABResult:
 
     def variant(self, name: str) -> VariantResult | None:
         return next((v for v in self.variants if v.name == name), None)
+
+
+def pass_text(pass_s: dict[str, float], top: int = 2) -> str:
+    """``pass_s`` (``VariantResult.pass_s``) in a few words: "" when empty, else ", miner's pass 12.3 s
+    (relu_dropout 8.1, (build) 2.0)", its largest parts first."""
+    if not pass_s:
+        return ""
+    parts = sorted(pass_s.items(), key=lambda kv: -kv[1])[:top]
+    return (f", miner's pass {sum(pass_s.values()):.1f} s ("
+            + ", ".join(f"{k} {v:.1f}" for k, v in parts) + (", ..." if len(pass_s) > top else "") + ")")
 
 
 def ab_to_json(r: ABResult) -> dict:
@@ -328,6 +341,7 @@ def prepare(spec: VariantSpec, built, inputs: dict, case: ABCase, options: ABOpt
     if knob is not None:
         step = knob.around(step)
     counts_before = Counter(graph_pass.counts) if graph_pass is not None else Counter()
+    seconds_before = Counter(graph_pass.seconds) if graph_pass is not None else Counter()
     hits_before = int(torch._dynamo.utils.counters["inductor"].get("fxgraph_cache_hit", 0))
     cuda = device.startswith("cuda")
     if cuda:
@@ -349,6 +363,8 @@ def prepare(spec: VariantSpec, built, inputs: dict, case: ABCase, options: ABOpt
         res.matches = {f: graph_pass.counts[f] - counts_before[f] for f in fusions}
         res.contexts = {f: {c.site: n for c, n in sites.items()} for f, sites in graph_pass.log.contexts.items()}
         res.gate_decisions = dict(graph_pass.log.lines)
+        res.pass_s = {k: round(graph_pass.seconds[k] - seconds_before[k], 3) for k in graph_pass.seconds
+                      if graph_pass.seconds[k] - seconds_before[k] >= 0.0005}
     _zero_grads(model)
     return _Live(res, model, step)
 
@@ -783,7 +799,8 @@ def _run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions,
             live.res.note = f"FX graph cache hit ({live.res.fx_cache_hits} graphs): compile s is a cache load"
         fired = {f: n for f, n in live.res.matches.items() if n}
         log(f"  {model} {mode}/{compile_mode} {name}: {live.res.compile_s:.1f} s"
-            f"{f', FX cache hits {live.res.fx_cache_hits}' if live.res.fx_cache_hits else ''}; matches {fired}")
+            f"{f', FX cache hits {live.res.fx_cache_hits}' if live.res.fx_cache_hits else ''}"
+            f"{pass_text(live.res.pass_s)}; matches {fired}")
         return live
 
     reference = None

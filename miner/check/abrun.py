@@ -328,6 +328,8 @@ def detail(r: ABResult) -> str:
         m = ", ".join(f"{k}={n}" for k, n in sorted(v.matches.items()) if n) or ("none" if v.fusions else "-")
         par = parity_cell(v.parity)
         cs = "-" if v.compile_s is None else f"{v.compile_s:.1f}"
+        if v.compile_s is not None and v.pass_s:
+            cs += f" (miner's pass {sum(v.pass_s.values()):.1f})"
         out.append(f"| {v.name} | {v.gate} | {format_step(v.step)} | "
                    f"{_speedup(v)} | {step_label(v.verdict, v.speedup_p20)} | {_gib(v, r.compile)} | {m} | "
                    f"{par} | {cs} | {explain.describe(v.kernels)} | {v.note} |")

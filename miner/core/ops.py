@@ -44,10 +44,19 @@ def resolve_target(name: str):
         return None
 
 
+# An OpOverload's name and category depend on the op alone: read once per op (the rules at compile time ask
+# for them for every node of every match; t5's backward graph: ~2 million calls per compile).
+_OP_NAMES: dict[Any, str] = {}
+_OP_CATEGORIES: dict[Any, str] = {}
+
+
 def target_name(target) -> str:
     """Stable string for an FX call_function target."""
     if isinstance(target, torch._ops.OpOverload):
-        return f"{target.namespace}.{target._schema.name.split('::')[-1]}.{target._overloadname}"
+        name = _OP_NAMES.get(target)
+        if name is None:
+            name = _OP_NAMES[target] = f"{target.namespace}.{target._schema.name.split('::')[-1]}.{target._overloadname}"
+        return name
     if isinstance(target, torch._ops.HigherOrderOperator):
         return f"higher_order.{target.name()}"
     module = getattr(target, "__module__", None) or ""
@@ -68,9 +77,16 @@ def categorize(target, name: str | None = None) -> str:
     randomness beats pointwise (``inductor_random`` is not pure); views come before
     pointwise because ``alias`` is both.
     """
-    name = name or target_name(target)
     if not isinstance(target, torch._ops.OpOverload):
         return "other"
+    category = _OP_CATEGORIES.get(target)
+    if category is None:
+        category = _OP_CATEGORIES[target] = _categorize(target)
+    return category
+
+
+def _categorize(target: torch._ops.OpOverload) -> str:
+    """:func:`categorize` of an op, uncached."""
     schema = target._schema
     base = schema.name.split("::")[-1]
     if base in RANDOM_NAMES or any(a.type.kind() == "OptionalType" and "Generator" in str(a.type)

@@ -52,6 +52,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Sequence
 
+import torch
+
 from miner.core import ops
 from miner.core.dtypes import is_float
 from miner.core.ops import RANDOM_NAMES, categorize, resolve_target, target_name
@@ -105,14 +107,34 @@ class _Ctx:
 def _base(graph: CapturedGraph, name: str) -> str:
     """The storage a value lives in: follow view ops up to a non-view producer."""
     for _ in range(64):
-        rec = graph.node(name)
-        if rec.category != "view":
+        source = view_source(graph, name)
+        if source is None:
             return name
-        ins = rec.inputs()
-        if not ins:
-            return name
-        name = ins[0][1]
+        name = source
     return name
+
+
+def view_source(graph: CapturedGraph, name: str) -> str | None:
+    """The node view op ``name`` reads (its first node input), None when ``name`` is no view or reads no
+    node. An :class:`FxGraph` answers from the FX node without converting it to a record (``_base`` asks
+    for every graph output and every in-place op, per match)."""
+    from_fx = getattr(graph, "view_source", None)
+    if from_fx is not None:
+        return from_fx(name)
+    rec = graph.node(name)
+    if rec.category != "view":
+        return None
+    ins = rec.inputs()
+    return ins[0][1] if ins else None
+
+
+def seed_lookups(graph: CapturedGraph) -> list:
+    """The graph's ``inductor_lookup_seed`` records (an :class:`FxGraph` finds them without converting
+    every node)."""
+    found = getattr(graph, "seed_lookups", None)
+    if found is not None:
+        return found()
+    return [r for r in graph.nodes if short_name(r.target) == "inductor_lookup_seed"]
 
 
 def _graph_facts(graph: CapturedGraph) -> dict[str, Any]:
@@ -336,8 +358,8 @@ def check_randomness(occ: Occurrence, graph: CapturedGraph, *, ctx: _Ctx | None 
             if seeds in c.graph_outputs:
                 reasons.append(f"randomness: the seed vector of {who} is a graph output (another graph could "
                                "draw the same numbers again)")
-            again = [r.name for r in c.graph.nodes if r.name != rec.name and short_name(r.target) ==
-                     "inductor_lookup_seed" and r.args and r.args[0] == rec.args[0] and list(r.args[1:2]) == [index]]
+            again = [r.name for r in seed_lookups(c.graph) if r.name != rec.name
+                     and r.args and r.args[0] == rec.args[0] and list(r.args[1:2]) == [index]]
             if again:
                 reasons.append(f"randomness: seed {index} of {who} is looked up again outside the match "
                                f"({again[0]}): the same numbers drawn twice must stay one stream")
@@ -561,6 +583,7 @@ class FxGraph(FxNodes):
 
     def __init__(self, graph):
         super().__init__(graph)
+        self._lookups: list[NodeRecord] | None = None
         out = [n for n in graph.nodes if n.op == "output"]
         outputs = [a.name for a in out[0].all_input_nodes] if out else []
         written: dict[str, str] = {}
@@ -578,6 +601,34 @@ class FxGraph(FxNodes):
     @property
     def nodes(self) -> list[NodeRecord]:
         return [self.node(n) for n in self._fx]
+
+    def view_source(self, name: str) -> str | None:
+        """:func:`view_source` read from the FX node: ``categorize`` of its target, its first node reference
+        in the order ``NodeRecord.inputs`` lists them (the args, then the kwargs by name)."""
+        n = self._fx[name]
+        if n.op != "call_function" or categorize(n.target) != "view":
+            return None
+        for value in (*n.args, *(v for _, v in sorted(n.kwargs.items()))):
+            refs = _fx_refs(value)
+            if refs:
+                return refs[0]
+        return None
+
+    def seed_lookups(self) -> list[NodeRecord]:
+        """The records of the graph's ``inductor_lookup_seed`` nodes (:func:`seed_lookups`)."""
+        if self._lookups is None:
+            self._lookups = [self.node(name) for name, n in self._fx.items() if n.op == "call_function"
+                             and short_name(target_name(n.target)) == "inductor_lookup_seed"]
+        return self._lookups
+
+
+def _fx_refs(value: Any) -> list[str]:
+    """The FX nodes ``value`` (an FX argument) refers to, by name, as ``NodeRecord.inputs`` finds them."""
+    if isinstance(value, torch.fx.Node):
+        return [value.name]
+    if isinstance(value, (list, tuple)):
+        return [r for v in value for r in _fx_refs(v)]
+    return []
 
 
 MATCH_KEY = GraphKey("torch.compile", "-", "-", "-")

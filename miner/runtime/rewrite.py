@@ -36,6 +36,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -418,6 +419,11 @@ class FusionPass(CustomGraphPass):
     records : dict
         Fusion -> in-model records of this run not yet in its ``wins.json`` (``miner.runtime.evidence``
         ``InModelRecord``); the gate merges them over the file's (hashed by :meth:`uuid`).
+    seconds : Counter
+        Wall seconds this pass spent, per fusion (matching, its extra checks, the replacement, and the
+        graph's re-sort after it), ``"(build)"`` tracing the patterns (once per pass) and ``"(prepare)"``
+        its own graph rewrites before matching: what the pass adds to a compile (``miner verify --ab``
+        reports it per variant beside the compile time).
     match_only : bool
         The graphs are only matched, never run (a captured graph rebuilt on the CPU,
         ``miner.check.validate.check_captured``): CPU tensors pass the device rule without the interpreter.
@@ -435,6 +441,7 @@ class FusionPass(CustomGraphPass):
         self.records = {k: list(v) for k, v in (records or {}).items()}
         self.warned = False
         self.counts: Counter[str] = Counter()
+        self.seconds: Counter[str] = Counter()
         self.log = decisions.DecisionLog()
         self._passes: dict[str, Any] | None = None
         self._hits_at_start = _cache_hits()
@@ -475,10 +482,13 @@ class FusionPass(CustomGraphPass):
     def __call__(self, graph: torch.fx.Graph) -> None:
         from torch._inductor.pattern_matcher import stable_topological_sort
 
+        t = time.perf_counter()
         if self._passes is None:
             self._passes = self._build()
+            t = self._lap("(build)", t)
         canonicalize_dims(graph)
         bits.fold_round_trips(graph)  # a packed mask's forward users read the mask again (patterns see it)
+        t = self._lap("(prepare)", t)
         for name, p in self._passes.items():
             with decisions.applying(self, name), constants_free():
                 n = p.apply(graph)
@@ -488,6 +498,13 @@ class FusionPass(CustomGraphPass):
                 # later (a dropout mask drawn after the row max) must move above it.
                 stable_topological_sort(graph)
                 graph.eliminate_dead_code()
+            t = self._lap(name, t)
+
+    def _lap(self, what: str, since: float) -> float:
+        """Adds the seconds since ``since`` to ``seconds[what]``; returns now."""
+        now = time.perf_counter()
+        self.seconds[what] += now - since
+        return now
 
     def uuid(self) -> bytes:
         # As torch's get_hash_for_files, but uncached: that one is lru_cached per path tuple, so an
