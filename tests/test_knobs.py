@@ -90,7 +90,7 @@ def test_a_users_knob_from_the_current_directory(tmp_path, monkeypatch):
 
 # --------------------------------------------------------------------------- in the A/B
 
-from tests.test_verify_ab import _Norm, _build  # noqa: E402  the small layer-norm model
+from tests.test_verify_ab import _Built, _Norm, _build  # noqa: E402  the small layer-norm model
 
 
 @pytest.fixture
@@ -357,3 +357,33 @@ def test_each_fusion_firing_on_a_knob_is_measured_alone_on_top_of_it(counting_kn
         assert v.knob == "counting" and [g for g, n in v.matches.items() if n] == [f] and v.parity.ok
         assert len(v.round_ms) == len(r.variant("knob:counting").round_ms) == 2
     assert sorted(f for f, _ in ab.knob_records(r)) == fired
+
+
+def test_a_gated_knob_variant_where_no_match_fires_takes_the_knobs_numbers_untimed(counting_knob):
+    """t5 at B24 on the H100 (2026-12-07): with the gate on every match declined, and timing that variant (the
+    knob's own graph) ran the A/B out of time. Compiled, it keeps its compile and matches; it is not timed."""
+    from miner.runtime.fusions import Fusions
+
+    class _Plain(torch.nn.Module):  # nothing any repository fusion matches
+        def __init__(self):
+            super().__init__()
+            self.emb, self.head = torch.nn.Embedding(50, 16), torch.nn.Linear(16, 50)
+
+        def forward(self, input_ids):
+            return {"logits": self.head(self.emb(input_ids))}
+
+    def build():
+        torch.manual_seed(0)
+        return _Built(_Plain(), {"input_ids": torch.randint(0, 50, (2, 8))})
+
+    knob, state = counting_knob
+    r = ab.run_ab(build, ab.ABCase("plain", "train", "default"), Fusions(Path(__file__).resolve().parents[1]),
+                  ab.ABOptions(preset="tiny", device="cpu", warmup=1, rounds=2, profile_steps=0,
+                               fusion_variants=()), knobs=[knob], log=lambda s: None)
+    assert [v.name for v in r.variants] == ["default", "control", "knob:counting", "knob:counting+fusions"]
+    alone, fused = r.variant("knob:counting"), r.variant("knob:counting+fusions")
+    assert not any(fused.matches.values()) and fused.compile_s is not None and fused.compile_s != alone.compile_s
+    assert fused.note.startswith("same graph as `knob:counting`") and "not timed" in fused.note
+    assert fused.step is alone.step and fused.speedup == alone.speedup and fused.parity is alone.parity
+    # entered: each variant's compiling warm-up, the knob alone's 2 rounds and its parity step; never the copy's rounds
+    assert state["entered"] == 2 + 2 + 1

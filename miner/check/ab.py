@@ -881,6 +881,7 @@ def _run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions,
     else:
         phase_b.append(make("gated", fusions.graph_pass(names, records=this_run), names, GATE_ON))
     fused_mode = GATE_ON if gated_on else NO_GATE
+    untimed: list[VariantResult] = []  # compiled knob:<k>+fusions where no match fired (:func:`_untimed_as_knob`)
     for knob in knobs:
         for fused in (False, True) if names else (False,):
             name = f"knob:{knob.name}" + ("+fusions" if fused else "")
@@ -899,6 +900,9 @@ def _run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions,
                 phase_b.append(make(name, fusions.graph_pass(names, records=this_run) if fused else None,
                                     held, gate, knob=knob, cache=cacheable(knob, fused)))
                 fired_k = [f for f in names if phase_b[-1].res.matches.get(f)] if fused else []
+                if fused and not fired_k and knob_compiled(phase_b, knob.name):
+                    untimed.append(_untimed_as_knob(phase_b.pop(), knob.name))  # the knob's graph: not timed twice
+                    continue
                 for f in (fired_k if len(fired_k) > 1 and "alone" in wanted else []):  # each on top of the knob
                     alone_k = f"knob:{knob.name}+alone:{f}"
                     if why := out_of_time(len(phase_b) + 1):
@@ -934,6 +938,9 @@ def _run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions,
         interleave([default, control], rounds, device)
         r.noise_band = noise_band(_record_phase([default, control], None))
         control.res.verdict = verdict(control.res.speedup, r.noise_band)
+    for res in untimed:  # each right after its knob
+        at = next((i for i, v in enumerate(r.variants) if v.name == f"knob:{res.knob}"), len(r.variants) - 1)
+        r.variants.insert(at + 1, res)
     _same_as_knob(r)
     del reference
     r.seconds = time.perf_counter() - t0
@@ -986,14 +993,33 @@ def input_shape(inputs: dict, batch: int | None, seq: int | None) -> tuple[int |
     return (batch, seq) if ids is None else (int(ids.shape[0]), int(ids.shape[1]))
 
 
+def knob_compiled(phase: Sequence[_Live], knob: str) -> bool:
+    """Whether ``knob:<knob>`` (the knob alone) is among the compiled variants of ``phase``."""
+    return any(live.res.name == f"knob:{knob}" for live in phase)
+
+
+def _untimed_as_knob(live: _Live, knob: str) -> VariantResult:
+    """``knob:<k>+fusions`` compiled with the gate on where no match fired: its graph is the knob's own, so it is
+    not timed again (its rounds, parity and CUDA-graph pool would measure the knob twice); it keeps its compile,
+    matches and the gate's decisions, and takes ``knob:<k>``'s numbers (:func:`_same_as_knob`). t5 at B24 on the
+    H100 (2026-12-07): every match declined outside the evidence, and the variant's timed phase ran the A/B out
+    of its time."""
+    live.res.note = ((live.res.note + "; ") if live.res.note else "") + (
+        f"same graph as `knob:{knob}`: with the gate on no match fired (the gate's decisions below); not timed")
+    live.model = live.step = None
+    return live.res
+
+
 def _same_as_knob(r: ABResult) -> None:
-    """A ``knob:<k>+fusions`` left uncompiled because no fusion fires takes ``knob:<k>``'s numbers."""
+    """A ``knob:<k>+fusions`` whose graph is the knob's own (not compiled, or compiled and no match fired) takes
+    ``knob:<k>``'s numbers; its own compile time stays where it was compiled."""
     for v in r.variants:
         if v.knob and v.name.endswith("+fusions") and v.step is None and v.error is None:
             src = r.variant(f"knob:{v.knob}")
             if src is not None:
-                v.step, v.speedup, v.speedup_p20, v.speedup_p80, v.verdict, v.parity, v.compile_s = (
-                    src.step, src.speedup, src.speedup_p20, src.speedup_p80, src.verdict, src.parity, src.compile_s)
+                v.step, v.speedup, v.speedup_p20, v.speedup_p80, v.verdict, v.parity = (
+                    src.step, src.speedup, src.speedup_p20, src.speedup_p80, src.verdict, src.parity)
+                v.compile_s = src.compile_s if v.compile_s is None else v.compile_s
                 v.cudagraphs = src.cudagraphs
 
 
