@@ -335,17 +335,8 @@ class _NormSoftmax(_Norm):
 
 
 def test_each_fusion_firing_on_a_knob_is_measured_alone_on_top_of_it(counting_knob):
-    from miner.runtime.fusions import Fusions
-    from tests.test_verify_ab import _Built
-
-    def build():
-        torch.manual_seed(0)
-        return _Built(_NormSoftmax(), {"input_ids": torch.randint(0, 50, (2, 8))})
-
     knob, _ = counting_knob
-    r = ab.run_ab(build, ab.ABCase("norm_softmax", "infer", "default"), Fusions(Path(__file__).resolve().parents[1]),
-                  ab.ABOptions(preset="tiny", device="cpu", warmup=1, rounds=2, profile_steps=0,
-                               fusion_variants=("alone",)), knobs=[knob], log=lambda s: None)
+    r = _ab_on_knob(_NormSoftmax, "norm_softmax", "infer", ("alone",), knob)
     fused = r.variant("knob:counting+fusions")
     fired = sorted(f for f, n in fused.matches.items() if n)
     assert len(fired) == 2, fused.matches
@@ -362,8 +353,6 @@ def test_each_fusion_firing_on_a_knob_is_measured_alone_on_top_of_it(counting_kn
 def test_a_gated_knob_variant_where_no_match_fires_takes_the_knobs_numbers_untimed(counting_knob):
     """t5 at B24 on the H100 (2026-12-07): with the gate on every match declined, and timing that variant (the
     knob's own graph) ran the A/B out of time. Compiled, it keeps its compile and matches; it is not timed."""
-    from miner.runtime.fusions import Fusions
-
     class _Plain(torch.nn.Module):  # nothing any repository fusion matches
         def __init__(self):
             super().__init__()
@@ -372,14 +361,8 @@ def test_a_gated_knob_variant_where_no_match_fires_takes_the_knobs_numbers_untim
         def forward(self, input_ids):
             return {"logits": self.head(self.emb(input_ids))}
 
-    def build():
-        torch.manual_seed(0)
-        return _Built(_Plain(), {"input_ids": torch.randint(0, 50, (2, 8))})
-
     knob, state = counting_knob
-    r = ab.run_ab(build, ab.ABCase("plain", "train", "default"), Fusions(Path(__file__).resolve().parents[1]),
-                  ab.ABOptions(preset="tiny", device="cpu", warmup=1, rounds=2, profile_steps=0,
-                               fusion_variants=()), knobs=[knob], log=lambda s: None)
+    r = _ab_on_knob(_Plain, "plain", "train", (), knob)
     assert [v.name for v in r.variants] == ["default", "control", "knob:counting", "knob:counting+fusions"]
     alone, fused = r.variant("knob:counting"), r.variant("knob:counting+fusions")
     assert not any(fused.matches.values()) and fused.compile_s is not None and fused.compile_s != alone.compile_s
@@ -387,3 +370,16 @@ def test_a_gated_knob_variant_where_no_match_fires_takes_the_knobs_numbers_untim
     assert fused.step is alone.step and fused.speedup == alone.speedup and fused.parity is alone.parity
     # entered: each variant's compiling warm-up, the knob alone's 2 rounds and its parity step; never the copy's rounds
     assert state["entered"] == 2 + 2 + 1
+
+
+def _ab_on_knob(model: type, name: str, mode: str, fusion_variants: tuple, knob) -> ab.ABResult:
+    """``run_ab`` of ``model()`` on token ids with the repository's fusions and ``knob``, on the CPU."""
+    from miner.runtime.fusions import Fusions
+
+    def build():
+        torch.manual_seed(0)
+        return _Built(model(), {"input_ids": torch.randint(0, 50, (2, 8))})
+
+    return ab.run_ab(build, ab.ABCase(name, mode, "default"), Fusions(Path(__file__).resolve().parents[1]),
+                     ab.ABOptions(preset="tiny", device="cpu", warmup=1, rounds=2, profile_steps=0,
+                                  fusion_variants=fusion_variants), knobs=[knob], log=lambda s: None)
