@@ -57,4 +57,4 @@ def test_the_blocks_we_mine_are_categorized():
 @pytest.mark.parametrize("name", ["aten.nosuchop.default", "nonsense", "operator.nosuch"])
 def test_unknown_targets_are_other(name):
     assert categorize_name(name) == "other"
-    assert categorize(None, name) == "other"
+    assert categorize(None) == "other"

@@ -363,8 +363,7 @@ def prepare(spec: VariantSpec, built, inputs: dict, case: ABCase, options: ABOpt
         res.matches = {f: graph_pass.counts[f] - counts_before[f] for f in fusions}
         res.contexts = {f: {c.site: n for c, n in sites.items()} for f, sites in graph_pass.log.contexts.items()}
         res.gate_decisions = dict(graph_pass.log.lines)
-        res.pass_s = {k: round(graph_pass.seconds[k] - seconds_before[k], 3) for k in graph_pass.seconds
-                      if graph_pass.seconds[k] - seconds_before[k] >= 0.0005}
+        res.pass_s = {k: round(v, 3) for k, v in (graph_pass.seconds - seconds_before).items() if v >= 0.0005}
     _zero_grads(model)
     return _Live(res, model, step)
 
@@ -934,13 +933,11 @@ def _run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions,
         _log_phase([default] + phase_b[2:], log, f"  {model} {mode}/{compile_mode}")
         _explain([default] + phase_b[2:], options.kernel_times, device, options.profile_steps)
         r.variants.extend(live.res for live in phase_b[2:])
+        r.variants.extend(untimed)  # only where its knob was compiled, so timed here
     if default.res.step is None:  # neither phase had more than the two defaults: time them for the band
         interleave([default, control], rounds, device)
         r.noise_band = noise_band(_record_phase([default, control], None))
         control.res.verdict = verdict(control.res.speedup, r.noise_band)
-    for res in untimed:  # each right after its knob
-        at = next((i for i, v in enumerate(r.variants) if v.name == f"knob:{res.knob}"), len(r.variants) - 1)
-        r.variants.insert(at + 1, res)
     _same_as_knob(r)
     del reference
     r.seconds = time.perf_counter() - t0

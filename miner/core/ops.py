@@ -67,10 +67,10 @@ def target_name(target) -> str:
 
 @lru_cache(maxsize=None)
 def categorize_name(name: str) -> str:
-    return categorize(resolve_target(name), name)
+    return categorize(resolve_target(name))
 
 
-def categorize(target, name: str | None = None) -> str:
+def categorize(target) -> str:
     """Category of an FX call_function target: one of ``CATEGORIES``.
 
     Order matters: a mutating op is "mutation" even if tagged pointwise (``add_``);
