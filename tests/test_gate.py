@@ -381,24 +381,30 @@ def test_a_parity_failure_declines_and_says_so_not_slower():
     assert not fire and reason.startswith("step slower in")
 
 
-def test_the_committed_t5_records_bracket_b12_and_not_b24():
-    """The decision the gate made on the H100 (reports/gpu/2026-12-07-h100-t5-shapes/): with t5's
-    attention region measured at B8 (an H100) and B16 (an H200) over the same knob, B12 fires and B24
-    declines, whichever card each record came from."""
+def test_the_committed_t5_records_bracket_what_they_span():
+    """The decisions the gate made on the H100 (reports/gpu/2026-12-07-h100-t5-shapes*/): with t5's attention
+    region measured over the same knob at B8 S512 (an H100), B16 S512 (an H200) and B32 S256 (an H100), B12 and
+    B24 at S512 and B16 at S256 fire, whichever card each record came from; B48, S1024 and the one shape
+    measured as noise (B8 S256) decline, each with its reason."""
     wins = json.loads((Path(__file__).resolve().parents[1]
                        / "fusions/attention_position_bias_softmax_dropout/wins.json").read_text())
     records = evidence.records_of(wins)
-    assert {r.batch for r in records if r.verdict == "win"} >= {8, 16}
+    assert {(r.batch, r.seq) for r in records if r.verdict == "win"} >= {(8, 512), (16, 512), (32, 256)}
     assert len({r.gpu for r in records}) > 1  # the class does not key on the GPU
 
-    def site(batch):
-        return evidence.Site(f"int64[112] bfloat16[{batch},12,512,512] bool[1,1,512,512] float32[32,12] "
-                             f"int64[512,512] | producer:fusable consumer:fusable", "reduce-overhead")
+    def site(batch, seq=512):
+        return evidence.Site(f"int64[112] bfloat16[{batch},12,{seq},{seq}] bool[1,1,{seq},{seq}] float32[32,12] "
+                             f"int64[{seq},{seq}] | producer:fusable consumer:fusable", "reduce-overhead")
 
-    fire, reason = evidence.decide(site(12), records, evidence.isolated_rows(wins))
-    assert fire and "x1 dim 0 in [8, 16]" in reason, reason
-    fire, reason = evidence.decide(site(24), records, evidence.isolated_rows(wins))
-    assert not fire and reason == "outside the in-model evidence: x1 dim 0 = 24 outside measured [8, 16]", reason
+    for batch, seq in ((12, 512), (24, 512), (16, 256)):
+        fire, reason = evidence.decide(site(batch, seq), records, evidence.isolated_rows(wins))
+        assert fire and "x1 dim 0 in [8, 32], x1 dim 2 in [256, 512]" in reason, (batch, seq, reason)
+    fire, reason = evidence.decide(site(48), records, evidence.isolated_rows(wins))
+    assert not fire and reason == "outside the in-model evidence: x1 dim 0 = 48 outside measured [8, 32]", reason
+    fire, reason = evidence.decide(site(16, 1024), records, evidence.isolated_rows(wins))
+    assert not fire and reason == "outside the in-model evidence: x1 dim 2 = 1024 outside measured [256, 512]"
+    fire, reason = evidence.decide(site(8, 256), records, evidence.isolated_rows(wins))  # measured: noise there
+    assert not fire and reason.startswith("within noise in ") and "B8 S256 1.032x (noise +-10.3%)" in reason
     # the same site under the default compile mode is another class: no record there brackets it
     fire, reason = evidence.decide(evidence.Site(site(12).site, "default"), records, evidence.isolated_rows(wins))
     assert not fire and "no in-model win of this class" in reason

@@ -134,7 +134,12 @@ def test_run_ab_measures_each_knob_alone_and_with_the_fusions(counting_knob, mon
         assert v.step is not None and v.step.steps == 2 and v.speedup is not None and v.parity is not None
         assert v.parity.ok and v.verdict in ("win", "loss", "noise")
     # the context was entered for the compiling warm-up, the 2 timed rounds and the parity step, per variant
-    assert state["entered"] == 2 * (1 + 2 + 1) and state["on"] is False
+    # (and the knob's control, its compiled step timed again in each of the 2 rounds: the knob's own band)
+    assert state["entered"] == 2 * (1 + 2 + 1) + 2 and state["on"] is False
+    assert "counting" in r.knob_bands and not any(ab.is_knob_control(v) for v in r.variants)
+    from miner.check import abrun
+
+    assert "Noise band on top of knob:counting (its compiled step timed twice per round" in abrun.detail(r)
     assert r.variant("default").step.steps == 2  # phase A's numbers kept for default
     # the caches never serve a knob with a context (its flag is in no cache key) nor a variant with a pass
     assert cached == {"default": True, "control": True, "all": False, "knob:counting": False,
@@ -220,13 +225,61 @@ def test_graph_room_asks_for_twice_the_default_steps_peak_free():
     assert ab.graph_room(int(31.6 * gib), "cuda", free_total=(int(63.4 * gib), int(79.2 * gib)))
 
 
+def test_a_second_cuda_graph_variant_asks_only_for_what_the_shared_pool_lacks():
+    gib = 2 ** 30
+    # t5-base B32 S512 on an H100 (a 33 GiB step): the knob's graphs fit (72.6 GiB asked, 77 free) ...
+    assert ab.graph_room(33 * gib, "cuda", free_total=(77 * gib, 80 * gib)) is None
+    # ... and then a fusion variant's graphs record into the same pool: a step beside it and its growth
+    assert ab.graph_room(33 * gib, "cuda", free_total=(44 * gib, 80 * gib), pool=33 * gib) is None
+    why = ab.graph_room(33 * gib, "cuda", free_total=(38 * gib, 80 * gib), pool=33 * gib)  # 36.3 + 3.3 needed
+    assert why and "39.6 GiB" in why and "hold 33.0 GiB of the pool they share" in why
+    # a smaller pool than this step: the difference is asked for again
+    assert ab.graph_room(10 * gib, "cuda", free_total=(int(16.5 * gib), 80 * gib), pool=5 * gib)
+    assert ab.graph_room(10 * gib, "cuda", free_total=(17 * gib, 80 * gib), pool=5 * gib) is None
+    lives = [_live("default"), _live("knob:reduce_overhead", graphs=True), _live("knob:reduce_overhead+f", graphs=True)]
+    lives[2].res.warmup_peak_bytes = 4 * gib
+    assert ab.graph_pool(lives) == 4 * gib and ab.graph_pool(lives[:1]) == 0
+    lives[2].step = None  # freed: its graphs no longer count
+    assert ab.graph_pool(lives) == 3 * gib
+
+
+def test_a_cuda_graph_knob_that_runs_out_of_memory_while_compiling_is_recorded_and_the_ab_goes_on(
+        counting_knob, monkeypatch):
+    from miner.check.abrun import NoFusions
+
+    real_prepare = ab.prepare
+
+    def prepare(spec, *a):
+        if spec.name == "knob:graphs":
+            raise _OOM("CUDA out of memory. Tried to allocate 2.00 GiB.\nmore")
+        return real_prepare(spec, *a)
+
+    monkeypatch.setattr(ab, "prepare", prepare)
+    graphs = knobs.Knob("graphs", "test", options={"triton.cudagraphs": True})
+    knob, _ = counting_knob
+    r = ab.run_ab(_build, ab.ABCase("norm", "infer", "default"), NoFusions(),
+                  ab.ABOptions(preset="tiny", device="cpu", warmup=1, rounds=2, profile_steps=0),
+                  knobs=[graphs, knob], log=lambda s: None)
+    v = r.variant("knob:graphs")
+    assert v.error.startswith("not compiled: out of device memory while compiling") and "2.00 GiB" in v.error
+    assert v.cudagraphs and v.step is None
+    assert r.variant("knob:counting").step.steps == 2  # the A/B went on
+    # any other error in a compile is not hidden
+    monkeypatch.setattr(ab, "prepare", lambda spec, *a: 1 / 0 if spec.name == "knob:graphs" else real_prepare(spec, *a))
+    with pytest.raises(ZeroDivisionError):
+        ab._run_ab(_build, ab.ABCase("norm", "infer", "default"), NoFusions(),
+                   ab.ABOptions(preset="tiny", device="cpu", warmup=1, rounds=2, profile_steps=0),
+                   ab._SoFar(ab.ABResult("norm", "infer", "default", "tiny", None, None)),
+                   knobs=[graphs, knob], deadline=None, log=lambda s: None)
+
+
 def test_a_cuda_graph_knob_that_would_not_fit_is_recorded_not_compiled(counting_knob, monkeypatch):
     from miner.check.abrun import NoFusions
 
     compiled = []
     real_prepare = ab.prepare
     monkeypatch.setattr(ab, "prepare", lambda spec, *a: compiled.append(spec.name) or real_prepare(spec, *a))
-    monkeypatch.setattr(ab, "graph_room", lambda peak, device: "not compiled: no room (test)")
+    monkeypatch.setattr(ab, "graph_room", lambda peak, device, pool=0: "not compiled: no room (test)")
     graphs = knobs.Knob("graphs", "test", options={"triton.cudagraphs": True})
     knob, _ = counting_knob
     r = ab.run_ab(_build, ab.ABCase("norm", "infer", "default"), NoFusions(),

@@ -122,6 +122,12 @@ class ABResult:
     seq: int | None
     variants: list[VariantResult] = field(default_factory=list)
     noise_band: float | None = None
+    # knob -> the noise band of steps on top of that knob: its own compiled step timed a second time in each
+    # round (:func:`knob_control`), as the default's control gives ``noise_band``; a fusion measured on top of
+    # the knob is judged against it (where the default is host-bound and the knob runs under CUDA graphs, the
+    # default's band is the host's jitter, not the knob's: t5 B8 S256 on the H100, ±10.3%, every fusion over the
+    # knob "noise"; at B16 S256 the knob's own band was ±0.33% against the run's ±0.60%)
+    knob_bands: dict[str, float] = field(default_factory=dict)
     fires: dict[str, int] = field(default_factory=dict)  # fusion -> matches with the gate open
     gate: dict[str, dict[str, str]] = field(default_factory=dict)  # fusion -> site -> the gate's decision
     error: str | None = None
@@ -467,13 +473,21 @@ def drop_graph_variants(lives: list[_Live], error: BaseException, device: str) -
 GRAPH_POOL_MARGIN = 1.1  # the room asked for beside a CUDA-graph pool, over twice the default step's peak
 
 
-def graph_room(default_peak: int | None, device: str, free_total: tuple[int, int] | None = None) -> str | None:
+def graph_room(default_peak: int | None, device: str, free_total: tuple[int, int] | None = None,
+               pool: int = 0) -> str | None:
     """Why a variant under CUDA graphs is not compiled now, or None where it fits. Its graphs keep a
-    private pool about as large as the step's peak for the rest of the run (H100: t5-base B16 S512 pool
-    14.62 GiB for a default step of 14.33, bert 4.81 for 4.90), and each variant without graphs still
-    needs one step's peak beside it: so twice the default's warm-up peak (with ``GRAPH_POOL_MARGIN``) must
-    be free. Otherwise the timed rounds run out of memory (DeBERTa-v2 base B16 S512 on the H100: a 32 GiB
-    pool beside steps of 31.6 GiB ran out; 69.6 GiB asked for, 63.4 free). ``free_total``:
+    pool about as large as the step's peak for the rest of the run (H100: t5-base B16 S512 pool 14.62 GiB
+    for a default step of 14.33, bert 4.81 for 4.90), and each variant without graphs still needs one
+    step's peak beside it: so twice the default's warm-up peak (with ``GRAPH_POOL_MARGIN``) must be free.
+    Otherwise the timed rounds run out of memory (DeBERTa-v2 base B16 S512 on the H100: a 32 GiB pool
+    beside steps of 31.6 GiB ran out; 69.6 GiB asked for, 63.4 free).
+
+    ``pool``: what the CUDA-graph variants compiled before this one already hold (the largest warm-up peak
+    among them). Inductor keeps one CUDA-graph tree per device, and every graph of every compiled function
+    on it records into that tree's one memory pool (``torch._inductor.cudagraph_trees``:
+    ``TreeManagerContainer``, "a single tree manager container per device"; ``CUDAGraphNode`` gets the
+    manager's ``cuda_graphs_thread_pool``); a step's tensors die before the next variant's step starts, so a
+    second variant's graphs reuse the first one's blocks and ask only for what exceeds them. ``free_total``:
     ``torch.cuda.mem_get_info()`` (read when None)."""
     if not str(device).startswith("cuda") or not default_peak:
         return None
@@ -483,13 +497,23 @@ def graph_room(default_peak: int | None, device: str, free_total: tuple[int, int
         release_free_memory(device)
         free_total = torch.cuda.mem_get_info()
     free, total = free_total
-    need = 2 * default_peak * GRAPH_POOL_MARGIN
+    step = default_peak * GRAPH_POOL_MARGIN
+    grow = max(0.0, step - pool)
+    need = step + grow
     if free >= need:
         return None
+    held = (f"; the graphs compiled before it hold {pool / 2**30:.1f} GiB of the pool they share" if pool else "")
     return (f"not compiled: its CUDA graphs would keep about {default_peak / 2**30:.1f} GiB (the default step's "
-            f"peak) and the other variants' steps need as much again, {need / 2**30:.1f} GiB, where "
+            f"peak) and the other variants' steps need as much again, {need / 2**30:.1f} GiB{held}, where "
             f"{free / 2**30:.1f} of {total / 2**30:.1f} GiB are free; measure it on a GPU with more memory or at "
             "a smaller batch")
+
+
+def graph_pool(lives: Sequence[_Live]) -> int:
+    """What the CUDA-graph variants among ``lives`` hold of the pool they share (:func:`graph_room`): the
+    largest warm-up peak among them (0: none)."""
+    return max((live.res.warmup_peak_bytes or 0 for live in lives if live.res.cudagraphs and live.step is not None),
+               default=0)
 
 
 @contextlib.contextmanager
@@ -612,11 +636,18 @@ def knob_records(r: ABResult) -> list[tuple[str, Any]]:
 
 def knob_record(r: ABResult, o: OverKnob):
     """The in-model record of one :class:`OverKnob` measurement of ``r`` (None without a verdict)."""
-    verdict_ = verdict(o.speedup, r.noise_band, o.variant.parity)
+    band = band_over_knob(r, o.knob.knob)
+    verdict_ = verdict(o.speedup, band, o.variant.parity)
     if verdict_ is None:
         return None
     return replace(in_model_record(r, o.variant, o.fusion), speedup=round(o.speedup, 4), verdict=verdict_,
-                   knob=o.knob.knob, compile=knob_mode(o.knob, r.compile))
+                   band=round(band or 0.0, 4), knob=o.knob.knob, compile=knob_mode(o.knob, r.compile))
+
+
+def band_over_knob(r: ABResult, knob: str | None) -> float | None:
+    """The noise band a step on top of ``knob`` is judged against: the knob's own (``ABResult.knob_bands``,
+    from its control) where the run timed one, else the run's (default vs control)."""
+    return r.knob_bands.get(knob, r.noise_band) if knob else r.noise_band
 
 
 def knob_mode(v: VariantResult, compile_mode: str) -> str:
@@ -799,8 +830,25 @@ def _run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions,
         fired = {f: n for f, n in live.res.matches.items() if n}
         log(f"  {model} {mode}/{compile_mode} {name}: {live.res.compile_s:.1f} s"
             f"{f', FX cache hits {live.res.fx_cache_hits}' if live.res.fx_cache_hits else ''}"
-            f"{pass_text(live.res.pass_s)}; matches {fired}")
+            f"{pass_text(live.res.pass_s)}; matches {fired}{memory_text(device)}")
         return live
+
+    def make_graphs(name, graph_pass=None, chosen=(), gate_mode=NO_GATE, cache=False, knob=None) -> _Live | None:
+        """:func:`make` for a knob's variant; out of device memory while it compiles (its graphs recorded
+        beside the others'), it is recorded not compiled, with why, and the A/B goes on (None)."""
+        try:
+            return make(name, graph_pass, chosen, gate_mode, cache, knob)
+        except Exception as e:  # noqa: BLE001 - only running out of memory is the variant's own failure
+            if type(e).__name__ != "OutOfMemoryError":
+                raise
+            release_free_memory(device)
+            why = (f"not compiled: out of device memory while compiling beside the other variants "
+                   f"({_first_sentences(one_line(e))}); measure it on a GPU with more memory or at a smaller batch")
+            log(f"  {model} {mode}/{compile_mode} {name}: {why}")
+            r.variants.append(VariantResult(name, list(chosen), gate_mode, knob=knob.name if knob else None,
+                                            numerics=knob.numerics if knob else "",
+                                            cudagraphs=bool(knob and knob.cudagraphs), error=why))
+            return None
 
     reference = None
     if options.parity_reference:
@@ -891,33 +939,44 @@ def _run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions,
                                                      "fires; not compiled"))
             elif why := out_of_time(len(phase_b) + 1):
                 r.variants.append(VariantResult(name, held, gate, knob=knob.name, error=why))
-            elif knob.cudagraphs and (room := graph_room(default.res.warmup_peak_bytes, device)):
+            elif knob.cudagraphs and (room := graph_room(default.res.warmup_peak_bytes, device,
+                                                         pool=graph_pool(phase_b))):
                 log(f"  {model} {mode}/{compile_mode} {name}: {room}")
                 r.variants.append(VariantResult(name, held, gate, knob=knob.name, numerics=knob.numerics,
                                                 cudagraphs=True, error=room))
-            else:
-                phase_b.append(make(name, fusions.graph_pass(names, records=this_run) if fused else None,
-                                    held, gate, knob=knob, cache=cacheable(knob, fused)))
+            elif (live := make_graphs(name, fusions.graph_pass(names, records=this_run) if fused else None,
+                                      held, gate, knob=knob, cache=cacheable(knob, fused))) is not None:
+                phase_b.append(live)
+                if not fused and names:  # fusions are judged on top of it: its own band
+                    phase_b.append(knob_control(live))
                 fired_k = [f for f in names if phase_b[-1].res.matches.get(f)] if fused else []
                 if fused and not fired_k and knob_compiled(phase_b, knob.name):
                     untimed.append(_untimed_as_knob(phase_b.pop(), knob.name))  # the knob's graph: not timed twice
+                    phase_b[:] = [lv for lv in phase_b if not (is_knob_control(lv.res) and lv.res.knob == knob.name)]
                     continue
                 for f in (fired_k if len(fired_k) > 1 and "alone" in wanted else []):  # each on top of the knob
                     alone_k = f"knob:{knob.name}+alone:{f}"
                     if why := out_of_time(len(phase_b) + 1):
                         r.variants.append(VariantResult(alone_k, [f], GATE_OPEN, knob=knob.name, error=why))
-                    else:
-                        phase_b.append(make(alone_k, fusions.graph_pass([f], gate=GATE_OPEN), [f], GATE_OPEN,
-                                            knob=knob))
+                    elif knob.cudagraphs and (room := graph_room(default.res.warmup_peak_bytes, device,
+                                                                 pool=graph_pool(phase_b))):
+                        log(f"  {model} {mode}/{compile_mode} {alone_k}: {room}")
+                        r.variants.append(VariantResult(alone_k, [f], GATE_OPEN, knob=knob.name,
+                                                        numerics=knob.numerics, cudagraphs=True, error=room))
+                    elif (live := make_graphs(alone_k, fusions.graph_pass([f], gate=GATE_OPEN), [f], GATE_OPEN,
+                                              knob=knob)) is not None:
+                        phase_b.append(live)
     if len(phase_b) > 2:
         log(f"  {model} {mode}/{compile_mode}: {rounds} alternating rounds over {len(phase_b)} variants")
         for live in interleave(phase_b, rounds, device):
-            log(f"  {model} {mode}/{compile_mode} {live.res.name}: {live.res.error}")
-            r.variants.append(live.res)
+            if not is_knob_control(live.res):
+                log(f"  {model} {mode}/{compile_mode} {live.res.name}: {live.res.error}")
+                r.variants.append(live.res)
         if r.noise_band is None:  # no first phase: this one's control gives the band
             r.noise_band = noise_band(_record_phase(phase_b, None))
             for live in phase_b[1:]:
                 live.res.verdict = verdict(live.res.speedup, r.noise_band)
+            r.knob_bands.update(knob_bands(phase_b))
         else:
             saved = [(live.res.step, live.res.speedup, live.res.speedup_p20, live.res.speedup_p80, live.res.verdict,
                       live.res.round_ms, live.res.host_ms) for live in (default, control)]
@@ -929,6 +988,11 @@ def _run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions,
             for live, kept in zip((default, control), saved):  # phase A's numbers stand
                 (live.res.step, live.res.speedup, live.res.speedup_p20, live.res.speedup_p80,
                  live.res.verdict, live.res.round_ms, live.res.host_ms) = kept
+            r.knob_bands.update(knob_bands(phase_b))
+        phase_b[:] = [live for live in phase_b if not is_knob_control(live.res)]  # its numbers are the band
+        for k, band in r.knob_bands.items():
+            log(f"  {model} {mode}/{compile_mode}: noise band on top of knob:{k} ±{100 * band:.2f}% (its step "
+                f"timed twice per round), of the run ±{100 * (r.noise_band or 0):.2f}% (default vs control)")
         _parity([default] + phase_b[2:], mode, device, reference, masked)
         _log_phase([default] + phase_b[2:], log, f"  {model} {mode}/{compile_mode}")
         _explain([default] + phase_b[2:], options.kernel_times, device, options.profile_steps)
@@ -1005,6 +1069,38 @@ def _untimed_as_knob(live: _Live, knob: str) -> VariantResult:
         f"same graph as `knob:{knob}`: with the gate on no match fired (the gate's decisions below); not timed")
     live.model = live.step = None
     return live.res
+
+
+KNOB_CONTROL = "+control"  # the name suffix of a knob's control (:func:`knob_control`)
+
+
+def knob_control(knob_live: _Live) -> _Live:
+    """The control of a knob's variant: its own compiled step, timed once more in each round under another
+    name (as the default's control is the default's compiled code again, from the FX cache). The paired ratios
+    of the two give the noise band of steps on top of the knob (:func:`knob_bands`); it is no variant of the
+    result."""
+    res = knob_live.res
+    twin = VariantResult(res.name + KNOB_CONTROL, [], NO_GATE, knob=res.knob, numerics=res.numerics,
+                         cudagraphs=res.cudagraphs, note=f"the compiled step of `{res.name}` timed again")
+    return _Live(twin, knob_live.model, knob_live.step)
+
+
+def is_knob_control(v: VariantResult) -> bool:
+    return bool(v.knob) and v.name == f"knob:{v.knob}{KNOB_CONTROL}"
+
+
+def knob_bands(lives: Sequence[_Live]) -> dict[str, float]:
+    """knob -> its noise band, from the rounds a timing phase gave each knob's variant and its control
+    (:func:`knob_control`; ``_record_phase`` has stored their ``round_ms``)."""
+    by_name = {live.res.name: live.res for live in lives}
+    out = {}
+    for v in by_name.values():
+        if is_knob_control(v):
+            knob = by_name.get(f"knob:{v.knob}")
+            ratios = paired_ratios(knob.round_ms, v.round_ms) if knob is not None else []
+            if ratios:
+                out[v.knob] = round(noise_band(ratios), 6)
+    return out
 
 
 def _same_as_knob(r: ABResult) -> None:
@@ -1126,6 +1222,18 @@ def held_memory(device: str) -> str:
     free, total = torch.cuda.mem_get_info(device)
     return (f"{torch.cuda.memory_allocated(device) / 2 ** 30:.1f} GiB held by the A/B's variants and reference "
             f"after it, {free / 2 ** 30:.1f} of {total / 2 ** 30:.1f} GiB free")
+
+
+def memory_text(device: str) -> str:
+    """The device's memory after a variant compiled, in words ("" off CUDA): what the caching allocator
+    holds (CUDA-graph pools included) and what is free; the log shows how much each variant added."""
+    import torch
+
+    if not (str(device).startswith("cuda") and torch.cuda.is_available()):
+        return ""
+    free, total = torch.cuda.mem_get_info(device)
+    return (f"; device memory {torch.cuda.memory_reserved(device) / 2 ** 30:.1f} GiB reserved, "
+            f"{free / 2 ** 30:.1f} of {total / 2 ** 30:.1f} GiB free")
 
 
 def release_free_memory(device: str) -> None:

@@ -14,8 +14,10 @@ turns one such ``ABResult`` into :class:`Config` rows; ``recommend`` is the rule
    it is preferred: the extra change buys nothing measurable. Among equals in changes, one that keeps
    the default's numerics goes first;
 4. **the fusions' share**: speedup(best knob + fusions) / speedup(best knob), the best knob being the
-   fastest usable knob alone; with the run's noise band (the two are paired against the same default
-   in the same rounds), a share above 1 + band is a measured gain of the fusions on top of the knob;
+   fastest usable knob alone; with the knob's own band where the run timed its control (its step timed
+   twice per round: ``Config.knob_band``), else the run's noise band (the two are paired against the same
+   default in the same rounds), a share above 1 + band is a measured gain of the fusions on top of the knob
+   (rule 3 tells the two apart by the same band);
 5. **numerics**: each knob that says it changes numerics, with its measured relative difference to the
    default compile (the largest of loss, logits and gradients).
 """
@@ -57,6 +59,9 @@ class Config:
     unjudged: str = ""
     peak_warmup: bool = False  # ``peak_gib`` is the warm-up's (CUDA graphs: their pool), not a timed step's
     fired: tuple[str, ...] = ()  # the fusions (or candidate ids) that matched in it
+    # the noise band of steps on top of its knob: the knob's own step timed twice per round
+    # (``ABResult.knob_bands``); None where the run timed no such control (the run's ``band`` then)
+    knob_band: float | None = None
 
     @property
     def changes(self) -> int:
@@ -82,12 +87,13 @@ class Recommendation:
     best_knob: Config | None = None
     best_knob_fused: Config | None = None
     share: float | None = None  # speedup(best knob + fusions) / speedup(best knob)
-    share_verdict: str | None = None  # win / loss / noise against the band
+    share_verdict: str | None = None  # win / loss / noise against ``share_band``
     numerics: tuple[str, ...] = ()
     source: str = ""
     date: str = ""
     setup: str = ""  # where it was measured (``miner.check.ab.setup_of``): GPU, preset, batch, seq, dtype
     how: str = ""  # the code that runs ``best`` (:func:`how`), where the caller knows the workspace
+    share_band: float | None = None  # the best knob's own band where measured (``Config.knob_band``), else ``band``
 
     @property
     def where(self) -> str:
@@ -152,7 +158,7 @@ def recommend(configs: Sequence[Config], band: float | None, *, model: str = "",
                   + (f" (left out: {bad})" if bad else ""))
     else:
         fastest = wins[0]
-        near = [c for c in wins if c.speedup >= fastest.speedup * (1.0 - (band or 0.0))]
+        near = [c for c in wins if c.speedup >= fastest.speedup * (1.0 - (_apart(c, fastest, band) or 0.0))]
         best = min(near, key=lambda c: (c.changes, bool(c.numerics), -c.speedup))
         reason = f"{best.speedup:.3f}x, faster than the default beyond the noise band ±{100 * (band or 0):.1f}%"
         if best is not fastest:
@@ -160,8 +166,19 @@ def recommend(configs: Sequence[Config], band: float | None, *, model: str = "",
                        f"({fastest.changes} vs {best.changes})")
         if bad:
             reason += f"; never recommended: {bad}"
+    share_band = _apart(fused, best_knob, band) if fused is not None and best_knob is not None else band
     return Recommendation(model, mode, compile, best, reason, band, tuple(usable + unusable), best_knob, fused, share,
-                          _band_verdict(share, band), numerics)
+                          _band_verdict(share, share_band), numerics, share_band=share_band)
+
+
+def _apart(a: Config, b: Config, band: float | None) -> float | None:
+    """The band two configurations are told apart by: the knob's own (``Config.knob_band``) between two on
+    top of the same knob (its step and the same with the fusions, timed in the same rounds), else the run's."""
+    if a.knob and a.knob == b.knob:
+        own = b.knob_band if b.knob_band is not None else a.knob_band
+        if own is not None:
+            return own
+    return band
 
 
 # --------------------------------------------------------------------------- from A/B results
@@ -197,7 +214,8 @@ def _config(name: str, v: Any, *, knob: str | None, fusions: bool, r: Any, sourc
                   r.noise_band, source,
                   _largest(v.parity.floor) if v.parity is not None and _masked(v.parity) else None,
                   _unjudged(v.parity), bool(v.cudagraphs and getattr(v, "warmup_peak_bytes", None) is not None),
-                  tuple(f for f, n in sorted((getattr(v, "matches", None) or {}).items()) if n) if fusions else ())
+                  tuple(f for f, n in sorted((getattr(v, "matches", None) or {}).items()) if n) if fusions else (),
+                  (getattr(r, "knob_bands", None) or {}).get(knob) if knob else None)
 
 
 def _peak_gib(v: Any) -> float | None:
@@ -331,8 +349,10 @@ def lines(rec: Recommendation, width: int = 100, *, setup: str = "") -> list[str
            f"noise band {band})", f"  why: {rec.reason}"]
     if rec.best_knob is not None:
         if rec.share is not None:
+            own = rec.share_band is not None and rec.share_band != rec.band
             out.append(f"  fusions on top of the best knob ({rec.best_knob.name}): {rec.share:.3f}x "
-                       f"({rec.share_verdict} against ±{100 * (rec.band or 0):.1f}%)")
+                       f"({rec.share_verdict} against ±{100 * (rec.share_band or 0):.1f}%"
+                       + (", the knob's own band: its step timed twice per round)" if own else ")"))
         else:
             unusable = next((c for c in rec.configs if c.knob == rec.best_knob.knob and c.fusions), None)
             out.append(f"  fusions on top of the best knob ({rec.best_knob.name}): "
