@@ -59,7 +59,7 @@ class ReluDropout(torch.nn.Module):
 BIG = (4, 32, 64)
 
 
-def _step(joint_pass, *, simdlen=None, model_cls=TwoDropouts, shape=SHAPE):
+def _step(joint_pass, *, simdlen=None, model_cls=TwoDropouts, shape=SHAPE, options=None):
     """Loss and gradients of one seeded training step of ``model_cls`` (on ``shape``) compiled with
     ``joint_pass`` as the joint-graph pass (and Inductor's ``cpp.simdlen``: 1 for scalar C++ kernels),
     and the saved masks' bytes of its forward graph."""
@@ -71,7 +71,7 @@ def _step(joint_pass, *, simdlen=None, model_cls=TwoDropouts, shape=SHAPE):
     x = torch.randn(shape, requires_grad=True)
     saved = SavedMasks()
     compiled = torch.compile(model, options={"joint_custom_post_pass": joint_pass, "post_grad_custom_pre_pass": saved,
-                                             "fx_graph_cache": False, "cpp.simdlen": simdlen})
+                                             "fx_graph_cache": False, "cpp.simdlen": simdlen, **(options or {})})
     with fconfig.patch(enable_autograd_cache=False):
         torch.manual_seed(1)
         loss = compiled(x)
@@ -171,6 +171,77 @@ def test_pack_bool_masks_leaves_small_and_backward_only_masks_alone():
     assert not mask_bits.is_saved_bool(m, set(), mask_bits.tangent_dependent(graph))
 
 
+# --------------------------------------------------------------------------- recompute_dropout_masks
+
+def test_recomputed_masks_save_no_mask_bytes_and_keep_every_value(default_step):
+    loss, grads, default_bytes = default_step
+    k_loss, k_grads, knob_bytes = _step(mask_bits.RecomputeDropoutMasks(), simdlen=1)
+    assert sorted(default_bytes) == [math.prod(SHAPE)] * N_MASKS and knob_bytes == []  # only the seed is saved
+    # the backward drew the forward's masks again: bitwise-equal loss and gradients
+    assert torch.equal(loss, k_loss) and all(torch.equal(g, h) for g, h in zip(grads, k_grads))
+
+
+class _OtherSeed(CustomGraphPass):
+    """A planted bug: the backward's users of each mask read a mask drawn from another seed (seed + 1)."""
+
+    def __call__(self, graph):
+        from miner.runtime import bits as bits_tag
+
+        fwd = mask_bits.forward_nodes(graph)
+        for mask in [n for n in graph.nodes if n in fwd and mask_bits.is_keep_mask(n)]:
+            (draw, p), shape = mask.args, list(mask.meta["val"].shape)
+            back = [u for u in mask.users if u not in fwd]
+            redraw = mask_bits._traced(
+                graph, lambda s: torch.ops.prims.inductor_random(shape, s + 1, "rand") > p, [draw.args[1]],
+                after=draw.args[1], recompute=True, tags=(bits_tag.UNPACK, bits_tag.UNPACKED))
+            for u in back:
+                u.replace_input_with(mask, redraw)
+
+    def uuid(self):
+        return None
+
+
+def test_a_backward_drawing_another_mask_changes_the_gradients_not_the_loss(default_step):
+    loss, grads, _ = default_step
+    k_loss, k_grads, _ = _step(_OtherSeed(), simdlen=1)
+    assert torch.equal(loss, k_loss)  # the forward is the same: the loss alone would not see it
+    assert max((g - h).abs().max().item() for g, h in zip(grads, k_grads)) > 1e-2
+
+
+class WrittenOut(torch.nn.Module):
+    """A dropout written out: ``rand_like(y) > p`` (under ``fallback_random`` an ``aten.rand_like`` draw)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(13, 13)
+
+    def forward(self, x):
+        y = self.a(x)
+        return torch.nn.functional.gelu(y * (torch.rand_like(y) > 0.3) / 0.7).square().sum()
+
+
+def test_masks_drawn_from_the_generator_are_saved_as_before():
+    """Under ``fallback_random`` the keep mask is ``gt(aten.rand_like(y), p)``, drawn from the generator: a
+    second draw would be the generator's next numbers, another mask, so it is saved as before; Inductor's own
+    seeded draw of the same model is recomputed."""
+    n = math.prod(SHAPE)
+    loss, grads, default_bytes = _step(None, simdlen=1, model_cls=WrittenOut, options={"fallback_random": True})
+    k_loss, k_grads, knob_bytes = _step(mask_bits.RecomputeDropoutMasks(), simdlen=1, model_cls=WrittenOut,
+                                        options={"fallback_random": True})
+    assert default_bytes == knob_bytes == [n]
+    assert torch.equal(loss, k_loss) and all(torch.equal(g, h) for g, h in zip(grads, k_grads))
+    assert _step(mask_bits.RecomputeDropoutMasks(), simdlen=1, model_cls=WrittenOut)[2] == []
+
+
+def test_recomputed_masks_in_a_feed_forward_block():
+    """t5's feed-forward: relu, dropout, relu. The dropout's mask is recomputed; ReLU's ``le`` masks stay."""
+    loss, grads, default_bytes = _step(None, simdlen=1, model_cls=ReluDropout, shape=BIG)
+    k_loss, k_grads, knob_bytes = _step(mask_bits.RecomputeDropoutMasks(), simdlen=1, model_cls=ReluDropout, shape=BIG)
+    assert torch.equal(loss, k_loss) and all(torch.equal(g, h) for g, h in zip(grads, k_grads))
+    n = math.prod(BIG)
+    assert default_bytes == [n, n] and knob_bytes == [n]  # the dropout's mask gone, a ReLU's saved as before
+
+
 def test_the_knob_is_registered_and_documented():
     import torch._inductor
 
@@ -184,6 +255,10 @@ def test_the_knob_is_registered_and_documented():
     both = knobs.get("pack_bool_masks")
     assert isinstance(both.options["joint_custom_post_pass"], mask_bits.PackBoolMasks) and not both.numerics
     assert "le(out, 0)" in both.doc and "pack_bool_masks" in knobs.describe()
+    again = knobs.get("recompute_dropout_masks")
+    assert isinstance(again.options["joint_custom_post_pass"], mask_bits.RecomputeDropoutMasks) and not again.numerics
+    assert "draws it again from the saved seed" in again.doc and "recompute_dropout_masks" in knobs.describe()
+    assert again.options["joint_custom_post_pass"].uuid() == mask_bits.RecomputeDropoutMasks().uuid()
 
 
 class Fold(CustomGraphPass):

@@ -16,8 +16,9 @@ global flag is in no cache key, so a hit would silently run the default's code.
 Built in (``KNOBS``): ``sdpa_reduced_math``, ``reduce_overhead``, ``max_autotune_no_cudagraphs``,
 ``coordinate_descent``, ``combo_kernels``, ``benchmark_fusion``, ``pack_dropout_masks`` (a joint-graph
 pass, ``miner.check.mask_bits``: training's dropout keep masks saved for the backward as one bit per
-element instead of one byte; memory, not numerics), ``pack_bool_masks`` (the same for every bool tensor
-the backward reads: dropout's and ReLU's masks). Your own: ``--knobs module:attr``
+element instead of one byte; memory, not numerics), ``recompute_dropout_masks`` (no mask saved: the
+backward draws Inductor's seeded masks again from the saved seed), ``pack_bool_masks`` (the same as
+``pack_dropout_masks`` for every bool tensor the backward reads: dropout's and ReLU's masks). Your own: ``--knobs module:attr``
 where ``attr`` is a :class:`Knob` (or a function returning one), imported from the current
 directory like a model factory::
 
@@ -35,7 +36,7 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
 
-from miner.check.mask_bits import PackBoolMasks, PackDropoutMasks
+from miner.check.mask_bits import PackBoolMasks, PackDropoutMasks, RecomputeDropoutMasks
 from miner.core.errors import UsageError
 
 CUDAGRAPHS = "triton.cudagraphs"  # the option mode="reduce-overhead" sets (torch._inductor.list_mode_options)
@@ -139,6 +140,13 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "around the unpack may round differently in the last bits)",
          options={"joint_custom_post_pass": PackDropoutMasks()},
          how="torch._inductor.config.joint_custom_post_pass = miner.check.mask_bits.PackDropoutMasks()"),
+    Knob("recompute_dropout_masks",
+         "Inductor joint_custom_post_pass miner.check.mask_bits.RecomputeDropoutMasks: in training, each dropout "
+         "keep mask Inductor draws from its seeded random op is not saved for the backward: the backward draws it "
+         "again from the saved seed (a function of the seed and the element's index only); saves every mask's "
+         "bytes and adds a Philox draw per element to the backward, not the numerics (the same masks)",
+         options={"joint_custom_post_pass": RecomputeDropoutMasks()},
+         how="torch._inductor.config.joint_custom_post_pass = miner.check.mask_bits.RecomputeDropoutMasks()"),
     Knob("pack_bool_masks",
          "Inductor joint_custom_post_pass miner.check.mask_bits.PackBoolMasks: in training, every bool tensor of "
          "4096 elements or more that the backward reads and the forward can compute (dropout keep masks, a ReLU's "

@@ -1,5 +1,5 @@
 """Bool masks saved for the backward as one bit per element (the ``pack_dropout_masks`` and
-``pack_bool_masks`` knobs).
+``pack_bool_masks`` knobs), or not saved at all (``recompute_dropout_masks``).
 
 In training, Inductor's dropout draws ``keep = inductor_random(shape, seed) > p`` (a bool tensor) in
 the forward and multiplies by it in both the forward and the backward, so AOTAutograd's partitioner
@@ -24,6 +24,14 @@ the unpack may differ in the last bits where a vectorized and a scalar math func
 the backward's inputs (the tangents) and has at least :data:`MIN_NUMEL` elements: the dropout keep masks
 and, e.g., a ReLU's ``le(out, 0)`` that the partitioner computes in the forward and saves (t5's
 feed-forward: one byte per element of ``[B, S, d_ff]`` per layer).
+
+:class:`RecomputeDropoutMasks` saves no mask: each keep mask drawn by Inductor's own random op
+(``prims.inductor_random(shape, seed, "rand")``, a function of the seed and the element's index only) is
+tagged, with its draw, ``MUST_RECOMPUTE``, and the seed it was drawn from (``inductor_lookup_seed``: one
+int64) ``MUST_SAVE``; the partitioner then saves the seed and the backward draws the same numbers again.
+A mask drawn by ``aten.rand``/``rand_like`` (``fallback_random``) is left alone: a second call would draw
+from the generator's next state, another mask. The same masks, the same values; a Philox draw per element
+in the backward where the default reads a byte.
 
 Both functions are plain aten ops over the mask flattened (padded with ``False`` to a multiple of 8);
 bit ``k`` of byte ``i`` is element ``8 * i + k``. Masks with a symbolic element count are left alone.
@@ -177,6 +185,34 @@ class PackDropoutMasks(CustomGraphPass):
 
     def __deepcopy__(self, memo):  # torch.compile deep-copies the inductor config
         return self
+
+
+class RecomputeDropoutMasks(PackDropoutMasks):
+    """The joint-graph pass that saves no dropout mask: each keep mask the backward uses and that
+    Inductor's seeded random op drew (:func:`recomputable_draw`) is recomputed in the backward from its
+    saved seed (see the module docstring)."""
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        fwd = forward_nodes(graph)
+        if not fwd:
+            return
+        for mask in [n for n in graph.nodes if n in fwd and is_keep_mask(n)]:
+            draw = mask.args[0]
+            if all(u in fwd for u in mask.users) or not recomputable_draw(draw):
+                continue
+            seed = draw.args[1]
+            seed.meta["recompute"] = CheckpointPolicy.MUST_SAVE  # the backward reads the forward's seed
+            for n in (draw, mask):
+                n.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
+        graph.lint()
+
+
+def recomputable_draw(draw: torch.fx.Node) -> bool:
+    """``draw`` is ``inductor_random(shape, seed, "rand")`` with the seed a node (Inductor's
+    ``inductor_lookup_seed`` of the step's seed vector): drawing it again gives the same numbers."""
+    return (draw.target is prims.inductor_random.default and len(draw.args) >= 2
+            and isinstance(draw.args[1], torch.fx.Node)
+            and draw.args[1].target is prims.inductor_lookup_seed.default)
 
 
 class PackBoolMasks(PackDropoutMasks):
