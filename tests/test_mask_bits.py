@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -231,6 +232,65 @@ def test_masks_drawn_from_the_generator_are_saved_as_before():
     assert default_bytes == knob_bytes == [n]
     assert torch.equal(loss, k_loss) and all(torch.equal(g, h) for g, h in zip(grads, k_grads))
     assert _step(mask_bits.RecomputeDropoutMasks(), simdlen=1, model_cls=WrittenOut)[2] == []
+
+
+class BF16FeedForward(torch.nn.Module):
+    """t5's feed-forward under bf16 autocast: the keep mask is ``gt(convert_element_type(draw, bf16), p)``."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(64, 128, bias=False)
+        self.b = torch.nn.Linear(128, 64, bias=False)
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = self.b(torch.nn.functional.dropout(torch.relu(self.a(x)), 0.1, True))
+        return y.float().square().sum()
+
+
+def _ff_step(joint_pass, fusion_pass=None):
+    import torch._functorch.config as fconfig
+
+    from miner.runtime import rewrite
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model, x = BF16FeedForward(), torch.randn(2, 16, 64)
+    saved = SavedMasks()
+    options = {"joint_custom_post_pass": joint_pass, "fx_graph_cache": False,
+               **(rewrite.inductor_options(fusion_pass) if fusion_pass else {"post_grad_custom_pre_pass": saved})}
+    with fconfig.patch(enable_autograd_cache=False):
+        torch.manual_seed(1)
+        loss = torch.compile(model, options=options)(x)
+        loss.backward()
+    return loss.detach(), [p.grad for p in model.parameters()], saved.mask_bytes
+
+
+def test_under_autocast_the_mask_compared_through_a_cast_is_recomputed_too():
+    loss, grads, default_bytes = _ff_step(None)
+    k_loss, k_grads, knob_bytes = _ff_step(mask_bits.RecomputeDropoutMasks())
+    n = 2 * 16 * 128
+    assert default_bytes == [n, n] and knob_bytes == [n]  # the dropout's mask gone, ReLU's saved as before
+    assert torch.equal(loss, k_loss) and all(torch.equal(g, h) for g, h in zip(grads, k_grads))
+
+
+def test_a_region_drawing_its_own_stream_does_not_fire_on_a_recomputed_mask():
+    """A dropout region kernel draws the four-per-call stream in the forward; the backward would draw the mask
+    again in Inductor's: the two would disagree. With the mask recomputed its seed is saved for the backward (a
+    reader outside the region), so the region does not match, and the step is the default's, bitwise."""
+    from miner.runtime import fusions
+
+    root = Path(__file__).resolve().parents[1]
+    default = _ff_step(None)
+    fused = fusions.graph_pass(root, ["relu_dropout"], interpret=True)
+    fused.gate = "open"
+    f_loss, f_grads, _ = _ff_step(None, fused)
+    assert fused.counts["relu_dropout"] == 1 and not torch.equal(f_loss, default[0])  # its own stream
+    both = fusions.graph_pass(root, ["relu_dropout"], interpret=True)
+    both.gate = "open"
+    b_loss, b_grads, _ = _ff_step(mask_bits.RecomputeDropoutMasks(), both)
+    assert both.counts["relu_dropout"] == 0
+    assert torch.equal(b_loss, default[0]) and all(torch.equal(g, h) for g, h in zip(b_grads, default[1]))
 
 
 def test_recomputed_masks_in_a_feed_forward_block():

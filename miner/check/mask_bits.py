@@ -27,7 +27,7 @@ feed-forward: one byte per element of ``[B, S, d_ff]`` per layer).
 
 :class:`RecomputeDropoutMasks` saves no mask: each keep mask drawn by Inductor's own random op
 (``prims.inductor_random(shape, seed, "rand")``, a function of the seed and the element's index only) is
-tagged, with its draw, ``MUST_RECOMPUTE``, and the seed it was drawn from (``inductor_lookup_seed``: one
+tagged, with its draw (and a dtype cast between them, as autocast puts there), ``MUST_RECOMPUTE``, and the seed it was drawn from (``inductor_lookup_seed``: one
 int64) ``MUST_SAVE``; the partitioner then saves the seed and the backward draws the same numbers again.
 A mask drawn by ``aten.rand``/``rand_like`` (``fallback_random``) is left alone: a second call would draw
 from the generator's next state, another mask. The same masks, the same values; a Philox draw per element
@@ -196,15 +196,28 @@ class RecomputeDropoutMasks(PackDropoutMasks):
         fwd = forward_nodes(graph)
         if not fwd:
             return
-        for mask in [n for n in graph.nodes if n in fwd and is_keep_mask(n)]:
-            draw = mask.args[0]
-            if all(u in fwd for u in mask.users) or not recomputable_draw(draw):
+        for mask in [n for n in graph.nodes if n in fwd]:
+            chain = seeded_mask(mask)
+            if chain is None or all(u in fwd for u in mask.users):
                 continue
-            seed = draw.args[1]
-            seed.meta["recompute"] = CheckpointPolicy.MUST_SAVE  # the backward reads the forward's seed
-            for n in (draw, mask):
+            chain[0].args[1].meta["recompute"] = CheckpointPolicy.MUST_SAVE  # the backward reads the forward's seed
+            for n in chain:
                 n.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
         graph.lint()
+
+
+def seeded_mask(node: torch.fx.Node) -> tuple[torch.fx.Node, ...] | None:
+    """``(draw, [cast,] node)`` where ``node`` is a keep mask compared from Inductor's seeded draw
+    (:func:`recomputable_draw`), directly or through one dtype cast (under autocast a bf16 dropout compares
+    ``convert_element_type(draw, bf16)``); None otherwise."""
+    val = node.meta.get("val")
+    if not (node.op == "call_function" and node.target in COMPARISONS and isinstance(val, torch.Tensor)
+            and val.dtype == torch.bool and isinstance(node.args[0], torch.fx.Node)):
+        return None
+    src = node.args[0]
+    if src.target is prims.convert_element_type.default and isinstance(src.args[0], torch.fx.Node):
+        return (src.args[0], src, node) if recomputable_draw(src.args[0]) and len(src.users) == 1 else None
+    return (src, node) if recomputable_draw(src) else None
 
 
 def recomputable_draw(draw: torch.fx.Node) -> bool:
