@@ -293,6 +293,26 @@ def test_a_region_drawing_its_own_stream_does_not_fire_on_a_recomputed_mask():
     assert torch.equal(b_loss, default[0]) and all(torch.equal(g, h) for g, h in zip(b_grads, default[1]))
 
 
+def test_under_autocast_the_packed_mask_is_the_one_compared_through_the_cast():
+    """``pack_dropout_masks`` finds a bf16 dropout's mask through the cast as well (before, only masks compared
+    from the draw itself were packed), and a dropout region on top packs its own mask: the same values as the
+    region alone."""
+    from miner.runtime import fusions
+
+    n = 2 * 16 * 128
+    loss, grads, default_bytes = _ff_step(None)
+    k_loss, k_grads, knob_bytes = _ff_step(mask_bits.PackDropoutMasks())
+    assert default_bytes == [n, n] and sorted(knob_bytes) == [n // 8, n]  # the dropout's as bits, ReLU's as bytes
+    assert torch.equal(loss, k_loss) and all(torch.equal(g, h) for g, h in zip(grads, k_grads))
+    root = Path(__file__).resolve().parents[1]
+    alone, packed = (fusions.graph_pass(root, ["relu_dropout"], interpret=True) for _ in range(2))
+    alone.gate = packed.gate = "open"
+    a_loss, a_grads, _ = _ff_step(None, alone)
+    p_loss, p_grads, _ = _ff_step(mask_bits.PackDropoutMasks(), packed)
+    assert alone.counts["relu_dropout"] == packed.counts["relu_dropout"] == 1
+    assert torch.equal(a_loss, p_loss) and all(torch.equal(g, h) for g, h in zip(a_grads, p_grads))
+
+
 def test_recomputed_masks_in_a_feed_forward_block():
     """t5's feed-forward: relu, dropout, relu. The dropout's mask is recomputed; ReLU's ``le`` masks stay."""
     loss, grads, default_bytes = _step(None, simdlen=1, model_cls=ReluDropout, shape=BIG)

@@ -77,13 +77,24 @@ def unpack(bits: torch.Tensor, shape) -> torch.Tensor:
     return spread.view(-1)[:math.prod(shape)].view(shape).to(torch.bool)
 
 
-def is_keep_mask(node: torch.fx.Node) -> bool:
-    """``node`` compares a random draw with a constant into a bool tensor of a static element count."""
+def keep_mask_chain(node: torch.fx.Node) -> tuple[torch.fx.Node, ...] | None:
+    """``(draw, [cast,] node)`` where ``node`` compares a random draw with a constant into a bool tensor of a
+    static element count: the draw itself, or the draw cast to another dtype (under autocast a bf16 dropout
+    compares ``convert_element_type(draw, bf16)``); None otherwise."""
     val = node.meta.get("val")
-    return (node.op == "call_function" and node.target in COMPARISONS and isinstance(val, torch.Tensor)
+    if not (node.op == "call_function" and node.target in COMPARISONS and isinstance(val, torch.Tensor)
             and val.dtype == torch.bool and isinstance(node.args[0], torch.fx.Node)
-            and node.args[0].target in RANDOM_OPS
-            and all(isinstance(s, int) for s in val.shape))
+            and all(isinstance(s, int) for s in val.shape)):
+        return None
+    src = node.args[0]
+    if src.target is prims.convert_element_type.default and isinstance(src.args[0], torch.fx.Node):
+        return (src.args[0], src, node) if src.args[0].target in RANDOM_OPS else None
+    return (src, node) if src.target in RANDOM_OPS else None
+
+
+def is_keep_mask(node: torch.fx.Node) -> bool:
+    """``node`` is a dropout keep mask (:func:`keep_mask_chain`)."""
+    return keep_mask_chain(node) is not None
 
 
 def forward_nodes(graph: torch.fx.Graph) -> set[torch.fx.Node]:
@@ -207,17 +218,12 @@ class RecomputeDropoutMasks(PackDropoutMasks):
 
 
 def seeded_mask(node: torch.fx.Node) -> tuple[torch.fx.Node, ...] | None:
-    """``(draw, [cast,] node)`` where ``node`` is a keep mask compared from Inductor's seeded draw
-    (:func:`recomputable_draw`), directly or through one dtype cast (under autocast a bf16 dropout compares
-    ``convert_element_type(draw, bf16)``); None otherwise."""
-    val = node.meta.get("val")
-    if not (node.op == "call_function" and node.target in COMPARISONS and isinstance(val, torch.Tensor)
-            and val.dtype == torch.bool and isinstance(node.args[0], torch.fx.Node)):
+    """:func:`keep_mask_chain` of ``node`` where drawing it again gives the same mask: Inductor's seeded draw
+    (:func:`recomputable_draw`), and a cast between draw and comparison read by the comparison only."""
+    chain = keep_mask_chain(node)
+    if chain is None or not recomputable_draw(chain[0]) or (len(chain) == 3 and len(chain[1].users) != 1):
         return None
-    src = node.args[0]
-    if src.target is prims.convert_element_type.default and isinstance(src.args[0], torch.fx.Node):
-        return (src.args[0], src, node) if recomputable_draw(src.args[0]) and len(src.users) == 1 else None
-    return (src, node) if recomputable_draw(src) else None
+    return chain
 
 
 def recomputable_draw(draw: torch.fx.Node) -> bool:
