@@ -27,8 +27,10 @@ feed-forward: one byte per element of ``[B, S, d_ff]`` per layer).
 
 :class:`RecomputeDropoutMasks` saves no mask: each keep mask drawn by Inductor's own random op
 (``prims.inductor_random(shape, seed, "rand")``, a function of the seed and the element's index only) is
-tagged, with its draw (and a dtype cast between them, as autocast puts there), ``MUST_RECOMPUTE``, and the seed it was drawn from (``inductor_lookup_seed``: one
-int64) ``MUST_SAVE``; the partitioner then saves the seed and the backward draws the same numbers again.
+tagged, with its draw (and the dtype cast autocast puts between them), ``MUST_RECOMPUTE``, and the seed it
+was drawn from (``inductor_lookup_seed``: one int64) ``MUST_SAVE``; the partitioner then saves the seed and
+the backward draws the same numbers again. A dropout region kernel drawing another stream does not match
+such a mask: its seed is read outside the region, by the backward.
 A mask drawn by ``aten.rand``/``rand_like`` (``fallback_random``) is left alone: a second call would draw
 from the generator's next state, another mask. The same masks, the same values; a Philox draw per element
 in the backward where the default reads a byte.
@@ -178,7 +180,17 @@ def _traced(graph: torch.fx.Graph, fn, args: list, *, after: torch.fx.Node, tags
     return out
 
 
-class PackDropoutMasks(CustomGraphPass):
+class _JointPass(CustomGraphPass):
+    """A joint-graph pass of this module: its uuid (in Inductor's cache keys) follows this file's source."""
+
+    def uuid(self) -> bytes:
+        return hashlib.sha256(Path(__file__).read_bytes()).digest()
+
+    def __deepcopy__(self, memo):  # torch.compile deep-copies the inductor config
+        return self
+
+
+class PackDropoutMasks(_JointPass):
     """The joint-graph pass: each dropout keep mask the backward uses is saved as :func:`pack`'s
     bytes, every user reading :func:`unpack` of them (forward-only graphs are left alone)."""
 
@@ -191,14 +203,8 @@ class PackDropoutMasks(CustomGraphPass):
                 _pack_through_bits(graph, mask)
         graph.lint()
 
-    def uuid(self) -> bytes:
-        return hashlib.sha256(Path(__file__).read_bytes()).digest()
 
-    def __deepcopy__(self, memo):  # torch.compile deep-copies the inductor config
-        return self
-
-
-class RecomputeDropoutMasks(PackDropoutMasks):
+class RecomputeDropoutMasks(_JointPass):
     """The joint-graph pass that saves no dropout mask: each keep mask the backward uses and that
     Inductor's seeded random op drew (:func:`recomputable_draw`) is recomputed in the backward from its
     saved seed (see the module docstring)."""
