@@ -249,21 +249,12 @@ class BF16FeedForward(torch.nn.Module):
 
 
 def _ff_step(joint_pass, fusion_pass=None):
-    import torch._functorch.config as fconfig
-
+    """:func:`_step` of :class:`BF16FeedForward`; with ``fusion_pass`` (gate open) in Inductor's post-grad slots
+    (then no mask bytes are recorded)."""
     from miner.runtime import rewrite
 
-    torch._dynamo.reset()
-    torch.manual_seed(0)
-    model, x = BF16FeedForward(), torch.randn(2, 16, 64)
-    saved = SavedMasks()
-    options = {"joint_custom_post_pass": joint_pass, "fx_graph_cache": False,
-               **(rewrite.inductor_options(fusion_pass) if fusion_pass else {"post_grad_custom_pre_pass": saved})}
-    with fconfig.patch(enable_autograd_cache=False):
-        torch.manual_seed(1)
-        loss = torch.compile(model, options=options)(x)
-        loss.backward()
-    return loss.detach(), [p.grad for p in model.parameters()], saved.mask_bytes
+    return _step(joint_pass, model_cls=BF16FeedForward, shape=(2, 16, 64),
+                 options=rewrite.inductor_options(fusion_pass) if fusion_pass else None)
 
 
 def test_under_autocast_the_mask_compared_through_a_cast_is_recomputed_too():

@@ -833,22 +833,25 @@ def _run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions,
             f"{pass_text(live.res.pass_s)}; matches {fired}{memory_text(device)}")
         return live
 
-    def make_graphs(name, graph_pass=None, chosen=(), gate_mode=NO_GATE, cache=False, knob=None) -> _Live | None:
-        """:func:`make` for a knob's variant; out of device memory while it compiles (its graphs recorded
-        beside the others'), it is recorded not compiled, with why, and the A/B goes on (None)."""
-        try:
-            return make(name, graph_pass, chosen, gate_mode, cache, knob)
-        except Exception as e:  # noqa: BLE001 - only running out of memory is the variant's own failure
-            if type(e).__name__ != "OutOfMemoryError":
-                raise
-            release_free_memory(device)
-            why = (f"not compiled: out of device memory while compiling beside the other variants "
-                   f"({_first_sentences(one_line(e))}); measure it on a GPU with more memory or at a smaller batch")
-            log(f"  {model} {mode}/{compile_mode} {name}: {why}")
-            r.variants.append(VariantResult(name, list(chosen), gate_mode, knob=knob.name if knob else None,
-                                            numerics=knob.numerics if knob else "",
-                                            cudagraphs=bool(knob and knob.cudagraphs), error=why))
-            return None
+    def make_graphs(name, graph_pass, chosen, gate_mode, knob, cache=False) -> _Live | None:
+        """:func:`make` for a knob's variant; recorded not compiled, with why, where its CUDA graphs find no room
+        beside the variants compiled so far (:func:`graph_room`) or its compile runs out of device memory (its
+        graphs recorded beside the others'): None, and the A/B goes on."""
+        why = graph_room(default.res.warmup_peak_bytes, device, pool=graph_pool(phase_b)) if knob.cudagraphs else None
+        if why is None:
+            try:
+                return make(name, graph_pass, chosen, gate_mode, cache, knob)
+            except Exception as e:  # noqa: BLE001 - only running out of memory is the variant's own failure
+                if type(e).__name__ != "OutOfMemoryError":
+                    raise
+                release_free_memory(device)
+                why = (f"not compiled: out of device memory while compiling beside the other variants "
+                       f"({_first_sentences(one_line(e))}); measure it on a GPU with more memory or at a smaller "
+                       "batch")
+        log(f"  {model} {mode}/{compile_mode} {name}: {why}")
+        r.variants.append(VariantResult(name, list(chosen), gate_mode, knob=knob.name, numerics=knob.numerics,
+                                        cudagraphs=knob.cudagraphs, error=why))
+        return None
 
     reference = None
     if options.parity_reference:
@@ -939,32 +942,22 @@ def _run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions,
                                                      "fires; not compiled"))
             elif why := out_of_time(len(phase_b) + 1):
                 r.variants.append(VariantResult(name, held, gate, knob=knob.name, error=why))
-            elif knob.cudagraphs and (room := graph_room(default.res.warmup_peak_bytes, device,
-                                                         pool=graph_pool(phase_b))):
-                log(f"  {model} {mode}/{compile_mode} {name}: {room}")
-                r.variants.append(VariantResult(name, held, gate, knob=knob.name, numerics=knob.numerics,
-                                                cudagraphs=True, error=room))
             elif (live := make_graphs(name, fusions.graph_pass(names, records=this_run) if fused else None,
-                                      held, gate, knob=knob, cache=cacheable(knob, fused))) is not None:
+                                      held, gate, knob, cache=cacheable(knob, fused))) is not None:
                 phase_b.append(live)
-                if not fused and names:  # fusions are judged on top of it: its own band
-                    phase_b.append(knob_control(live))
-                fired_k = [f for f in names if phase_b[-1].res.matches.get(f)] if fused else []
-                if fused and not fired_k and knob_compiled(phase_b, knob.name):
+                fired_k = [f for f in names if live.res.matches.get(f)] if fused else []
+                base = knob_live(phase_b, knob.name) if fused else None
+                if base is not None and not fired_k:
                     untimed.append(_untimed_as_knob(phase_b.pop(), knob.name))  # the knob's graph: not timed twice
-                    phase_b[:] = [lv for lv in phase_b if not (is_knob_control(lv.res) and lv.res.knob == knob.name)]
                     continue
+                if base is not None:  # the fusions are judged on top of the knob: its own band
+                    phase_b.append(knob_control(base))
                 for f in (fired_k if len(fired_k) > 1 and "alone" in wanted else []):  # each on top of the knob
                     alone_k = f"knob:{knob.name}+alone:{f}"
                     if why := out_of_time(len(phase_b) + 1):
                         r.variants.append(VariantResult(alone_k, [f], GATE_OPEN, knob=knob.name, error=why))
-                    elif knob.cudagraphs and (room := graph_room(default.res.warmup_peak_bytes, device,
-                                                                 pool=graph_pool(phase_b))):
-                        log(f"  {model} {mode}/{compile_mode} {alone_k}: {room}")
-                        r.variants.append(VariantResult(alone_k, [f], GATE_OPEN, knob=knob.name,
-                                                        numerics=knob.numerics, cudagraphs=True, error=room))
                     elif (live := make_graphs(alone_k, fusions.graph_pass([f], gate=GATE_OPEN), [f], GATE_OPEN,
-                                              knob=knob)) is not None:
+                                              knob)) is not None:
                         phase_b.append(live)
     if len(phase_b) > 2:
         log(f"  {model} {mode}/{compile_mode}: {rounds} alternating rounds over {len(phase_b)} variants")
@@ -976,7 +969,6 @@ def _run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions,
             r.noise_band = noise_band(_record_phase(phase_b, None))
             for live in phase_b[1:]:
                 live.res.verdict = verdict(live.res.speedup, r.noise_band)
-            r.knob_bands.update(knob_bands(phase_b))
         else:
             saved = [(live.res.step, live.res.speedup, live.res.speedup_p20, live.res.speedup_p80, live.res.verdict,
                       live.res.round_ms, live.res.host_ms) for live in (default, control)]
@@ -988,7 +980,7 @@ def _run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions,
             for live, kept in zip((default, control), saved):  # phase A's numbers stand
                 (live.res.step, live.res.speedup, live.res.speedup_p20, live.res.speedup_p80,
                  live.res.verdict, live.res.round_ms, live.res.host_ms) = kept
-            r.knob_bands.update(knob_bands(phase_b))
+        r.knob_bands.update(knob_bands(phase_b))
         phase_b[:] = [live for live in phase_b if not is_knob_control(live.res)]  # its numbers are the band
         for k, band in r.knob_bands.items():
             log(f"  {model} {mode}/{compile_mode}: noise band on top of knob:{k} ±{100 * band:.2f}% (its step "
@@ -1054,9 +1046,9 @@ def input_shape(inputs: dict, batch: int | None, seq: int | None) -> tuple[int |
     return (batch, seq) if ids is None else (int(ids.shape[0]), int(ids.shape[1]))
 
 
-def knob_compiled(phase: Sequence[_Live], knob: str) -> bool:
-    """Whether ``knob:<knob>`` (the knob alone) is among the compiled variants of ``phase``."""
-    return any(live.res.name == f"knob:{knob}" for live in phase)
+def knob_live(phase: Sequence[_Live], knob: str) -> _Live | None:
+    """``knob:<knob>`` (the knob alone) among the compiled variants of ``phase``, or None."""
+    return next((live for live in phase if live.res.name == f"knob:{knob}"), None)
 
 
 def _untimed_as_knob(live: _Live, knob: str) -> VariantResult:
@@ -1074,15 +1066,15 @@ def _untimed_as_knob(live: _Live, knob: str) -> VariantResult:
 KNOB_CONTROL = "+control"  # the name suffix of a knob's control (:func:`knob_control`)
 
 
-def knob_control(knob_live: _Live) -> _Live:
+def knob_control(base: _Live) -> _Live:
     """The control of a knob's variant: its own compiled step, timed once more in each round under another
     name (as the default's control is the default's compiled code again, from the FX cache). The paired ratios
     of the two give the noise band of steps on top of the knob (:func:`knob_bands`); it is no variant of the
     result."""
-    res = knob_live.res
+    res = base.res
     twin = VariantResult(res.name + KNOB_CONTROL, [], NO_GATE, knob=res.knob, numerics=res.numerics,
                          cudagraphs=res.cudagraphs, note=f"the compiled step of `{res.name}` timed again")
-    return _Live(twin, knob_live.model, knob_live.step)
+    return _Live(twin, base.model, base.step)
 
 
 def is_knob_control(v: VariantResult) -> bool:
@@ -1219,9 +1211,16 @@ def held_memory(device: str) -> str:
 
     if not (str(device).startswith("cuda") and torch.cuda.is_available()):
         return ""
-    free, total = torch.cuda.mem_get_info(device)
     return (f"{torch.cuda.memory_allocated(device) / 2 ** 30:.1f} GiB held by the A/B's variants and reference "
-            f"after it, {free / 2 ** 30:.1f} of {total / 2 ** 30:.1f} GiB free")
+            f"after it, {_free_text(device)}")
+
+
+def _free_text(device: str) -> str:
+    """"12.3 of 79.2 GiB free" on a CUDA ``device``."""
+    import torch
+
+    free, total = torch.cuda.mem_get_info(device)
+    return f"{free / 2 ** 30:.1f} of {total / 2 ** 30:.1f} GiB free"
 
 
 def memory_text(device: str) -> str:
@@ -1231,9 +1230,7 @@ def memory_text(device: str) -> str:
 
     if not (str(device).startswith("cuda") and torch.cuda.is_available()):
         return ""
-    free, total = torch.cuda.mem_get_info(device)
-    return (f"; device memory {torch.cuda.memory_reserved(device) / 2 ** 30:.1f} GiB reserved, "
-            f"{free / 2 ** 30:.1f} of {total / 2 ** 30:.1f} GiB free")
+    return f"; device memory {torch.cuda.memory_reserved(device) / 2 ** 30:.1f} GiB reserved, {_free_text(device)}"
 
 
 def release_free_memory(device: str) -> None:
