@@ -267,3 +267,13 @@ def test_a_region_candidate_without_a_ranked_row_is_decided_and_shown(tmp_path, 
     assert cli.main(["--workspace", str(tmp_path), "candidates", "show", cid]) == 0
     out = capsys.readouterr().out
     assert "not worth it" in out and "where it was observed" in out and "56  t5 forward" in out
+
+
+def test_show_of_a_compute_once_candidate_lists_its_tables(capsys):
+    """A compute-once candidate's sites are tables (a shape, the elements its consumers read), not a GEMM's
+    inputs: each observed site shows them, never an empty row counted 0."""
+    assert main(["--workspace", str(REPO), "candidates", "show", "re332d220be"]) == 0
+    text = capsys.readouterr().out
+    assert "where the rule fires (each table, its shape -> the elements of its consumers)" in text
+    assert "GEMM" not in text
+    assert re.search(r"\b1\s+t5 forward aten\.embedding\.default \[512, 512, 12\] -> 50,331,648 elements", text)

@@ -436,3 +436,23 @@ def _ab_on_knob(model: type, name: str, mode: str, fusion_variants: tuple, knob)
     return ab.run_ab(build, ab.ABCase(name, mode, "default"), Fusions(Path(__file__).resolve().parents[1]),
                      ab.ABOptions(preset="tiny", device="cpu", warmup=1, rounds=2, profile_steps=0,
                                   fusion_variants=fusion_variants), knobs=[knob], log=lambda s: None)
+
+
+def test_no_fusions_measures_the_knobs_alone(tmp_path, capsys):
+    """``--no-fusions``: a workspace's promoted fusions are not loaded (one compile per knob, not two), and the
+    flag refuses what it would silently ignore."""
+    from miner.check.abrun import ABRun, CandidateSet, NoFusions, fusions_of
+    from miner.cli import main
+    from miner.runtime.fusions import Fusions
+
+    repo = Path(__file__).resolve().parents[1]
+    options = ab.ABOptions(preset="tiny", device="cpu")
+    knob = knobs.parse("reduce_overhead")
+    assert isinstance(fusions_of(ABRun(options, fusions=False), repo, knob), NoFusions)
+    assert isinstance(fusions_of(ABRun(options, fusions=False, candidates=("x",)), repo, knob), NoFusions)
+    assert isinstance(fusions_of(ABRun(options), repo, knob), Fusions)  # promoted ones, knobs or not
+    assert isinstance(fusions_of(ABRun(options), tmp_path, knob), NoFusions)  # none promoted, knobs only
+    assert isinstance(fusions_of(ABRun(options, candidates=("re332d220be",)), repo, knob), CandidateSet)
+    for extra in ([], ["--knobs", "reduce_overhead", "--candidates", "p1"], ["--knobs", "reduce_overhead", "--record"]):
+        assert main(["verify", "--ab", "--models", "t5", "--no-fusions", "--allow-cpu", *extra]) == 2
+    assert "neither --candidates nor --record" in capsys.readouterr().err

@@ -84,7 +84,8 @@ class CandidateSet:
 
 
 class NoFusions:
-    """No fusion to measure (a workspace without promoted fusions, and no ``--candidates``): knobs only."""
+    """No fusion to measure (a workspace without promoted fusions and no ``--candidates``, or ``--no-fusions``):
+    knobs only."""
 
     gated = False
 
@@ -96,6 +97,16 @@ def _has_fusions(workspace: Any) -> bool:
     from miner.runtime.fusions import Fusions
 
     return bool(Fusions(_root(workspace)).names())
+
+
+def fusions_of(run: "ABRun", workspace: Any, knobs: Sequence[Any]):
+    """What ``run`` measures: ``--candidates`` (ungated), else the workspace's promoted fusions; none where
+    ``--no-fusions`` says so or a knobs-only run finds none promoted."""
+    if not run.fusions:
+        return NoFusions()
+    if run.candidates:
+        return CandidateSet(workspace, run.candidates)
+    return load_fusions(_root(workspace)) if not knobs or _has_fusions(workspace) else NoFusions()
 
 
 def shape_grid(batch: int | Sequence[int] | None, seq: int | Sequence[int] | None) -> list[tuple]:
@@ -131,6 +142,7 @@ class ABRun:
     model_budget_s: float | None = None  # no variant compiles after this many seconds of one model and mode
     knobs: str | None = None  # the ``--knobs`` spec (``miner.check.knobs.parse``; a string, so Ray tasks carry it)
     candidates: tuple[str, ...] = ()  # A/B these candidate ids (ungated) instead of the promoted fusions
+    fusions: bool = True  # False: the knobs alone, no fusion loaded (``--no-fusions``)
 
 
 def run_all(models: Sequence[str], run: ABRun, *, time_budget_s: float | None = None, workspace: Any = ".",
@@ -146,10 +158,9 @@ def run_all(models: Sequence[str], run: ABRun, *, time_budget_s: float | None = 
     from miner.check import ab, knobs as knob_registry
 
     modes, compile_modes, preset, device = run.modes, run.compile_modes, run.ab.preset, run.ab.device
-    model_budget_s, candidates = run.model_budget_s, run.candidates
+    model_budget_s = run.model_budget_s
     chosen_knobs = knob_registry.parse(run.knobs)
-    fusions = (CandidateSet(workspace, candidates) if candidates else
-               load_fusions(_root(workspace)) if not chosen_knobs or _has_fusions(workspace) else NoFusions())
+    fusions = fusions_of(run, workspace, chosen_knobs)
     log(f"fusions: {', '.join(fusions.names()) or 'none'}"
         + (f"; knobs: {', '.join(k.name for k in chosen_knobs)}" if chosen_knobs else ""))
     ab.raise_compile_limits()

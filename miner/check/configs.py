@@ -19,7 +19,11 @@ turns one such ``ABResult`` into :class:`Config` rows; ``recommend`` is the rule
    default in the same rounds), a share above 1 + band is a measured gain of the fusions on top of the knob
    (rule 3 tells the two apart by the same band);
 5. **numerics**: each knob that says it changes numerics, with its measured relative difference to the
-   default compile (the largest of loss, logits and gradients).
+   default compile (the largest of loss, logits and gradients);
+6. **memory**: where a usable configuration faster than the default peaks at least :data:`LEANER` below the
+   recommended one (peaks measured alike: both a timed step's, or both the warm-up's of CUDA graphs), the
+   fastest such one is named beside it with what it costs in speed: the choice when memory binds
+   (``recompute_dropout_masks``: no dropout mask saved for the backward).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Mapping, Sequence
 
 DEFAULT, FUSIONS = "default", "fusions"
+LEANER = 0.05  # rule 6: a peak this much (relative) below the recommended configuration's is worth naming
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,7 @@ class Recommendation:
     setup: str = ""  # where it was measured (``miner.check.ab.setup_of``): GPU, preset, batch, seq, dtype
     how: str = ""  # the code that runs ``best`` (:func:`how`), where the caller knows the workspace
     share_band: float | None = None  # the best knob's own band where measured (``Config.knob_band``), else ``band``
+    leaner: Config | None = None  # rule 6: the fastest usable win peaking at least LEANER below ``best``
 
     @property
     def where(self) -> str:
@@ -168,7 +174,16 @@ def recommend(configs: Sequence[Config], band: float | None, *, model: str = "",
             reason += f"; never recommended: {bad}"
     share_band = _apart(fused, best_knob, band) if fused is not None and best_knob is not None else band
     return Recommendation(model, mode, compile, best, reason, band, tuple(usable + unusable), best_knob, fused, share,
-                          _band_verdict(share, share_band), numerics, share_band=share_band)
+                          _band_verdict(share, share_band), numerics, share_band=share_band,
+                          leaner=_leaner(best, wins))
+
+
+def _leaner(best: Config, wins: Sequence[Config]) -> Config | None:
+    """Rule 6: the fastest of ``wins`` whose peak is at least :data:`LEANER` below ``best``'s, measured alike."""
+    if best.peak_gib is None:
+        return None
+    return next((c for c in wins if c.peak_gib is not None and c.peak_warmup == best.peak_warmup
+                 and c.peak_gib <= best.peak_gib * (1.0 - LEANER)), None)
 
 
 def _apart(a: Config, b: Config, band: float | None) -> float | None:
@@ -358,6 +373,11 @@ def lines(rec: Recommendation, width: int = 100, *, setup: str = "") -> list[str
             out.append(f"  fusions on top of the best knob ({rec.best_knob.name}): "
                        + (f"not usable: {_why_unusable(unusable)}" if unusable is not None else "not measured"))
     out += [f"  numerics: {n}" for n in rec.numerics]
+    if (lean := rec.leaner) is not None and rec.best.peak_gib:
+        kind = "warm-up peak (CUDA graphs' pool)" if lean.peak_warmup else "peak"
+        out.append(f"  where memory binds: {lean.name}, {kind} {lean.peak_gib:.2f} GiB "
+                   f"({100 * (lean.peak_gib / rec.best.peak_gib - 1):+.1f}% of {rec.best.peak_gib:.2f}) at "
+                   f"{_sp(lean)} ({100 * (rec.best.speedup / lean.speedup - 1):.1f}% slower)")
     if rec.how and rec.best.name != DEFAULT:
         out.append(f"  how: {rec.how}")
     import textwrap

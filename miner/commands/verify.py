@@ -54,9 +54,12 @@ def add_arguments(p) -> None:
     ab.add_argument("--fusion-variants", default="all,alone,gated", metavar="V,...",
                     help="fusion variants to compile: all (gate open), alone (each firing fusion: with all, alone "
                          "over the default; with --knobs, alone on top of each knob, knob:<k>+alone:<f>), gated "
-                         "(default: all,alone,gated; e.g. gated for a knobs-only comparison, alone,gated to measure "
-                         "each fusion on top of the knobs only), none (with --knobs: each knob alone and with the "
-                         "gated fusions, what a user of that knob gets, and nothing else)")
+                         "(default: all,alone,gated; alone,gated to measure each fusion on top of the knobs only), "
+                         "none (with --knobs: each knob alone and with the gated fusions, what a user of that knob "
+                         "gets, and nothing else)")
+    ab.add_argument("--no-fusions", action="store_true",
+                    help="with --knobs: the knobs alone against the default, no fusion loaded (one compile per "
+                         "knob instead of two)")
     ab.add_argument("--record", action="store_true",
                     help="write each fusion-alone verdict into fusions/<name>/wins.json (in_model): the gate's "
                          "evidence (CUDA runs only)")
@@ -156,6 +159,8 @@ def _run_ab(args, ws, device: str, preset: str, modes, models, out_dir: Path | N
     compile_modes = [c.strip() for c in args.compile_modes.split(",") if c.strip()]
     abrun.plan(modes, compile_modes)  # a bad mode fails before anything compiles
     ab_run = _ab_run(args, preset, device, modes, compile_modes)  # a bad fusion variant fails here
+    if args.no_fusions and (not args.knobs or args.candidates or args.record):
+        raise UsageError("--no-fusions measures knobs alone: give --knobs, and neither --candidates nor --record")
     if args.knobs:
         from miner.check import knobs
 
@@ -218,7 +223,7 @@ def _ab_run(args, preset: str, device: str, modes, compile_modes):
     return ABRun(options, modes=tuple(modes), compile_modes=tuple(compile_modes),
                  batch=None if args.batch is None else tuple(args.batch),
                  seq=None if args.seq is None else tuple(args.seq),
-                 model_budget_s=args.model_budget, knobs=args.knobs,
+                 model_budget_s=args.model_budget, knobs=args.knobs, fusions=not args.no_fusions,
                  candidates=tuple(c.strip() for c in (args.candidates or "").split(",") if c.strip()))
 
 

@@ -394,17 +394,27 @@ def unranked_show_listings(d: Decision, cand) -> list[Listing]:
              f"verdict: {d.label}: {d.reason}", f"fires on CUDA: {d.where}"] + gate_lines(d) + [
              f"candidate files: {cand.path}", f"  regenerate: {meta.get('regenerate')}"]
     facts += [f"  {k}: {meta[k]}" for k in ("rule", "source") if meta.get(k)]
-    fired = [f"  {o.get('count', 0):5d}  {o.get('model', '?')} {o.get('phase', '?')} {o.get('target', '')} ".rstrip() + " "
-             + " x ".join(f"{i['dtype']}{i['shape']}" for i in o.get("inputs", ())) for o in meta.get("observed", ())]
+    fired = [f"  {o.get('count', 1):5d}  {o.get('model', '?')} {o.get('phase', '?')} {o.get('target', '')} " + _observed(o)
+             for o in meta.get("observed", ())]
     declined = [f"  {x['count']:5d}  {x['model']} {x['phase']}: {'; '.join(x['reasons'])}"
                 for x in meta.get("declined", ())]
     out = [Listing(f"{d.id}  {d.name}", [], [], facts, empty=""),
-           Listing("where the rule fires (the GEMM's inputs after the rewrite)" if meta.get("rule")
-                   else "where it was observed (its inputs)", [], [], fired, empty=""),
+           Listing(("where the rule fires (each table, its shape -> the elements of its consumers)"
+                    if meta.get("kind") == "compute_once" else "where the rule fires (the GEMM's inputs after the rewrite)")
+                   if meta.get("rule") else "where it was observed (its inputs)", [], [], fired, empty=""),
            Listing("where it declines", [], [], declined, empty="")]
     if d.steps:
         out.append(steps_listing(d))
     return out + [validation_listing(candidate_validation(cand))]
+
+
+def _observed(o: dict) -> str:
+    """One observed site's sizes: a rewritten GEMM's inputs, or a table computed once (its shape, the elements
+    its consumers read, the predicted saving)."""
+    if "inputs" in o:
+        return " x ".join(f"{i['dtype']}{i['shape']}" for i in o["inputs"])
+    text = f"{list(o.get('shape', ()))} -> {o['consumer_numel']:,} elements" if "consumer_numel" in o else ""
+    return text + (f", predicted {o['predicted_us']:.1f} us saved" if o.get("predicted_us") is not None else "")
 
 
 def candidate_validation(cand) -> dict | None:
