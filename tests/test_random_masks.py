@@ -10,7 +10,9 @@ same block runs on the GPU. The t5 check itself is ``miner validate <id>_x4 --de
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -227,6 +229,7 @@ def test_a_judge_that_does_not_fit_judges_the_same_fusions_at_a_smaller_batch(tm
     def module_of(cand):
         return rewrite.load_module(cand.path / "pattern.py", rewrite.module_name(cand.path / "pattern.py", "pattern"))
 
+    ab.raise_compile_limits()  # as an A/B does: more than 8 compiles of FF.forward below
     torch.manual_seed(1)
     built = Built(FF().to(DEVICE), {"x": torch.randn(4, 4, 32, device=DEVICE)}, lambda out: out)
     good, bad = _candidate(tmp_path, "pf4693d7449_x4"), _candidate(
@@ -258,8 +261,30 @@ def test_a_judge_that_does_not_fit_judges_the_same_fusions_at_a_smaller_batch(tm
         lives.append(v)
         v.res.parity = make_parity(1.0, 1.0, None, None, {}, {})
         p = ab._judged(no_room_for_the_step, default, v, DEVICE)
-        assert p.judged == "masks injected at batch 2" and p.ok is ok, p
+        assert p.judged == "masks injected at batch 2" and p.ok is ok, p.reason
         assert p.reason.startswith("the step's judge ran out of device memory; at batch 2: ")
+    # a variant on top of a knob (t5 B32 S512 on the H100: "a knob's variant is judged in its own step only", so
+    # 1.326x stayed unjudged): its fusions compiled at batch 2 under the knob, its context entered, CUDA graphs off
+    from miner.check.knobs import CUDAGRAPHS, Knob
+
+    entered = []
+
+    @contextlib.contextmanager
+    def counting():
+        entered.append(1)
+        yield
+
+    knob = Knob("counting", "counts its steps", options={CUDAGRAPHS: True}, context=counting)
+    assert masks.judged_knob(knob).options == {} and masks.judged_knob(None) is None
+    for name, ok in (("good", True), ("bad", False)):
+        v = live(f"knob:counting+{name}", [name])  # its own name: its own compile options, its own frame
+        assert v.res.matches[name]
+        v.knob, v.res.knob = replace(knob, options={}), knob.name
+        v.res.parity = make_parity(1.0, 1.0, None, None, {}, {})
+        before = len(entered)
+        p = ab._judged(no_room_for_the_step, default, v, DEVICE)
+        assert p.judged == "masks injected at batch 2" and p.ok is ok, p.reason
+        assert len(entered) > before  # the judge's compile and step ran inside the knob's context
     # the A/B's variants still run their compiled frames (a Dynamo reset would compile them again, in a timed round)
     frames = torch._dynamo.utils.counters["frames"]["ok"]
     for v in lives:

@@ -270,6 +270,7 @@ class _Live:
     times: list[float] = field(default_factory=list)
     host: list[float] = field(default_factory=list)
     peak: int = 0
+    knob: Any = None  # the variant's ``miner.check.knobs.Knob`` (a parity judge compiles its fusions under it)
 
 
 def compile_options(compile_mode: str, graph_pass=None, *, cache: bool, tag: str) -> dict:
@@ -371,7 +372,7 @@ def prepare(spec: VariantSpec, built, inputs: dict, case: ABCase, options: ABOpt
         res.gate_decisions = dict(graph_pass.log.lines)
         res.pass_s = {k: round(v, 3) for k, v in (graph_pass.seconds - seconds_before).items() if v >= 0.0005}
     _zero_grads(model)
-    return _Live(res, model, step)
+    return _Live(res, model, step, knob=knob)
 
 
 PARITY_SEED = 1234

@@ -478,11 +478,12 @@ def observe_runner(runner: tuple, mode: str, device: str, *, seed: int) -> Compi
 
 
 def observe_compiled(built, mode: str, device: str, *, graph_pass=None, autocast: bool, seed: int,
-                     gate_open: bool = True, reset: bool = True) -> Compiled:
+                     gate_open: bool = True, reset: bool = True, knob=None) -> Compiled:
     """One seeded compiled step of a copy of ``built``'s model (``graph_pass`` installed; Inductor's
     random ops, caches off), recorded by ``launch.recording``. ``reset``: Dynamo's caches are reset
     before and after; not inside an A/B, whose variants' compiled frames would go with them (their next
-    step would compile again, inside a timed round)."""
+    step would compile again, inside a timed round). ``knob`` (``miner.check.knobs.Knob``): its options join
+    the compile's and its context is entered around the step, CUDA graphs left out (:func:`judged_knob`)."""
     import torch
 
     from miner.check.checks import gate_context
@@ -493,11 +494,15 @@ def observe_compiled(built, mode: str, device: str, *, graph_pass=None, autocast
         torch._dynamo.reset()
     model = copy.deepcopy(built.model)
     options = rewrite.inductor_options(graph_pass) if graph_pass is not None else None
+    knob = judged_knob(knob)
+    if knob is not None:
+        options = {**(options or {}), **knob.options}
     try:
         compiled = torch.compile(model, options=options, dynamic=False)
         with torch._inductor.config.patch(force_disable_caches=True, fallback_random=False), \
                 gate_context(graph_pass, gate_open):
             step = make_step(compiled, built.inputs, built.loss, mode, device, autocast=autocast)
+            step = knob.around(step) if knob is not None else step
             step()  # compiles
             with launch.recording() as calls, recording_fused_attention() as fused:
                 return Compiled.of(observe_step(step, model, mode=mode, device=device, seed=seed, grads_to_cpu=True),
@@ -505,6 +510,19 @@ def observe_compiled(built, mode: str, device: str, *, graph_pass=None, autocast
     finally:
         if reset:
             torch._dynamo.reset()
+
+
+def judged_knob(knob):
+    """``knob`` (a ``miner.check.knobs.Knob``) as a parity judge compiles it: its options without CUDA graphs,
+    which change how the kernels are launched, not what they compute (a graph replay would also hide the
+    launches the judge records); None for no knob."""
+    if knob is None:
+        return None
+    from dataclasses import replace
+
+    from miner.check import knobs
+
+    return replace(knob, options={k: v for k, v in knob.options.items() if k != knobs.CUDAGRAPHS})
 
 
 @contextlib.contextmanager
@@ -775,12 +793,12 @@ def ab_judge(built, inputs: dict, modules: dict[str, Any], *, mode: str, device:
             return None
         if own and missing:
             r = MaskedParity(None, f"{', '.join(missing)}: no pattern nodes beside pattern.py to find the masks")
-        elif batch is not None and (why := (room(2) if room is not None else None) or (
-                getattr(live.res, "knob", None) and "a knob's variant is judged in its own step only")):
+        elif batch is not None and (why := room(2) if room is not None else None):
             r = MaskedParity(None, f"not judged: {why}")
         elif batch is not None:
             r = smaller_batch_judge(built, fired, mode=mode, device=device, seed=seed, batch=batch,
-                                    graph_pass=graph_pass, slots=slots if own else None)
+                                    graph_pass=graph_pass, slots=slots if own else None,
+                                    knob=getattr(live, "knob", None))
         elif elements > max_elements(device.split(":")[0]):
             r = MaskedParity(None, f"{elements / 1e6:.0f}M dropout elements per step, beyond the "
                                    f"{max_elements(device.split(':')[0]) / 1e6:.0f}M "
@@ -825,13 +843,17 @@ def first_rows(inputs: dict, batch: int) -> dict | None:
 
 
 def smaller_batch_judge(built, fired: list[str], *, mode: str, device: str, seed: int, batch: int,
-                        graph_pass: Callable[[list[str]], Any] | None, slots: dict | None) -> MaskedParity:
+                        graph_pass: Callable[[list[str]], Any] | None, slots: dict | None,
+                        knob=None) -> MaskedParity:
     """The masks-injected parity of the fusions ``fired`` at ``batch``: the same model and sequence length,
     its inputs cut to ``batch`` rows, the default and the fusions (``graph_pass(fired)``, gate open)
     compiled afresh, each against the eager float32 step with its masks (``slots``: pattern id -> mask slots
     of the fusions drawing their own stream; None: every mask Inductor's). The same kernels and patterns as
     in the step, at another batch: a wrong scale or a mask the backward does not share fails it as in the
-    step. Not judged without ``graph_pass``, or when no fusion fires at ``batch``."""
+    step. ``knob`` (the variant's ``Knob``): the fusions compiled under it (:func:`judged_knob`: a fusion
+    that exists only in the knob's graph, t5's attention regions under the SDPA flag, fires there only),
+    held to the default's floor as the step's own judge holds them. Not judged without ``graph_pass``, or when
+    no fusion fires at ``batch``."""
     import dataclasses
 
     if graph_pass is None:
@@ -848,7 +870,7 @@ def smaller_batch_judge(built, fired: list[str], *, mode: str, device: str, seed
         return MaskedParity(None, why)
     gp = graph_pass(list(fired))
     got = observe_compiled(small, mode, device, graph_pass=gp, autocast=True, seed=seed, gate_open=True,
-                           reset=False)
+                           reset=False, knob=knob)
     if not sum(getattr(gp, "counts", {}).values()):
         return MaskedParity(None, "no fusion fired: nothing to judge")
     if slots is not None:
