@@ -183,6 +183,30 @@ def test_runs_of_one_model_step_split_over_calls_are_pooled():
     assert next(c for c in rec.configs if c.name == "sdpa_reduced_math").speedup == 1.01
 
 
+def test_pooled_runs_of_other_fusions_on_one_knob_keep_both_measurements():
+    """t5 B16 S512 on the H100: five candidates on top of the knob in one call (1.462x), one compute-once
+    candidate in a later call (a loss): the later run measured another configuration, it does not replace
+    the earlier one under the shared name ``<knob>+fusions``."""
+    from dataclasses import replace
+
+    def fused(r, speedup, matches):
+        r.variants = r.variants[:2] + [r.variants[4], replace(r.variants[5], speedup=speedup, matches=matches,
+                                                                 fusions=sorted(matches))]
+        return r
+
+    five = fused(_result(), 1.25, {"f": 3, "g": 2})
+    once = fused(_result(), 1.10, {"h": 3})
+    [rec] = recommendations([five, once])
+    got = {c.name: c.speedup for c in rec.configs}
+    assert got["sdpa_reduced_math+fusions [f, g]"] == 1.25 and got["sdpa_reduced_math+fusions [h]"] == 1.10
+    assert rec.best.name == "sdpa_reduced_math+fusions [f, g]" and rec.share == pytest.approx(1.25 / 1.133)
+    again = fused(_result(), 1.30, {"f": 3, "g": 2})  # the same fusions measured again: it replaces the first
+    [rec] = recommendations([five, once, again])
+    assert {c.name: c.speedup for c in rec.configs}["sdpa_reduced_math+fusions [f, g]"] == 1.30
+    [rec] = recommendations([five, again])  # one set only: the plain name
+    assert "sdpa_reduced_math+fusions" in {c.name for c in rec.configs}
+
+
 def test_a_masks_injected_parity_shows_its_own_error_and_a_marginal_win_says_so():
     # a variant judged with its own masks injected (another random stream) shows the error to that
     # reference beside the default's floor, never the direct difference of two streams (0.56 on t5);

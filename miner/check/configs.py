@@ -277,7 +277,7 @@ def recommendations(results: Sequence[Any], sources: Sequence[str] = ()) -> list
     """
     from miner.check.ab import setup_of
 
-    pooled: dict[tuple, dict[str, Config]] = {}
+    pooled: dict[tuple, dict[tuple, Config]] = {}
     latest: dict[tuple, Any] = {}
     for i, r in enumerate(results):
         if r.error:
@@ -285,10 +285,11 @@ def recommendations(results: Sequence[Any], sources: Sequence[str] = ()) -> list
         key = (r.model, r.mode, r.compile, setup_of(r))
         confs = pooled.setdefault(key, {})
         for c in configurations(r, sources[i] if i < len(sources) else ""):
-            confs[c.name] = c
+            confs[(c.name, c.fired if c.fusions else ())] = c
         latest[key] = r
     out = []
-    for key, confs in pooled.items():
+    for key, held in pooled.items():
+        confs = _named_apart(held)
         if not any(c.knob for c in confs.values()):
             continue
         bands = [c.band for c in confs.values() if c.band is not None and c.name != DEFAULT]
@@ -297,6 +298,18 @@ def recommendations(results: Sequence[Any], sources: Sequence[str] = ()) -> list
         srcs = sorted({c.source for c in confs.values() if c.source})
         out.append(replace(rec, source=", ".join(srcs), date=str(latest[key].env.get("date") or ""), setup=key[3]))
     return out
+
+
+def _named_apart(held: Mapping[tuple, Config]) -> dict[str, Config]:
+    """Pooled configurations by name; where runs measured one name with different fusions firing (t5's
+    five candidates on top of a knob in one call, one compute-once candidate in another), each keeps its
+    measurement, named with what fired: a later run replaces an earlier one only where the same fusions fired."""
+    count: dict[str, int] = {}
+    for name, _ in held:
+        count[name] = count.get(name, 0) + 1
+    return {(n if count[n] == 1 else f"{n} [{', '.join(fired) or 'none fired'}]"):
+            (c if count[n] == 1 else replace(c, name=f"{n} [{', '.join(fired) or 'none fired'}]"))
+            for (n, fired), c in held.items()}
 
 
 # --------------------------------------------------------------------------- how to run it
