@@ -478,12 +478,11 @@ def observe_runner(runner: tuple, mode: str, device: str, *, seed: int) -> Compi
 
 
 def observe_compiled(built, mode: str, device: str, *, graph_pass=None, autocast: bool, seed: int,
-                     gate_open: bool = True, reset: bool = True, knob=None) -> Compiled:
+                     gate_open: bool = True, reset: bool = True) -> Compiled:
     """One seeded compiled step of a copy of ``built``'s model (``graph_pass`` installed; Inductor's
     random ops, caches off), recorded by ``launch.recording``. ``reset``: Dynamo's caches are reset
     before and after; not inside an A/B, whose variants' compiled frames would go with them (their next
-    step would compile again, inside a timed round). ``knob`` (``miner.check.knobs.Knob``): its options join
-    the compile's and its context is entered around the step, CUDA graphs left out (:func:`judged_knob`)."""
+    step would compile again, inside a timed round)."""
     import torch
 
     from miner.check.checks import gate_context
@@ -494,15 +493,11 @@ def observe_compiled(built, mode: str, device: str, *, graph_pass=None, autocast
         torch._dynamo.reset()
     model = copy.deepcopy(built.model)
     options = rewrite.inductor_options(graph_pass) if graph_pass is not None else None
-    knob = judged_knob(knob)
-    if knob is not None:
-        options = {**(options or {}), **knob.options}
     try:
         compiled = torch.compile(model, options=options, dynamic=False)
         with torch._inductor.config.patch(force_disable_caches=True, fallback_random=False), \
                 gate_context(graph_pass, gate_open):
             step = make_step(compiled, built.inputs, built.loss, mode, device, autocast=autocast)
-            step = knob.around(step) if knob is not None else step
             step()  # compiles
             with launch.recording() as calls, recording_fused_attention() as fused:
                 return Compiled.of(observe_step(step, model, mode=mode, device=device, seed=seed, grads_to_cpu=True),
@@ -523,6 +518,22 @@ def judged_knob(knob):
     from miner.check import knobs
 
     return replace(knob, options={k: v for k, v in knob.options.items() if k != knobs.CUDAGRAPHS})
+
+
+@contextlib.contextmanager
+def knob_applied(knob):
+    """``knob`` (:func:`judged_knob`) in force while a judge compiles and runs a step: its options patched into
+    Inductor's config (what ``torch.compile(options=...)`` does for the compiles inside) and its context entered;
+    nothing for no knob."""
+    import torch._inductor.config as config
+
+    knob = judged_knob(knob)
+    with contextlib.ExitStack() as stack:
+        if knob is not None:
+            stack.enter_context(config.patch(dict(knob.options)))
+            if knob.context is not None:
+                stack.enter_context(knob.context())
+        yield
 
 
 @contextlib.contextmanager
@@ -796,8 +807,8 @@ def ab_judge(built, inputs: dict, modules: dict[str, Any], *, mode: str, device:
         elif batch is not None and (why := room(2) if room is not None else None):
             r = MaskedParity(None, f"not judged: {why}")
         elif batch is not None:
-            r = smaller_batch_judge(built, fired, mode=mode, device=device, seed=seed, batch=batch,
-                                    graph_pass=graph_pass, slots=slots if own else None,
+            r = smaller_batch_judge(built, graph_pass(list(fired)) if graph_pass is not None else None, mode=mode,
+                                    device=device, seed=seed, batch=batch, slots=slots if own else None,
                                     knob=getattr(live, "knob", None))
         elif elements > max_elements(device.split(":")[0]):
             r = MaskedParity(None, f"{elements / 1e6:.0f}M dropout elements per step, beyond the "
@@ -842,21 +853,20 @@ def first_rows(inputs: dict, batch: int) -> dict | None:
             for k, v in inputs.items()}
 
 
-def smaller_batch_judge(built, fired: list[str], *, mode: str, device: str, seed: int, batch: int,
-                        graph_pass: Callable[[list[str]], Any] | None, slots: dict | None,
+def smaller_batch_judge(built, fusion_pass, *, mode: str, device: str, seed: int, batch: int, slots: dict | None,
                         knob=None) -> MaskedParity:
-    """The masks-injected parity of the fusions ``fired`` at ``batch``: the same model and sequence length,
-    its inputs cut to ``batch`` rows, the default and the fusions (``graph_pass(fired)``, gate open)
-    compiled afresh, each against the eager float32 step with its masks (``slots``: pattern id -> mask slots
+    """The masks-injected parity of a variant's fusions at ``batch``: the same model and sequence length,
+    its inputs cut to ``batch`` rows, the default and the fusions (``fusion_pass``: a pass of the fusions that
+    fired in the step, gate open) compiled afresh, each against the eager float32 step with its masks (``slots``: pattern id -> mask slots
     of the fusions drawing their own stream; None: every mask Inductor's). The same kernels and patterns as
     in the step, at another batch: a wrong scale or a mask the backward does not share fails it as in the
-    step. ``knob`` (the variant's ``Knob``): the fusions compiled under it (:func:`judged_knob`: a fusion
+    step. ``knob`` (the variant's ``Knob``): the fusions compiled under it (:func:`knob_applied`: a fusion
     that exists only in the knob's graph, t5's attention regions under the SDPA flag, fires there only),
-    held to the default's floor as the step's own judge holds them. Not judged without ``graph_pass``, or when
+    held to the default's floor as the step's own judge holds them. Not judged without ``fusion_pass``, or when
     no fusion fires at ``batch``."""
     import dataclasses
 
-    if graph_pass is None:
+    if fusion_pass is None:
         return MaskedParity(None, "not judged: no way to compile the fusions again")
     small = dataclasses.replace(built, inputs=first_rows(built.inputs, batch))
     if small.inputs is None:
@@ -868,10 +878,10 @@ def smaller_batch_judge(built, fired: list[str], *, mode: str, device: str, seed
                           default=observe_compiled(small, mode, device, autocast=True, seed=seed, reset=False))
     if floor is None:
         return MaskedParity(None, why)
-    gp = graph_pass(list(fired))
-    got = observe_compiled(small, mode, device, graph_pass=gp, autocast=True, seed=seed, gate_open=True,
-                           reset=False, knob=knob)
-    if not sum(getattr(gp, "counts", {}).values()):
+    with knob_applied(knob):
+        got = observe_compiled(small, mode, device, graph_pass=fusion_pass, autocast=True, seed=seed, gate_open=True,
+                               reset=False)
+    if not sum(getattr(fusion_pass, "counts", {}).values()):
         return MaskedParity(None, "no fusion fired: nothing to judge")
     if slots is not None:
         return masked_parity(small, got, mode=mode, device=device, slots_of=slots, autocast=True, seed=seed,
