@@ -304,12 +304,15 @@ def _named_apart(held: Mapping[tuple, Config]) -> dict[str, Config]:
     """Pooled configurations by name; where runs measured one name with different fusions firing (t5's
     five candidates on top of a knob in one call, one compute-once candidate in another), each keeps its
     measurement, named with what fired: a later run replaces an earlier one only where the same fusions fired."""
-    count: dict[str, int] = {}
-    for name, _ in held:
-        count[name] = count.get(name, 0) + 1
-    return {(n if count[n] == 1 else f"{n} [{', '.join(fired) or 'none fired'}]"):
-            (c if count[n] == 1 else replace(c, name=f"{n} [{', '.join(fired) or 'none fired'}]"))
-            for (n, fired), c in held.items()}
+    from collections import Counter
+
+    count = Counter(name for name, _ in held)
+    out = {}
+    for (name, fired), c in held.items():
+        if count[name] > 1:
+            c = replace(c, name=f"{name} [{', '.join(fired) or 'none fired'}]")
+        out[c.name] = c
+    return out
 
 
 # --------------------------------------------------------------------------- how to run it
