@@ -858,12 +858,12 @@ def smaller_batch_judge(built, fusion_pass, *, mode: str, device: str, seed: int
     """The masks-injected parity of a variant's fusions at ``batch``: the same model and sequence length,
     its inputs cut to ``batch`` rows, the default and the fusions (``fusion_pass``: a pass of the fusions that
     fired in the step, gate open) compiled afresh, each against the eager float32 step with its masks
-    (``slots``: pattern id -> mask slots of the fusions drawing their own stream; None: every mask Inductor's). The same kernels and patterns as
-    in the step, at another batch: a wrong scale or a mask the backward does not share fails it as in the
-    step. ``knob`` (the variant's ``Knob``): the fusions compiled under it (:func:`knob_applied`: a fusion
-    that exists only in the knob's graph, t5's attention regions under the SDPA flag, fires there only),
-    held to the default's floor as the step's own judge holds them. Not judged without ``fusion_pass``, or when
-    no fusion fires at ``batch``."""
+    (``slots``: pattern id -> mask slots of the fusions drawing their own stream; None: every mask Inductor's).
+    The same kernels and patterns as in the step, at another batch: a wrong scale or a mask the backward does
+    not share fails it as in the step. ``knob`` (the variant's ``Knob``): the fusions compiled under it
+    (:func:`knob_applied`: a fusion that exists only in the knob's graph, t5's attention regions under the SDPA
+    flag, fires there only), held to the default's floor as the step's own judge holds them. Not judged without
+    ``fusion_pass``, or when no fusion fires at ``batch``."""
     import dataclasses
 
     if fusion_pass is None:
