@@ -330,6 +330,10 @@ def test_the_knob_is_registered_and_documented():
     assert isinstance(again.options["joint_custom_post_pass"], mask_bits.RecomputeDropoutMasks) and not again.numerics
     assert "draws it again from the saved seed" in again.doc and "recompute_dropout_masks" in knobs.describe()
     assert again.options["joint_custom_post_pass"].uuid() == mask_bits.RecomputeDropoutMasks().uuid()
+    # one uuid per pass: with one per file, Inductor's FX cache served philox4_dropout_bits's compiled graphs to
+    # recompute_dropout_masks in the same process (a CPU A/B, 2026-12-07: parity failed on another stream)
+    passes = [k.options["joint_custom_post_pass"] for k in knobs.KNOBS.values() if "joint_custom_post_pass" in k.options]
+    assert len(passes) >= 4 and len({q.uuid() for q in passes}) == len(passes)
 
 
 class Fold(CustomGraphPass):

@@ -140,9 +140,10 @@ def test_generated_candidate_passes_under_the_interpreter():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("source", ["triton", "candidate"])
+@pytest.mark.parametrize("source", ["triton", "bits", "candidate"])
 def test_gpu_statistics_at_1e8_draws(source):
-    """On the H200: every statistic at 1e8 draws per case (the jit helpers; the candidate's kernel)."""
+    """On a GPU: every statistic at 1e8 draws per case (the jit helpers; the ``philox4_dropout_bits`` knob's
+    kernel; the candidate's kernel)."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     import os

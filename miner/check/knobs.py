@@ -18,7 +18,9 @@ Built in (``KNOBS``): ``sdpa_reduced_math``, ``reduce_overhead``, ``max_autotune
 pass, ``miner.check.mask_bits``: training's dropout keep masks saved for the backward as one bit per
 element instead of one byte; memory, not numerics), ``recompute_dropout_masks`` (no mask saved: the
 backward draws Inductor's seeded masks again from the saved seed), ``pack_bool_masks`` (the same as
-``pack_dropout_masks`` for every bool tensor the backward reads: dropout's and ReLU's masks). Your own: ``--knobs module:attr``
+``pack_dropout_masks`` for every bool tensor the backward reads: dropout's and ReLU's masks),
+``philox4_dropout_bits`` (the masks drawn four per Philox call into bits by one kernel: another random stream,
+judged by its masks injected). Your own: ``--knobs module:attr``
 where ``attr`` is a :class:`Knob` (or a function returning one), imported from the current
 directory like a model factory::
 
@@ -36,9 +38,10 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
 
-from miner.check.mask_bits import PackBoolMasks, PackDropoutMasks, RecomputeDropoutMasks
+from miner.check.mask_bits import DrawDropoutBits, PackBoolMasks, PackDropoutMasks, RecomputeDropoutMasks
 from miner.core.errors import UsageError
 
+PHILOX4_BITS = "philox4_keep_bits"  # miner.runtime.keep_bits.PATTERN_ID (imported lazily there)
 CUDAGRAPHS = "triton.cudagraphs"  # the option mode="reduce-overhead" sets (torch._inductor.list_mode_options)
 
 
@@ -70,6 +73,9 @@ class Knob:
     # the line of code a user writes for it: a statement run before compiling, or a ``torch.compile(model, ...)``
     # call (a mode); "" for a knob of your own: its options are written out (:func:`code`)
     how: str = ""
+    # the pattern id under which ``miner.runtime.launch.recording`` keeps the masks of a knob that draws a dropout
+    # stream of its own (a parity judge injects them into its eager reference: ``miner.check.masks``); "" for none
+    draws: str = ""
 
     @property
     def cudagraphs(self) -> bool:
@@ -147,6 +153,16 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "bytes and adds a Philox draw per element to the backward, not the numerics (the same masks)",
          options={"joint_custom_post_pass": RecomputeDropoutMasks()},
          how="torch._inductor.config.joint_custom_post_pass = miner.check.mask_bits.RecomputeDropoutMasks()"),
+    Knob("philox4_dropout_bits",
+         "Inductor joint_custom_post_pass miner.check.mask_bits.DrawDropoutBits: in training, each dropout keep "
+         "mask Inductor draws from its seeded random op is drawn instead by one kernel four numbers per Philox call "
+         "(Inductor: one call per element), straight into bits, which the forward and the backward unpack where "
+         "they read the mask; saves seven eighths of the masks' bytes and most of their Philox work",
+         options={"joint_custom_post_pass": DrawDropoutBits()},
+         numerics="another dropout random stream (miner.runtime.philox: a function of the seed and the element's index "
+                  "only, kept where u > p in float32): the same law, other masks; parity by its masks injected",
+         how="torch._inductor.config.joint_custom_post_pass = miner.check.mask_bits.DrawDropoutBits()",
+         draws=PHILOX4_BITS),
     Knob("pack_bool_masks",
          "Inductor joint_custom_post_pass miner.check.mask_bits.PackBoolMasks: in training, every bool tensor of "
          "4096 elements or more that the backward reads and the forward can compute (dropout keep masks, a ReLU's "
@@ -225,7 +241,7 @@ def combine(knobs: Sequence[Knob]) -> Knob:
             yield
     return Knob("+".join(k.name for k in knobs), "; ".join(k.doc for k in knobs), options,
                 together if contexts else None, "; ".join(k.numerics for k in knobs if k.numerics),
-                tuple(dict.fromkeys(n for k in knobs for n in k.needs)))
+                tuple(dict.fromkeys(n for k in knobs for n in k.needs)), draws=next((k.draws for k in knobs if k.draws), ""))
 
 
 def of_label(model: str) -> Knob | None:

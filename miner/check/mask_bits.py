@@ -51,6 +51,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 from torch.utils.checkpoint import CheckpointPolicy
 
 from miner.runtime import bits as bits_tag
+from miner.runtime.bits import pack, unpack
 
 aten, prims = torch.ops.aten, torch.ops.prims
 
@@ -58,25 +59,7 @@ aten, prims = torch.ops.aten, torch.ops.prims
 # and the eager ones (``fallback_random``).
 RANDOM_OPS = frozenset({prims.inductor_random.default, aten.rand.default, aten.rand_like.default})
 COMPARISONS = frozenset({aten.gt.Scalar, aten.ge.Scalar, aten.lt.Scalar, aten.le.Scalar})
-BITS = 8  # mask elements per saved byte
 MIN_NUMEL = 1 << 12  # PackBoolMasks: smaller bool tensors are left alone (a pack and an unpack for a few bytes)
-
-
-def pack(mask: torch.Tensor) -> torch.Tensor:
-    """``mask`` (bool, any shape) as uint8 bytes, element ``8 * i + k`` in bit ``k`` of byte ``i``."""
-    flat = mask.reshape(-1).to(torch.uint8)
-    rows = torch.nn.functional.pad(flat, [0, -flat.numel() % BITS]).view(-1, BITS)
-    out = rows[:, 0]
-    for k in range(1, BITS):
-        out = out | (rows[:, k] << k)
-    return out
-
-
-def unpack(bits: torch.Tensor, shape) -> torch.Tensor:
-    """The bool mask of ``shape`` that :func:`pack` made ``bits`` from."""
-    shifts = torch.arange(BITS, dtype=torch.uint8, device=bits.device)
-    spread = (bits.unsqueeze(1) >> shifts) & 1
-    return spread.view(-1)[:math.prod(shape)].view(shape).to(torch.bool)
 
 
 def keep_mask_chain(node: torch.fx.Node) -> tuple[torch.fx.Node, ...] | None:
@@ -181,10 +164,12 @@ def _traced(graph: torch.fx.Graph, fn, args: list, *, after: torch.fx.Node, tags
 
 
 class _JointPass(CustomGraphPass):
-    """A joint-graph pass of this module: its uuid (in Inductor's cache keys) follows this file's source."""
+    """A joint-graph pass of this module: its uuid (in Inductor's cache keys) follows this file's source and the
+    pass's class (one uuid for every pass of the file let Inductor's FX cache serve one knob's graphs to another:
+    ``recompute_dropout_masks`` ran ``philox4_dropout_bits``'s code and failed parity, 2026-12-07)."""
 
     def uuid(self) -> bytes:
-        return hashlib.sha256(Path(__file__).read_bytes()).digest()
+        return hashlib.sha256(Path(__file__).read_bytes() + type(self).__qualname__.encode()).digest()
 
     def __deepcopy__(self, memo):  # torch.compile deep-copies the inductor config
         return self
@@ -238,6 +223,55 @@ def recomputable_draw(draw: torch.fx.Node) -> bool:
     return (draw.target is prims.inductor_random.default and len(draw.args) >= 2
             and isinstance(draw.args[1], torch.fx.Node)
             and draw.args[1].target is prims.inductor_lookup_seed.default)
+
+
+class DrawDropoutBits(_JointPass):
+    """The joint-graph pass of the ``philox4_dropout_bits`` knob: each dropout keep mask Inductor draws from its
+    seeded random op (:func:`bit_drawable`) is drawn instead by ``miner::philox4_keep_bits``
+    (:mod:`miner.runtime.keep_bits`: four numbers per Philox call, written as bits), every user reading
+    :func:`unpack` of those bits (tagged to be recomputed, so the backward reads the saved bits; the bits tagged
+    to be saved). Another random stream than Inductor's, compared in float32 (``u > p``: a keep rate of exactly
+    ``1 - p``, where autocast's ``bf16(u) > p`` rounds ``u`` first); the masks are the op's, which a parity
+    judge records and injects (``miner.check.masks``)."""
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        from miner.runtime import keep_bits
+
+        fwd = forward_nodes(graph)
+        if not fwd:
+            return
+        for mask in [n for n in graph.nodes if n in fwd]:
+            chain = bit_drawable(mask)
+            if chain is None:
+                continue
+            draw = chain[0]
+            seeds, index = draw.args[1].args
+            shape = list(mask.meta["val"].shape)
+            numel, p = math.prod(shape), float(mask.args[1])
+            with graph.inserting_after(mask):
+                drawn = graph.call_function(keep_bits.op(), (seeds, index, numel, p))
+            drawn.meta["val"] = keep_bits.fake(seeds.meta["val"], index, numel, p)
+            drawn.meta["recompute"] = CheckpointPolicy.MUST_SAVE
+            keep = _traced(graph, lambda b: unpack(b, shape), [drawn], after=drawn, recompute=True,
+                           tags=(bits_tag.UNPACK, bits_tag.UNPACKED))
+            mask.replace_all_uses_with(keep)
+            for n in reversed((*chain, draw.args[1])):
+                if not n.users:
+                    graph.erase_node(n)
+        graph.lint()
+
+
+def bit_drawable(node: torch.fx.Node) -> tuple[torch.fx.Node, ...] | None:
+    """:func:`seeded_mask` of ``node`` where ``miner::philox4_keep_bits`` can draw it: ``gt(u, p)`` (dropout's
+    keep mask, ``p`` a number in [0, 1)) of a uniform draw (``"rand"``) read by nothing else."""
+    chain = seeded_mask(node)
+    if chain is None or node.target is not aten.gt.Scalar:
+        return None
+    draw, p = chain[0], node.args[1]
+    if (len(draw.args) < 3 or draw.args[2] != "rand" or len(draw.users) != 1 or not isinstance(p, (int, float))
+            or not 0 <= p < 1 or not isinstance(draw.args[1].args[1], int)):
+        return None
+    return chain
 
 
 class PackBoolMasks(PackDropoutMasks):

@@ -64,6 +64,9 @@ class MaskSlot:
     output: int
 
 
+KNOB_SLOT = MaskSlot(0, 0, 0)  # what ``miner.runtime.keep_bits`` records: seed vector input 0, index scalar 0, mask output 0
+
+
 def mask_slots(pattern: dict) -> list[MaskSlot]:
     """The dropout masks of a region pattern (``candidate.json``'s ``pattern``), one per
     ``inductor_lookup_seed``.
@@ -755,8 +758,9 @@ def ab_judge(built, inputs: dict, modules: dict[str, Any], *, mode: str, device:
     against its own masks (measured once); None when the step has no dropout and no fusion in
     ``modules`` (name -> pattern module) draws the four-per-call stream.
 
-    - a variant holding a fusion that draws its own stream: its recorded masks injected (the direct
-      comparison would compare two random streams);
+    - a variant holding a fusion that draws its own stream, or compiled under a knob that does (``Knob.draws``:
+      ``philox4_dropout_bits``), alone or with fusions: its recorded masks injected (the direct comparison would
+      compare two random streams);
     - a variant of fusions without a knob that draw no stream of their own (a matmul rewrite, a region
       drawing Inductor's numbers), where the float32 reference did not decide (absent, or itself drawing
       other dropout numbers): Inductor's masks injected (``INDUCTOR_METHOD``), instead of a fixed
@@ -798,7 +802,10 @@ def ab_judge(built, inputs: dict, modules: dict[str, Any], *, mode: str, device:
         # (its own parity stands; DeBERTa's attention region, 0 matches at B16 S512, was judged anyway and
         # the judge ran out of device memory: "not judged" for a graph equal to the default's)
         fired = [f for f in live.res.fusions if matches is None or matches.get(f)]
-        own = bool(set(fired) & set(stream))
+        knob = getattr(live, "knob", None)
+        draws = getattr(knob, "draws", "") if knob is not None else ""  # a knob drawing masks of its own
+        own = bool(set(fired) & set(stream)) or bool(draws)
+        recorded = {**slots, draws: [KNOB_SLOT]} if draws else slots
         if not own and (not count or not fired or getattr(live.res, "knob", None)
                         or getattr(parity, "judged", "") == FLOOR):
             return None
@@ -808,8 +815,7 @@ def ab_judge(built, inputs: dict, modules: dict[str, Any], *, mode: str, device:
             r = MaskedParity(None, f"not judged: {why}")
         elif batch is not None:
             r = smaller_batch_judge(built, graph_pass(list(fired)) if graph_pass is not None else None, mode=mode,
-                                    device=device, seed=seed, batch=batch, slots=slots if own else None,
-                                    knob=getattr(live, "knob", None))
+                                    device=device, seed=seed, batch=batch, slots=recorded if own else None, knob=knob)
         elif elements > max_elements(device.split(":")[0]):
             r = MaskedParity(None, f"{elements / 1e6:.0f}M dropout elements per step, beyond the "
                                    f"{max_elements(device.split(':')[0]) / 1e6:.0f}M "
@@ -825,7 +831,7 @@ def ab_judge(built, inputs: dict, modules: dict[str, Any], *, mode: str, device:
             if floor is None:
                 r = MaskedParity(None, why)
             elif own:
-                r = masked_parity(built, got, mode=mode, device=device, slots_of=slots, autocast=True, seed=seed,
+                r = masked_parity(built, got, mode=mode, device=device, slots_of=recorded, autocast=True, seed=seed,
                                   floor=floor)
             else:
                 r = _against_floor(_Reference(built, mode, device, True, seed, count), got, {}, floor)
@@ -881,7 +887,7 @@ def smaller_batch_judge(built, fusion_pass, *, mode: str, device: str, seed: int
     with knob_applied(knob):
         got = observe_compiled(small, mode, device, graph_pass=fusion_pass, autocast=True, seed=seed, gate_open=True,
                                reset=False)
-    if not sum(getattr(fusion_pass, "counts", {}).values()):
+    if not sum(getattr(fusion_pass, "counts", {}).values()) and not getattr(knob, "draws", ""):
         return MaskedParity(None, "no fusion fired: nothing to judge")
     if slots is not None:
         return masked_parity(small, got, mode=mode, device=device, slots_of=slots, autocast=True, seed=seed,

@@ -4,8 +4,9 @@ A *keep source* is a function ``keep(seed, shape, p) -> bool tensor`` (True: the
 ``u > p``); an *apply* function ``apply(x, seed, p) -> y`` is a whole dropout (``y = keep * x / (1 - p)``
 as the kernel computes it). Sources: :func:`torch_keep` (the pure-torch Philox, fast on a CPU),
 :func:`triton_keep` (the ``miner.runtime.jit`` helpers a generated kernel inlines; on CUDA, or
-under ``TRITON_INTERPRET=1``) and :func:`candidate_keep` / :func:`candidate_apply` (a generated
-dropout candidate's own kernel). Every check returns a :class:`Stat`; a z-score beyond
+under ``TRITON_INTERPRET=1``), :func:`bits_keep` (``miner::philox4_keep_bits``, the
+``philox4_dropout_bits`` knob's kernel, its bits unpacked) and :func:`candidate_keep` / :func:`candidate_apply` (a
+generated dropout candidate's own kernel). Every check returns a :class:`Stat`; a z-score beyond
 ``Z_LIMIT`` (4 sigma) fails:
 
 - ``keep_rate``: the fraction kept, against ``1 - p`` (binomial standard error);
@@ -77,6 +78,15 @@ def triton_keep(seed: int, shape: Sequence[int], p: float, device: str = "cpu", 
     fill_uniform4[(triton.cdiv(n, block),)](torch.tensor([seed], device=device), out, n, 0,
                                             PER_GROUP=per_group, BLOCK=block)
     return (out > p).reshape(tuple(shape))
+
+
+def bits_keep(seed: int, shape: Sequence[int], p: float, device: str = "cpu") -> torch.Tensor:
+    """The keep mask ``miner::philox4_keep_bits`` writes as bits (``miner.runtime.keep_bits``), unpacked."""
+    from miner.runtime import bits, keep_bits
+
+    n = math.prod(shape)
+    packed = keep_bits.op()(torch.tensor([seed], dtype=torch.int64, device=device), 0, n, p)
+    return bits.unpack(packed, tuple(shape))
 
 
 def candidate_keep(launch: Callable, seed: int, shape: Sequence[int], p: float, device: str = "cpu") -> torch.Tensor:
@@ -226,8 +236,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m miner.check.random_stats", description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--draws", type=float, default=1e8, help="draws per case (default 1e8)")
-    ap.add_argument("--source", choices=("triton", "torch", "candidate"), default="triton",
-                    help="the jit helpers (default), the pure-torch Philox, or candidates/pf4693d7449_x4's kernel")
+    ap.add_argument("--source", choices=("triton", "torch", "bits", "candidate"), default="triton",
+                    help="the jit helpers (default), the pure-torch Philox, the philox4_dropout_bits knob's kernel, "
+                         "or candidates/pf4693d7449_x4's kernel")
     args = ap.parse_args(argv)
     draws = int(args.draws)
     if draws < 1000:
@@ -238,6 +249,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         apply: Apply | None = reference_apply
     elif args.source == "triton":
         keep = lambda s, sh, p: triton_keep(s, sh, p, args.device)  # noqa: E731
+        apply = None
+    elif args.source == "bits":
+        keep = lambda s, sh, p: bits_keep(s, sh, p, args.device)  # noqa: E731
         apply = None
     else:
         from pathlib import Path

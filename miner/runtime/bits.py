@@ -1,4 +1,5 @@
-"""A saved mask's bit round trip folded away where the mask itself is at hand.
+"""Bool masks as bits: the saved format (:func:`pack`, :func:`unpack`), and a saved mask's bit round trip
+folded away where the mask itself is at hand.
 
 The ``pack_dropout_masks`` / ``pack_bool_masks`` knobs (``miner.check.mask_bits``) give every user of a
 bool mask ``unpack(pack(mask))`` in the joint graph, so that the partitioner saves the packed bytes.
@@ -16,10 +17,31 @@ them; the partitioner copies a node's meta into the forward and backward graphs)
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 TAG = "miner_mask_bits"
 PACK, BITS, UNPACK, UNPACKED = "pack", "bits", "unpack", "unpacked"
+PER_BYTE = 8  # mask elements per saved byte
+
+
+def pack(mask: torch.Tensor) -> torch.Tensor:
+    """``mask`` (bool, any shape) as uint8 bytes, element ``8 * i + k`` in bit ``k`` of byte ``i`` (the mask
+    flattened, padded with ``False`` to a multiple of 8)."""
+    flat = mask.reshape(-1).to(torch.uint8)
+    rows = torch.nn.functional.pad(flat, [0, -flat.numel() % PER_BYTE]).view(-1, PER_BYTE)
+    out = rows[:, 0]
+    for k in range(1, PER_BYTE):
+        out = out | (rows[:, k] << k)
+    return out
+
+
+def unpack(bits: torch.Tensor, shape) -> torch.Tensor:
+    """The bool mask of ``shape`` that :func:`pack` made ``bits`` from."""
+    shifts = torch.arange(PER_BYTE, dtype=torch.uint8, device=bits.device)
+    spread = (bits.unsqueeze(1) >> shifts) & 1
+    return spread.view(-1)[:math.prod(shape)].view(shape).to(torch.bool)
 
 
 def _sources(node: torch.fx.Node, through: frozenset[str]) -> set[torch.fx.Node]:

@@ -24,7 +24,8 @@ They run under ``TRITON_INTERPRET=1`` as well (``tests/test_jit.py`` checks each
   the ``[R, 4 G]`` numbers of their elements (words interleaved: element ``4 j + w`` of a row is
   word ``w`` of group ``j``); ``uniform_at`` draws one element per call (the same numbers, for
   tiles that do not cover whole groups). ``fill_uniform4`` (a kernel) writes ``u(L)`` for a
-  whole tensor through either (the statistics' and tests' draw).
+  whole tensor through either (the statistics' and tests' draw). ``fill_keep_bits`` (a kernel) writes the
+  keep mask ``u(L) > p`` of a whole tensor as bits (``miner.runtime.keep_bits``'s op).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import triton
 import triton.language as tl
 
 __all__ = ["tanh", "pow_rt", "pow_c", "load_masked", "load_full", "uniform", "normal", "fill_random",
-           "philox_words", "uniform_tile4", "uniform_at", "fill_uniform4", "gather_masked", "gather_full"]
+           "philox_words", "uniform_tile4", "uniform_at", "fill_uniform4", "fill_keep_bits", "gather_masked", "gather_full"]
 
 
 @triton.jit
@@ -185,3 +186,15 @@ def fill_uniform4(seed_ptr, out_ptr, n, start, PER_GROUP: tl.constexpr, BLOCK: t
     else:
         r = uniform_at(seed, start + offs)
     tl.store(out_ptr + offs, r, mask=offs < n)
+
+
+@triton.jit
+def fill_keep_bits(seeds_ptr, index, out_ptr, numel, nbytes, p, BLOCK: tl.constexpr):
+    """``out[b]`` (uint8): bit ``k`` is ``u(8 b + k) > p`` (0 past ``numel``), ``seed = seeds_ptr[index]``;
+    ``BLOCK`` bytes per program, two Philox calls per byte (``uniform_tile4``)."""
+    seed = tl.load(seeds_ptr + index)
+    b = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    u = uniform_tile4(seed, b[:, None] * 2 + tl.arange(0, 2)[None, :])  # [BLOCK, 8]: element 8 b + k
+    k = tl.arange(0, 8)[None, :]
+    keep = (u > p) & (b[:, None] * 8 + k < numel)
+    tl.store(out_ptr + b, tl.sum(keep.to(tl.int32) << k, axis=1).to(tl.uint8), mask=b < nbytes)

@@ -1,0 +1,209 @@
+"""The ``philox4_dropout_bits`` knob: dropout masks drawn four per Philox call straight into bits
+(``miner.runtime.keep_bits``, ``miner.check.mask_bits.DrawDropoutBits``), on the CPU (the kernel in the
+Triton interpreter). The op's bits equal the int64 reference stream; its masks pass the stream's statistics;
+a compiled training step saves only bits and equals an eager step with the op's own masks injected; the A/B's
+parity judge records and injects them, and fails on planted bugs (a recorded mask that is not the applied one,
+a backward that reads another mask's bits)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+from miner.check import knobs, mask_bits, masks
+from miner.check import random_stats as rs
+from miner.runtime import bits, keep_bits, launch, philox
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+SHAPE = (3, 5, 13)  # 195 elements per mask: not a multiple of 8
+KNOB = knobs.get("philox4_dropout_bits")
+
+
+@pytest.mark.parametrize("numel", [1, 7, 8, 9, 195, 8192 * 2 + 13])
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
+def test_the_ops_bits_are_the_reference_streams_keep_mask(numel, p):
+    seeds = masks.seed_vector(3, 5, DEVICE)  # Inductor's seed vector: negative seeds among them
+    got = keep_bits.op()(seeds, 2, numel, p)
+    assert got.dtype == torch.uint8 and got.shape == (math.ceil(numel / 8),)
+    want = bits.pack(philox.uniform(int(seeds[2]), torch.arange(numel)) > p)
+    assert torch.equal(got.cpu(), want)
+    # the bytes past the mask are zero bits (the pad of ``bits.pack``), and another seed index is another mask
+    if numel > 64:
+        assert not torch.equal(keep_bits.op()(seeds, 3, numel, p).cpu(), want)
+
+
+def test_the_bits_pass_the_streams_statistics():
+    def keep(seed, shape, p):
+        return rs.bits_keep(seed, shape, p, device=DEVICE).cpu()
+    stats = ([rs.keep_rate(keep, p, 1 << 14) for p in (0.1, 0.5)] + rs.neighbours(keep, [2, 2, 16, 32])
+             + rs.words(keep, 1 << 12) + rs.layers(keep, 1 << 12))
+    assert all(s.ok for s in stats), [s.line() for s in stats if not s.ok]
+
+
+class TwoDropouts(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(13, 13)
+        self.b = torch.nn.Linear(13, 13)
+
+    def forward(self, x, drop=F.dropout):
+        y = F.gelu(drop(self.a(x), 0.3, True))
+        return drop(self.b(y), 0.4, True).square().sum()
+
+
+class SavedBytes(CustomGraphPass):
+    """The dtypes and bytes of the bool and uint8 tensors the partitioned forward graph saves."""
+
+    def __init__(self):
+        self.saved: list[tuple] = []
+
+    def __call__(self, graph):
+        if self.saved or not any(n.name.startswith("primals") for n in graph.find_nodes(op="placeholder")):
+            return
+        outs = torch.utils._pytree.arg_tree_leaves(*next(iter(graph.find_nodes(op="output"))).args)
+        vals = [o.meta["val"] for o in outs if isinstance(o, torch.fx.Node)]
+        self.saved = [(v.dtype, v.numel()) for v in vals if v.dtype in (torch.bool, torch.uint8)]
+
+    def uuid(self):
+        return None
+
+
+def _step(joint_pass):
+    """One seeded training step of ``TwoDropouts`` compiled with ``joint_pass``: loss, gradients, the saved
+    bool/uint8 tensors and the op's recorded draws."""
+    import torch._functorch.config as fconfig
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = TwoDropouts().to(DEVICE)
+    x = torch.randn(SHAPE, device=DEVICE, requires_grad=True)
+    saved = SavedBytes()
+    compiled = torch.compile(model, options={"joint_custom_post_pass": joint_pass, "post_grad_custom_pre_pass": saved,
+                                             "fx_graph_cache": False})
+    with fconfig.patch(enable_autograd_cache=False), launch.recording() as calls:
+        torch.manual_seed(1)
+        loss = compiled(x)
+        loss.backward()
+    return model, x, loss.detach(), [x.grad] + [p.grad for p in model.parameters()], saved.saved, calls
+
+
+def _injected(model, x, calls):
+    """The eager step with the recorded masks injected in program order (the dropout's own definition)."""
+    drawn = iter(c.outputs[0] for c in calls)
+
+    def drop(t, p, training):
+        return t * next(drawn).reshape(t.shape) * (1.0 / (1.0 - p))
+    model.zero_grad()
+    xe = x.detach().clone().requires_grad_(True)
+    loss = model(xe, drop=drop)
+    loss.backward()
+    return loss.detach(), [xe.grad] + [p.grad for p in model.parameters()]
+
+
+def _close(a, b):
+    return all(torch.allclose(u, v, rtol=1e-4, atol=1e-5) for u, v in zip(a, b))
+
+
+def test_a_compiled_step_saves_bits_and_equals_eager_with_its_own_masks():
+    model, x, loss, grads, saved, calls = _step(mask_bits.DrawDropoutBits())
+    assert [c.pattern_id for c in calls] == [keep_bits.PATTERN_ID] * 2  # both masks drawn by the op, once each
+    assert saved == [(torch.uint8, math.ceil(math.prod(SHAPE) / 8))] * 2  # bits saved, no bool mask
+    ref_loss, ref_grads = _injected(model, x, calls)
+    assert _close([loss], [ref_loss]) and _close(grads, ref_grads)
+    # the masks are the op's stream at Inductor's seeds: index k of the step's seed vector
+    seeds = calls[0].seeds[0]
+    for c in calls:
+        k, p = c.scalars
+        assert torch.equal(c.outputs[0].cpu(), (philox.uniform(int(seeds[k]), torch.arange(c.outputs[0].numel())) > p))
+    # the default compile draws other masks (Inductor's stream): its loss is not this one
+    _, _, d_loss, _, d_saved, d_calls = _step(None)
+    assert d_calls == [] and (torch.bool, math.prod(SHAPE)) in d_saved and not torch.equal(d_loss, loss)
+
+
+class _BackwardReadsTheOtherBits(CustomGraphPass):
+    """A planted bug after the knob's pass: every backward unpack reads the other mask's bits."""
+
+    def __call__(self, graph):
+        from miner.runtime import bits as bits_tag
+
+        mask_bits.DrawDropoutBits()(graph)
+        fwd = mask_bits.forward_nodes(graph)
+        keep = [n for n in graph.nodes if n.meta.get(bits_tag.TAG) == bits_tag.UNPACKED]
+        assert len(keep) == 2
+        backward = [[u for u in k.users if u not in fwd] for k in keep]
+        for users, a, b in ((backward[0], keep[0], keep[1]), (backward[1], keep[1], keep[0])):
+            for u in users:
+                u.replace_input_with(a, b)
+
+    def uuid(self):
+        return None
+
+
+def test_a_backward_reading_another_masks_bits_fails_the_injected_reference():
+    model, x, loss, grads, _, calls = _step(_BackwardReadsTheOtherBits())
+    ref_loss, ref_grads = _injected(model, x, calls)
+    assert _close([loss], [ref_loss])  # the forward is right: the loss alone would not see it
+    assert not _close(grads, ref_grads)
+
+
+def test_the_knob_is_registered_documented_and_draws():
+    assert KNOB.draws == keep_bits.PATTERN_ID and "philox4_dropout_bits" in knobs.__doc__
+    assert isinstance(KNOB.options["joint_custom_post_pass"], mask_bits.DrawDropoutBits)
+    assert knobs.combine([knobs.get("sdpa_reduced_math"), KNOB]).draws == keep_bits.PATTERN_ID
+    assert knobs.combine([knobs.get("sdpa_reduced_math"), knobs.get("reduce_overhead")]).draws == ""
+
+
+def test_inference_graphs_and_other_draws_are_left_alone():
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    x.meta["val"] = torch.empty(8, 8)
+    g.output(x)
+    mask_bits.DrawDropoutBits()(g)  # no tangents: nothing to do, nothing raised
+    assert [n.op for n in g.nodes] == ["placeholder", "output"]
+
+
+def _ff_built(batch=2):
+    from miner_models import Built
+
+    from tests.test_random_masks import FF
+
+    torch.manual_seed(1)
+    return Built(FF().to(DEVICE), {"x": torch.randn(batch, 4, 32, device=DEVICE)}, lambda out: out)
+
+
+def test_the_ab_judges_the_knob_by_its_own_masks_injected(monkeypatch):
+    # the knob alone in the A/B (no fusion): its masks recorded and injected ("masks injected", ok); the direct
+    # comparison with the default would compare two random streams. Planted: the op records the mask it did not
+    # apply (its complement): the judge fails it. At batch 2 (the step's judge out of memory) the same holds
+    from dataclasses import replace
+
+    from miner.check import ab
+    from miner.check.verify import make_parity
+    from miner.runtime import rewrite
+
+    ab.raise_compile_limits()
+    built = _ff_built(batch=4)
+
+    def live(name, knob):
+        with torch._inductor.config.patch(force_disable_caches=True):
+            return ab.prepare(ab.VariantSpec(name, None, (), knob=knob), built, built.inputs,
+                              ab.ABCase("m", "train", "default"), ab.ABOptions(preset="tiny", device=DEVICE, warmup=1))
+    judge = masks.ab_judge(built, built.inputs, {}, mode="train", device=DEVICE,
+                           graph_pass=lambda names: rewrite.FusionPass([]))
+    default, knob = live("default", None), live("knob:philox4_dropout_bits", KNOB)
+    assert getattr(knob, "knob", None) is KNOB
+    before = make_parity(1.0, 1.0, None, None, {}, {})
+    p = judge(default, knob, before)
+    assert p.judged == masks.METHOD and p.ok is True, p
+    small = judge(default, knob, before, batch=2)
+    assert small.judged == "masks injected at batch 2" and small.ok is True, small
+    assert judge(default, replace(knob, knob=knobs.get("recompute_dropout_masks")), before) is None  # Inductor's masks
+
+    real = bits.unpack  # the compiled graphs' unpacks are traced already: only the op's recording changes
+    monkeypatch.setattr(bits, "unpack", lambda b, shape: ~real(b, shape))
+    bad = judge(default, knob, before)
+    assert bad.judged == masks.METHOD and bad.ok is False, bad
