@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import torch
 
 from miner.check import ab
@@ -152,6 +153,47 @@ def test_a_judge_that_could_not_run_leaves_not_judged_never_parity_fail():
     ab._parity([default, fused], "train", "cpu", reference, wrong)
     assert fused.res.verdict == ab.PARITY_FAIL
     assert ab.verdict(1.3, 0.01, fused.res.parity) == ab.PARITY_FAIL
+
+
+def test_a_knob_drawing_its_own_stream_is_not_judged_until_its_judge_decides():
+    # philox4_dropout_bits on t5 B16 S512 (H100, 2026-12-07): the call ended inside the judge, and verify.json said
+    # "parity FAIL (grads 0.085, fixed tolerance)" beside "win": the direct difference of two dropout streams
+    import dataclasses
+
+    from miner.check import knobs
+
+    default, bits = _live("default", 1.0, None), _live("knob:philox4_dropout_bits", 1.1, "win")
+    bits.knob = knobs.get("philox4_dropout_bits")
+    reference = ab.parity_of(_live("ref", 1.0, None), "train", "cpu")
+    seen = []
+
+    def interrupted(d, live, parity, batch=None):
+        seen.append((live.res.parity.judged, live.res.verdict))
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        ab._parity([default, bits], "train", "cpu", reference, interrupted)
+    assert seen == [("masks injected (not judged)", ab.UNJUDGED)]  # what an interrupted run writes
+    assert bits.res.parity.unjudged and bits.res.verdict == ab.UNJUDGED
+
+    def ok(d, live, parity, batch=None):
+        return dataclasses.replace(parity, ok=True, judged="masks injected", reason="")
+
+    bits.res.verdict = "win"
+    ab._parity([default, bits], "train", "cpu", reference, ok)
+    assert bits.res.verdict == "win" and bits.res.parity.ok
+    bits.res.verdict = "win"
+    ab._parity([default, bits], "train", "cpu", reference, None)  # no judge (a step without dropout): direct stands
+    assert bits.res.parity.judged != "masks injected (not judged)"
+    # a file written before this: read as not judged (its "FAIL" was two streams' difference), never a failure
+    direct = make_parity(1.0, 1.01, None, None, {"w": torch.ones(3)}, {"w": torch.ones(3) * 1.1})
+    v = ab.VariantResult("knob:sdpa_reduced_math+reduce_overhead+philox4_dropout_bits", [], "open", speedup=1.26,
+                         verdict="win", knob="sdpa_reduced_math+reduce_overhead+philox4_dropout_bits", parity=direct)
+    [back] = ab.ab_from_json(ab.ab_to_json(ab.ABResult("t5", "train", "default", "base", 16, 512, [v]))).variants
+    assert back.verdict == ab.UNJUDGED and back.parity.unjudged and "ended before" in back.parity.reason
+    plain = dataclasses.replace(v, knob="sdpa_reduced_math+reduce_overhead")  # Inductor's masks: direct stands
+    [back] = ab.ab_from_json(ab.ab_to_json(ab.ABResult("t5", "train", "default", "base", 16, 512, [plain]))).variants
+    assert back.verdict == "win" and back.parity == direct
 
 
 def test_files_from_before_not_judged_had_its_verdict_read_as_not_judged():

@@ -37,6 +37,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Sequence
 
+from miner.check.masks import METHOD as MASKS
 from miner.check.verify import (Parity, StepStats, _zero_grads, make_parity, make_step, observe_step, resize_inputs,
                                 time_step_host)
 from miner.core.executor import one_line
@@ -158,6 +159,13 @@ def _first_sentences(text: str, n: int = 2) -> str:
     return text if len(parts) <= n else ". ".join(parts[:n]) + "."
 
 
+def _draws_own_stream(knob: str | None) -> bool:
+    """The knob named ``knob`` (``a+b`` for two) holds a built-in knob that draws a dropout stream of its own."""
+    from miner.check.knobs import KNOBS
+
+    return bool(knob) and any(KNOBS[k].draws for k in knob.split("+") if k in KNOBS)
+
+
 def ab_from_json(d: dict) -> ABResult:
     d = dict(d)
     vs = []
@@ -168,6 +176,13 @@ def ab_from_json(d: dict) -> ABResult:
         if v.get("verdict") == PARITY_FAIL and v["parity"] is not None and v["parity"].unjudged:
             v["verdict"] = UNJUDGED  # files written before the two were told apart: nothing failed there
             v["parity"] = replace(v["parity"], reason=_first_sentences(v["parity"].reason))
+        if v["parity"] is not None and _draws_own_stream(v.get("knob")) and not v["parity"].judged.startswith(MASKS):
+            # a file written before such a knob's parity waited for its judge (a run ended inside it): the direct
+            # difference of two dropout streams decided nothing
+            v["parity"] = replace(v["parity"], ok=False, judged=f"{MASKS} (not judged)",
+                                  reason="another dropout stream than the default's; the run ended before its masks "
+                                         "were injected")
+            v["verdict"] = UNJUDGED if v.get("verdict") is not None else None
         vs.append(VariantResult(**v))
     return ABResult(**d, variants=vs)
 
@@ -1159,14 +1174,23 @@ def _parity(lives: Sequence[_Live], mode: str, device: str, reference: tuple | N
     ``masked``: ``miner.check.masks.ab_judge``'s
     judge, for variants whose dropout kernels draw another stream ("masks injected")."""
     ref = parity_of(lives[0], mode, device)
+    held: dict[int, str | None] = {}  # verdicts held back until the judge decides
     for live in lives[1:]:
         got = parity_of(live, mode, device)
         live.res.parity = make_parity(ref[0], got[0], ref[1], got[1], ref[2], got[2], reference=reference)
+        if masked is not None and getattr(getattr(live, "knob", None), "draws", ""):
+            # a knob drawing its own dropout stream: the direct difference compares two streams and decides nothing;
+            # unjudged until the judge below decides (a run interrupted before it must not say "FAIL": t5 B16 S512
+            # with philox4_dropout_bits on an H100, 2026-12-07, grads 0.085 apart by their masks alone)
+            live.res.parity = replace(live.res.parity, ok=False, judged=f"{MASKS} (not judged)",
+                                      reason="another dropout stream than the default's: judged by its masks injected")
+            held[id(live)], live.res.verdict = live.res.verdict, (UNJUDGED if live.res.verdict is not None else None)
         del got
     del ref  # the judge's eager float32 step needs the room (DeBERTa-v2, H100: out of memory beside them)
     for live in lives[1:]:
         if masked is not None:
             live.res.parity = _judged(masked, lives[0], live, device)
+            live.res.verdict = held.pop(id(live), live.res.verdict)
         if live.res.verdict is not None and not live.res.parity.ok:
             live.res.verdict = UNJUDGED if live.res.parity.unjudged else PARITY_FAIL
 
