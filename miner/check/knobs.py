@@ -40,8 +40,8 @@ from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
 
 from miner.check.mask_bits import DrawDropoutBits, PackBoolMasks, PackDropoutMasks, RecomputeDropoutMasks
 from miner.core.errors import UsageError
+from miner.runtime.keep_bits import PATTERN_ID as PHILOX4_BITS
 
-PHILOX4_BITS = "philox4_keep_bits"  # miner.runtime.keep_bits.PATTERN_ID (imported lazily there)
 CUDAGRAPHS = "triton.cudagraphs"  # the option mode="reduce-overhead" sets (torch._inductor.list_mode_options)
 
 

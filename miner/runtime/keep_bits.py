@@ -14,7 +14,7 @@ eighth of the mask bytes, and the masks are another stream than Inductor's (the 
 independence, ``miner.check.random_stats``). A step's parity is then judged with the op's own masks
 injected into an eager reference (``miner.check.masks``): inside :func:`miner.runtime.launch.recording`,
 every call appends a :class:`miner.runtime.launch.Drawn` of pattern id :data:`PATTERN_ID` (seed vector
-as input 0, ``index`` as scalar 0, the unpacked mask as output 0: :data:`SLOT`).
+as input 0, ``index`` as scalar 0, the unpacked mask as output 0: ``miner.check.masks.KNOB_SLOT``).
 
 On CUDA tensors (or the CPU under ``TRITON_INTERPRET=1``) the Triton kernel runs; on the CPU otherwise
 the same numbers come from :mod:`miner.runtime.philox`'s int64 torch arithmetic (slow: tests only).
@@ -61,10 +61,6 @@ def keep_bits(seeds: torch.Tensor, index: int, numel: int, p: float) -> torch.Te
     return out
 
 
-def _impl(seeds, index, numel, p):
-    return keep_bits(seeds, index, numel, p)  # looked up per call (a test plants a broken one)
-
-
 def fake(seeds, index, numel, p):
     """The op's output for ``seeds`` (a real or fake tensor): ``ceil(numel / 8)`` uint8 bytes."""
     return seeds.new_empty((-(-numel // bits.PER_BYTE),), dtype=torch.uint8)
@@ -80,6 +76,6 @@ def op():
     if not hasattr(getattr(torch.ops, ns), name):
         lib = rewrite._LIBS.setdefault(ns, torch.library.Library(ns, "FRAGMENT"))
         lib.define(f"{name}(Tensor seeds, int index, int numel, float p) -> Tensor")
-        lib.impl(name, _impl, "CompositeExplicitAutograd")
+        lib.impl(name, keep_bits, "CompositeExplicitAutograd")
         torch.library.register_fake(QUALNAME, fake, lib=lib)
     return getattr(getattr(torch.ops, ns), name).default
