@@ -164,6 +164,10 @@ def test_inference_graphs_and_other_draws_are_left_alone():
     g.output(x)
     mask_bits.DrawDropoutBits()(g)  # no tangents: nothing to do, nothing raised
     assert [n.op for n in g.nodes] == ["placeholder", "output"]
+    # a mask drawn from the generator (``fallback_random``: aten.rand_like, no seed to draw from again) is Inductor's
+    with torch._inductor.config.patch(fallback_random=True):
+        _, _, _, _, saved, calls = _step(mask_bits.DrawDropoutBits())
+    assert calls == [] and (torch.bool, math.prod(SHAPE)) in saved
 
 
 def _ff_built(batch=2):
