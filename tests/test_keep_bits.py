@@ -17,6 +17,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 from miner.check import knobs, mask_bits, masks
 from miner.check import random_stats as rs
 from miner.runtime import bits, keep_bits, launch, philox
+from tests.test_mask_bits import SavedMasks
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 SHAPE = (3, 5, 13)  # 195 elements per mask: not a multiple of 8
@@ -55,23 +56,6 @@ class TwoDropouts(torch.nn.Module):
         return drop(self.b(y), 0.4, True).square().sum()
 
 
-class SavedBytes(CustomGraphPass):
-    """The dtypes and bytes of the bool and uint8 tensors the partitioned forward graph saves."""
-
-    def __init__(self):
-        self.saved: list[tuple] = []
-
-    def __call__(self, graph):
-        if self.saved or not any(n.name.startswith("primals") for n in graph.find_nodes(op="placeholder")):
-            return
-        outs = torch.utils._pytree.arg_tree_leaves(*next(iter(graph.find_nodes(op="output"))).args)
-        vals = [o.meta["val"] for o in outs if isinstance(o, torch.fx.Node)]
-        self.saved = [(v.dtype, v.numel()) for v in vals if v.dtype in (torch.bool, torch.uint8)]
-
-    def uuid(self):
-        return None
-
-
 def _step(joint_pass):
     """One seeded training step of ``TwoDropouts`` compiled with ``joint_pass``: loss, gradients, the saved
     bool/uint8 tensors and the op's recorded draws."""
@@ -81,7 +65,7 @@ def _step(joint_pass):
     torch.manual_seed(0)
     model = TwoDropouts().to(DEVICE)
     x = torch.randn(SHAPE, device=DEVICE, requires_grad=True)
-    saved = SavedBytes()
+    saved = SavedMasks()
     compiled = torch.compile(model, options={"joint_custom_post_pass": joint_pass, "post_grad_custom_pre_pass": saved,
                                              "fx_graph_cache": False})
     with fconfig.patch(enable_autograd_cache=False), launch.recording() as calls:

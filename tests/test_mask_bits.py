@@ -27,18 +27,22 @@ class TwoDropouts(torch.nn.Module):
 
 
 class SavedMasks(CustomGraphPass):
-    """Records, for the partitioned forward graph (the first post-grad graph with primals), the bytes
-    of its bool and uint8 outputs: the masks it saves for the backward."""
+    """Records, for the partitioned forward graph (the first post-grad graph with primals), the dtype and
+    element count of its bool and uint8 outputs: the masks it saves for the backward (one byte per element)."""
 
     def __init__(self):
-        self.mask_bytes: list[int] = []
+        self.saved: list[tuple[torch.dtype, int]] = []
+
+    @property
+    def mask_bytes(self) -> list[int]:
+        return [n for _, n in self.saved]
 
     def __call__(self, graph):
-        if self.mask_bytes or not any(n.name.startswith("primals") for n in graph.find_nodes(op="placeholder")):
+        if self.saved or not any(n.name.startswith("primals") for n in graph.find_nodes(op="placeholder")):
             return
         outs = torch.utils._pytree.arg_tree_leaves(*next(iter(graph.find_nodes(op="output"))).args)
         vals = [o.meta["val"] for o in outs if isinstance(o, torch.fx.Node)]
-        self.mask_bytes = [v.numel() * v.element_size() for v in vals if v.dtype in (torch.bool, torch.uint8)]
+        self.saved = [(v.dtype, v.numel()) for v in vals if v.dtype in (torch.bool, torch.uint8)]
 
     def uuid(self):
         return None

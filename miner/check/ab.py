@@ -166,6 +166,15 @@ def _draws_own_stream(knob: str | None) -> bool:
     return bool(knob) and any(KNOBS[k].draws for k in knob.split("+") if k in KNOBS)
 
 
+def _awaiting_judge(parity: Parity, verdict: str | None, why: str) -> tuple[Parity, str | None]:
+    """A variant under a knob drawing its own dropout stream, its masks judge not (yet) decided: the direct
+    difference compares two streams and decides nothing, so its parity is "not judged" (``why``) and its verdict
+    ``not-judged`` (none where it had none)."""
+    return (replace(parity, ok=False, judged=f"{MASKS} (not judged)",
+                    reason=f"another dropout stream than the default's: {why}"),
+            UNJUDGED if verdict is not None else None)
+
+
 def ab_from_json(d: dict) -> ABResult:
     d = dict(d)
     vs = []
@@ -179,10 +188,8 @@ def ab_from_json(d: dict) -> ABResult:
         if v["parity"] is not None and _draws_own_stream(v.get("knob")) and not v["parity"].judged.startswith(MASKS):
             # a file written before such a knob's parity waited for its judge (a run ended inside it): the direct
             # difference of two dropout streams decided nothing
-            v["parity"] = replace(v["parity"], ok=False, judged=f"{MASKS} (not judged)",
-                                  reason="another dropout stream than the default's; the run ended before its masks "
-                                         "were injected")
-            v["verdict"] = UNJUDGED if v.get("verdict") is not None else None
+            v["parity"], v["verdict"] = _awaiting_judge(v["parity"], v.get("verdict"),
+                                                        "the run ended before its masks were injected")
         vs.append(VariantResult(**v))
     return ABResult(**d, variants=vs)
 
@@ -1182,9 +1189,9 @@ def _parity(lives: Sequence[_Live], mode: str, device: str, reference: tuple | N
             # a knob drawing its own dropout stream: the direct difference compares two streams and decides nothing;
             # unjudged until the judge below decides (a run interrupted before it must not say "FAIL": t5 B16 S512
             # with philox4_dropout_bits on an H100, 2026-12-07, grads 0.085 apart by their masks alone)
-            live.res.parity = replace(live.res.parity, ok=False, judged=f"{MASKS} (not judged)",
-                                      reason="another dropout stream than the default's: judged by its masks injected")
-            held[id(live)], live.res.verdict = live.res.verdict, (UNJUDGED if live.res.verdict is not None else None)
+            held[id(live)] = live.res.verdict
+            live.res.parity, live.res.verdict = _awaiting_judge(live.res.parity, live.res.verdict,
+                                                                "judged by its masks injected")
         del got
     del ref  # the judge's eager float32 step needs the room (DeBERTa-v2, H100: out of memory beside them)
     for live in lives[1:]:

@@ -530,12 +530,13 @@ def knob_applied(knob):
     nothing for no knob."""
     import torch._inductor.config as config
 
+    from miner.check import knobs
+
     knob = judged_knob(knob)
     with contextlib.ExitStack() as stack:
         if knob is not None:
             stack.enter_context(config.patch(dict(knob.options)))
-            if knob.context is not None:
-                stack.enter_context(knob.context())
+        stack.enter_context(knobs.holding(knob))
         yield
 
 
@@ -803,7 +804,7 @@ def ab_judge(built, inputs: dict, modules: dict[str, Any], *, mode: str, device:
         # the judge ran out of device memory: "not judged" for a graph equal to the default's)
         fired = [f for f in live.res.fusions if matches is None or matches.get(f)]
         knob = getattr(live, "knob", None)
-        draws = getattr(knob, "draws", "") if knob is not None else ""  # a knob drawing masks of its own
+        draws = getattr(knob, "draws", "")  # a knob drawing masks of its own
         own = bool(set(fired) & set(stream)) or bool(draws)
         recorded = {**slots, draws: [KNOB_SLOT]} if draws else slots
         if not own and (not count or not fired or getattr(live.res, "knob", None)
@@ -868,8 +869,9 @@ def smaller_batch_judge(built, fusion_pass, *, mode: str, device: str, seed: int
     The same kernels and patterns as in the step, at another batch: a wrong scale or a mask the backward does
     not share fails it as in the step. ``knob`` (the variant's ``Knob``): the fusions compiled under it
     (:func:`knob_applied`: a fusion that exists only in the knob's graph, t5's attention regions under the SDPA
-    flag, fires there only), held to the default's floor as the step's own judge holds them. Not judged without
-    ``fusion_pass``, or when no fusion fires at ``batch``."""
+    flag, fires there only), held to the default's floor as the step's own judge holds them; a knob drawing masks of its
+    own (``Knob.draws``) is judged by them, with or without fusions. Not judged without ``fusion_pass``, or when
+    neither a fusion fires at ``batch`` nor the knob draws masks."""
     import dataclasses
 
     if fusion_pass is None:

@@ -29,35 +29,25 @@ from miner.runtime import bits, philox
 QUALNAME = "miner::philox4_keep_bits"
 PATTERN_ID = "philox4_keep_bits"  # what ``launch.recording`` records its calls as
 BLOCK = 1024  # bytes per program (8192 elements)
-_CHUNK = 1 << 20  # elements per slice of the torch path
-
-
-def torch_keep_bits(seed: int, numel: int, p: float, device="cpu") -> torch.Tensor:
-    """The op's bytes from :mod:`miner.runtime.philox` (int64 torch arithmetic, ~10 s per 1e8 elements)."""
-    keep = torch.cat([philox.uniform(seed, torch.arange(i, min(i + _CHUNK, numel), device=device)) > p
-                      for i in range(0, numel, _CHUNK)]) if numel else torch.zeros(0, dtype=torch.bool, device=device)
-    return bits.pack(keep)
 
 
 def keep_bits(seeds: torch.Tensor, index: int, numel: int, p: float) -> torch.Tensor:
     """The op's implementation (see the module docstring); records its mask inside ``launch.recording``."""
     from miner.runtime import launch
 
-    nbytes = -(-numel // bits.PER_BYTE)
     if seeds.is_cuda or launch.interpreting():
         import triton
 
         from miner.runtime.jit import fill_keep_bits
 
-        out = torch.empty(nbytes, dtype=torch.uint8, device=seeds.device)
-        if nbytes:
-            fill_keep_bits[(triton.cdiv(nbytes, BLOCK),)](seeds, index, out, numel, nbytes, float(p), BLOCK=BLOCK)
-    else:
-        out = torch_keep_bits(int(seeds[index]), numel, p, seeds.device)
+        out = fake(seeds, index, numel, p)
+        if out.numel():
+            fill_keep_bits[(triton.cdiv(out.numel(), BLOCK),)](seeds, index, out, numel, out.numel(), float(p),
+                                                               BLOCK=BLOCK)
+    else:  # the same numbers in int64 torch arithmetic (slow: tests only)
+        out = bits.pack(philox.rand([numel], seeds[index]) > p)
     if launch.RECORDERS:
-        drawn = launch.Drawn(PATTERN_ID, {0: seeds.clone()}, (index, p), (bits.unpack(out, [numel]),))
-        for calls in launch.RECORDERS:
-            calls.append(drawn)
+        launch.record(launch.Drawn(PATTERN_ID, {0: seeds.clone()}, (index, p), (bits.unpack(out, [numel]),)))
     return out
 
 

@@ -287,11 +287,16 @@ def run(spec: KernelSpec, xs: Sequence, scalars: Sequence, *, variant: str | Non
     if RECORDERS and spec.seeds:
         import torch
 
-        drawn = Drawn(spec.pattern_id, {k: xs[k].clone() for k in spec.seeds}, tuple(scalars),
-                      tuple(o.clone() if o.dtype == torch.bool else None for o in outs))
-        for calls in RECORDERS:
-            calls.append(drawn)
+        record(Drawn(spec.pattern_id, {k: xs[k].clone() for k in spec.seeds}, tuple(scalars),
+                     tuple(o.clone() if o.dtype == torch.bool else None for o in outs)))
     return outs
+
+
+def record(drawn: "Drawn") -> None:
+    """``drawn`` appended to every active :func:`recording` (a region kernel's launch, or
+    ``miner.runtime.keep_bits``'s op)."""
+    for calls in RECORDERS:
+        calls.append(drawn)
 
 
 def _run(spec: KernelSpec, xs, scalars, variant, config) -> tuple:
