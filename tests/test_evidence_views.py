@@ -57,6 +57,12 @@ def test_a_win_whose_interval_reaches_below_one_is_marginal_everywhere():
     (step,) = decision.ab_steps([("a.json", r)])["compute_once"]
     from miner.report.listings import step_text
     assert " marginal win " in step_text(step) and " win " not in step_text(step).replace("marginal win", "")
+    # and the line `miner verify --ab` prints as the phase is measured (a llama run printed "win" at p20 0.988)
+    from miner.check import ab
+    v = r.variants[3]
+    lines = []
+    ab._log_phase([ab._Live(v, None, None)], lines.append, "  llama train/default")
+    assert " marginal win" in lines[0] and " win;" not in lines[0].replace("marginal win", ""), lines[0]
 
 
 def test_cpu_interpreter_rows_never_sit_beside_gpu_rows(tmp_path):

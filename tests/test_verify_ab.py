@@ -99,3 +99,24 @@ def test_gpu_ab_tiny_bert_train_and_reduce_overhead_infer():
         assert r.noise_band is not None and r.variant("gated") is not None
         assert all(v.parity is None or v.parity.ok for v in r.variants), r
         assert r.variant("control").kernels is not None  # profiled on CUDA
+
+
+def test_exit_one_says_why_a_variant_failed_or_went_unjudged():
+    """`miner verify --ab` exits 1 when a variant's parity failed or was not judged (a t5-large run exited 1
+    with no word why): each reason is one line naming the model and the variant."""
+    from miner.check.verify import FIXED, Parity
+    from miner.commands.verify import failures
+
+    def parity(ok: bool, judged: str = FIXED) -> Parity:
+        return Parity(1.0, 1.0, 0.0, 0.0, 0.0, None, None, ok, judged=judged)
+
+    r = ab.ABResult("t5-large", "train", "default", "base", 8, 512)
+    r.variants = [ab.VariantResult("default", [], "-"), ab.VariantResult("knob:k", [], "-", parity=parity(True))]
+    assert failures([r]) == []
+    r.variants.append(ab.VariantResult("knob:k+fusions", ["f"], "-", parity=parity(False, "masks injected (not judged)")))
+    r.variants.append(ab.VariantResult("alone:f", ["f"], "open", parity=parity(False)))
+    skipped = ab.ABResult("bert", "infer", "default", "base", None, None, error="skipped: no CUDA")
+    broken = ab.ABResult("gpt2", "infer", "default", "base", None, None, error="compile failed: boom")
+    assert failures([r, skipped, broken]) == ["gpt2 infer/default: compile failed: boom",
+                                              "t5-large train/default knob:k+fusions: parity not judged",
+                                              "t5-large train/default alone:f: parity failed"]

@@ -1170,7 +1170,7 @@ def _log_phase(lives: Sequence[_Live], log: Callable, prefix: str) -> None:
                " step peak not measured (CUDA graphs)")
             + ("" if v.warmup_peak_bytes is None else f" (warm-up peak {v.warmup_peak_bytes / 2**30:.2f} GiB"
                + (": the graphs' pool)" if v.cudagraphs else ")"))
-            + (f" {v.verdict}" if v.verdict else "")
+            + (f" {step_label(v.verdict, v.speedup_p20)}" if v.verdict else "")
             + (f"; host issues it in {host_share(v)}" if v.host_ms else "") + launch_share(v) + parity)
 
 

@@ -372,6 +372,41 @@ def _sp(c: Config | None) -> str:
     return f"{c.speedup:.3f}x{rng}"
 
 
+def _own_knob_share(rec: Recommendation) -> list[str]:
+    """Where the recommended configuration is a knob with the fusions and that knob is not the best knob
+    alone (t5: the SDPA flag with CUDA graphs and the fusions, while the same with the masks drawn into bits
+    is the fastest knob), what the fusions add on top of its own knob: that is what they buy the user."""
+    best = rec.best
+    if not (best.fusions and best.knob and rec.best_knob is not None and best.knob != rec.best_knob.knob):
+        return []
+    alone = next((c for c in rec.configs if c.knob == best.knob and not c.fusions and c.usable), None)
+    if alone is None or not alone.speedup or best.speedup is None:
+        return []
+    share, band = best.speedup / alone.speedup, _apart(best, alone, rec.band)
+    across = "" if best.source == alone.source else "; the two from different runs, each against its own default"
+    return [f"  fusions on top of its own knob ({alone.name}): {share:.3f}x ({_band_verdict(share, band)} against "
+            f"±{100 * (band or 0):.1f}%{across})"]
+
+
+def _unmeasured(rec: Recommendation) -> str:
+    """"not measured", the command that measures the fusions on top of the best knob, and what a knob drawing
+    the dropout masks itself leaves them (a dropout region matches Inductor's draw, which such a knob replaces)."""
+    name = rec.best_knob.knob or rec.best_knob.name
+    text = (f"not measured (`miner verify --ab --models {rec.model} --mode {rec.mode} --knobs {name} "
+            f"--fusion-variants none` measures it)")
+    from miner.check import knobs  # torch-heavy (Inductor passes): only where a line needs a knob's definition
+    from miner.core.errors import UsageError
+
+    try:
+        knob = knobs.parse(name)[0]
+    except (UsageError, ImportError, AttributeError):  # a knob of one's own that does not import here
+        return text
+    if knob.draws:
+        text += ("; this knob draws the dropout masks itself, so no dropout region (they match Inductor's draw) "
+                 "can fire under it, only fusions without dropout")
+    return text
+
+
 def lines(rec: Recommendation, width: int = 100, *, setup: str = "") -> list[str]:
     """The recommendation in a few lines of at most ``width`` columns (terminal, ``miner tune``'s end);
     ``setup``: where it was measured, named in brackets (where it differs from the page's setup)."""
@@ -387,7 +422,8 @@ def lines(rec: Recommendation, width: int = 100, *, setup: str = "") -> list[str
         else:
             unusable = next((c for c in rec.configs if c.knob == rec.best_knob.knob and c.fusions), None)
             out.append(f"  fusions on top of the best knob ({rec.best_knob.name}): "
-                       + (f"not usable: {_why_unusable(unusable)}" if unusable is not None else "not measured"))
+                       + (f"not usable: {_why_unusable(unusable)}" if unusable is not None else _unmeasured(rec)))
+    out += _own_knob_share(rec)
     out += [f"  numerics: {n}" for n in rec.numerics]
     if (lean := rec.leaner) is not None and rec.best.peak_gib:
         kind = "warm-up peak (CUDA graphs' pool)" if lean.peak_warmup else "peak"

@@ -207,9 +207,18 @@ def _run_ab(args, ws, device: str, preset: str, modes, models, out_dir: Path | N
             _print_recorded(abrun.record(ws, done, source=str(paths[0])), done)
     elif args.record:
         _print_recorded(abrun.record(ws, done), done)
-    bad = [r for r in done if r.error and not r.error.startswith("skipped")]
-    bad += [r for r in done for v in r.variants if v.parity is not None and not v.parity.ok]
+    bad = failures(done)
+    for why in bad:  # the exit status says something went wrong: say what, last, where a user looks
+        print(f"exit 1: {why}", file=sys.stderr)
     return 1 if bad else 0
+
+
+def failures(done) -> list[str]:
+    """Why an A/B exits 1, one line each: a model that failed (not one skipped), a variant whose parity
+    failed or could not be judged (its speedup is then never a win)."""
+    bad = [f"{r.model} {r.mode}/{r.compile}: {r.error}" for r in done if r.error and not r.error.startswith("skipped")]
+    return bad + [f"{r.model} {r.mode}/{r.compile} {v.name}: parity " + ("not judged" if v.parity.unjudged else "failed")
+                  for r in done for v in r.variants if v.parity is not None and not v.parity.ok]
 
 
 def _ab_run(args, preset: str, device: str, modes, compile_modes):
