@@ -62,11 +62,6 @@ def test_rule_4_the_recommended_knob_with_fusions_says_its_own_share_and_an_unme
     text = " ".join(lines(recommend([D, k, bits, fused], 0.007), width=1000))
     assert "fusions on top of the best knob (k+philox4_dropout_bits): not measured (`miner verify --ab" in text
     assert f"fusions on top of its own knob (k): {1.462 / 1.252:.3f}x (win against ±0.7%; the two from different runs" in text
-    # a built-in knob drawing the masks itself: no dropout region can fire under it
-    real = replace(c("philox4_dropout_bits", 1.26), source="a")
-    assert "no dropout region" in " ".join(lines(recommend([D, real], 0.01), width=1000))
-    assert "no dropout region" not in " ".join(lines(recommend([D, replace(real, name="reduce_overhead",
-                                                                             knob="reduce_overhead")], 0.01), width=1000))
     # the recommendation on the best knob itself: one share line, not two
     text = " ".join(lines(recommend([D, k, replace(fused, source="a")], 0.007), width=1000))
     assert "its own knob" not in text and "on top of the best knob (k): 1.168x" in text

@@ -195,3 +195,143 @@ def test_the_ab_judges_the_knob_by_its_own_masks_injected(monkeypatch):
     monkeypatch.setattr(bits, "unpack", lambda b, shape: ~real(b, shape))
     bad = judge(default, knob, before)
     assert bad.judged == masks.METHOD and bad.ok is False, bad
+
+
+def _region_step(joint_pass, fusion_pass):
+    """One seeded bf16-autocast relu + dropout step (``tests.test_mask_bits.BF16FeedForward``) compiled with the
+    ``joint_pass`` knob and ``fusion_pass`` (None: no post-grad pass): loss, gradients, the (dtype, elements) of every
+    tensor the backward saved at least 256 elements of, and the kernels' recorded draws."""
+    import torch._functorch.config as fconfig
+
+    from miner.runtime import rewrite
+    from tests.test_mask_bits import BF16FeedForward
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = BF16FeedForward()
+    x = torch.randn(2, 16, 64, requires_grad=True)
+    saved = []
+
+    def keep(t):
+        if t.numel() >= 256:
+            saved.append((t.dtype, t.numel()))
+        return t
+    options = {"joint_custom_post_pass": joint_pass, "fx_graph_cache": False,
+               **(rewrite.inductor_options(fusion_pass) if fusion_pass is not None else {})}
+    compiled = torch.compile(model, options=options)
+    with fconfig.patch(enable_autograd_cache=False), launch.recording() as calls, \
+            torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+        torch.manual_seed(1)
+        loss = compiled(x)
+    loss.backward()
+    return loss.detach(), [x.grad] + [p.grad for p in model.parameters()], sorted(saved, key=str), calls
+
+
+def _relu_dropout():
+    from pathlib import Path
+
+    from miner.runtime import fusions
+
+    p = fusions.graph_pass(Path(__file__).resolve().parents[1], ["relu_dropout"], interpret=True)
+    p.gate = "open"
+    return p
+
+
+def test_under_the_knob_a_dropout_region_draws_the_mask_and_the_backward_saves_its_bits():
+    """With the knob, t5's relu + dropout region (``fusions/relu_dropout``, drawing the knob's four-per-call stream)
+    takes the draw back (``miner.runtime.drawn``): no ``philox4_keep_bits`` runs, the backward saves the bits packed
+    from the region's own mask (no bool mask), and the step equals the region's without the knob bitwise (one
+    stream, one mask in forward and backward). No region taking it: the knob's graph exactly. Planted: bits
+    packed from the complement of the region's mask break the gradients, not the loss."""
+    n = 2 * 16 * 128
+    a_loss, a_grads, a_saved, a_calls = _region_step(None, _relu_dropout())  # the region alone: a bool mask saved
+    assert a_saved.count((torch.bool, n)) == 2 and [c.pattern_id for c in a_calls] == ["pf4693d7449_x4"]  # +ReLU's
+    both = _relu_dropout()
+    b_loss, b_grads, b_saved, b_calls = _region_step(mask_bits.DrawDropoutBits(), both)
+    assert both.counts["relu_dropout"] >= 1 and both.draws_taken >= 1
+    assert [c.pattern_id for c in b_calls] == ["pf4693d7449_x4"]  # the region drew it; the op never ran
+    assert (torch.uint8, n // 8) in b_saved and b_saved.count((torch.bool, n)) == 1, b_saved  # ReLU's mask only
+    assert torch.equal(a_loss, b_loss) and all(torch.equal(g, h) for g, h in zip(a_grads, b_grads))
+
+    # no region to take it: the draw put back, the knob's own step (the op draws, the bits saved)
+    k_loss, k_grads, k_saved, k_calls = _region_step(mask_bits.DrawDropoutBits(), None)
+    none = rewrite_pass()
+    e_loss, e_grads, e_saved, e_calls = _region_step(mask_bits.DrawDropoutBits(), none)
+    assert none.draws_taken == 0 and [c.pattern_id for c in e_calls] == [keep_bits.PATTERN_ID]
+    assert e_saved == k_saved and torch.equal(e_loss, k_loss) and all(torch.equal(g, h) for g, h in zip(e_grads, k_grads))
+
+    import miner.runtime.drawn as drawn_mod
+
+    real = bits.pack
+    try:  # planted: the saved bits packed from the complement of the region's mask
+        drawn_mod.bits.pack = lambda m: real(~m)
+        bad = _relu_dropout()
+        p_loss, p_grads, _, _ = _region_step(mask_bits.DrawDropoutBits(), bad)
+    finally:
+        drawn_mod.bits.pack = real
+    assert bad.draws_taken >= 1 and torch.equal(p_loss, a_loss)
+    assert not all(torch.allclose(g, h) for g, h in zip(p_grads, a_grads))
+
+
+def rewrite_pass():
+    from miner.runtime import rewrite
+
+    return rewrite.FusionPass([])
+
+
+def test_only_a_region_drawing_the_knobs_stream_may_take_a_drawn_mask():
+    from types import SimpleNamespace
+
+    from miner.runtime import decisions, rewrite
+
+    drawn_node = SimpleNamespace(meta={bits.TAG: bits.DRAWN})
+    match = SimpleNamespace(nodes=[SimpleNamespace(meta={}), drawn_node])
+
+    def under(rng):
+        module = SimpleNamespace(_kernel=lambda: SimpleNamespace(RNG=rng))
+        fusion_pass = SimpleNamespace(entries=[SimpleNamespace(name="f", module=module)])
+        with decisions.applying(fusion_pass, "f"):
+            return rewrite.drawn_reasons(match)
+    assert under("philox4") == []
+    assert under("inductor") == [rewrite.DRAWN_STREAM] and under(None) == [rewrite.DRAWN_STREAM]
+    assert rewrite.drawn_reasons(SimpleNamespace(nodes=[SimpleNamespace(meta={})])) == []  # no drawn mask: no say
+
+
+def test_the_ab_judges_the_knob_with_a_region_taking_its_draw():
+    """The knob with a region that took its draw back: the step's masks are recorded by the region (the op never
+    runs), and the judge injects them: ok; the same variant whose saved bits are the complement's fails."""
+    from miner.check import ab
+    from miner.check.verify import make_parity
+    from miner.runtime import rewrite
+    from miner_models import Built
+    from tests.test_mask_bits import BF16FeedForward
+
+    ab.raise_compile_limits()
+    torch.manual_seed(1)
+    built = Built(BF16FeedForward(), {"x": torch.randn(2, 16, 64)}, lambda out: out)
+    fused = _relu_dropout()
+    modules = {e.name: e.module for e in fused.entries}
+
+    def live(name, knob, graph_pass=None, names=()):
+        with torch._inductor.config.patch(force_disable_caches=True):
+            return ab.prepare(ab.VariantSpec(name, graph_pass, names, knob=knob), built, built.inputs,
+                              ab.ABCase("m", "train", "default"), ab.ABOptions(preset="tiny", device="cpu", warmup=1))
+    judge = masks.ab_judge(built, built.inputs, modules, mode="train", device="cpu",
+                           graph_pass=lambda names: rewrite.FusionPass([]))
+    default = live("default", None)
+    both = live("knob:philox4_dropout_bits+fusions", KNOB, fused, ("relu_dropout",))
+    assert both.res.matches.get("relu_dropout")
+    before = make_parity(1.0, 1.0, None, None, {}, {})
+    p = judge(default, both, before)
+    assert p.judged == masks.METHOD and p.ok is True, p
+    import miner.runtime.drawn as drawn_mod
+
+    real = bits.pack
+    try:  # planted: the backward's bits packed from the complement of the mask the region applied
+        drawn_mod.bits.pack = lambda m: real(~m)
+        bad = live("knob:philox4_dropout_bits+fusions", KNOB, _relu_dropout(), ("relu_dropout",))
+    finally:
+        drawn_mod.bits.pack = real
+    assert bad.res.matches.get("relu_dropout")
+    worse = judge(default, bad, before)
+    assert worse.judged == masks.METHOD and worse.ok is False, worse

@@ -196,7 +196,7 @@ class _OtherSeed(CustomGraphPass):
         for mask in [n for n in graph.nodes if n in fwd and mask_bits.is_keep_mask(n)]:
             (draw, p), shape = mask.args, list(mask.meta["val"].shape)
             back = [u for u in mask.users if u not in fwd]
-            redraw = mask_bits._traced(
+            redraw = bits_tag.insert_traced(
                 graph, lambda s: torch.ops.prims.inductor_random(shape, s + 1, "rand") > p, [draw.args[1]],
                 after=draw.args[1], recompute=True, tags=(bits_tag.UNPACK, bits_tag.UNPACKED))
             for u in back:

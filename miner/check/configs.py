@@ -389,22 +389,10 @@ def _own_knob_share(rec: Recommendation) -> list[str]:
 
 
 def _unmeasured(rec: Recommendation) -> str:
-    """"not measured", the command that measures the fusions on top of the best knob, and what a knob drawing
-    the dropout masks itself leaves them (a dropout region matches Inductor's draw, which such a knob replaces)."""
+    """"not measured", and the command that measures the fusions on top of the best knob."""
     name = rec.best_knob.knob or rec.best_knob.name
-    text = (f"not measured (`miner verify --ab --models {rec.model} --mode {rec.mode} --knobs {name} "
+    return (f"not measured (`miner verify --ab --models {rec.model} --mode {rec.mode} --knobs {name} "
             f"--fusion-variants none` measures it)")
-    from miner.check import knobs  # torch-heavy (Inductor passes): only where a line needs a knob's definition
-    from miner.core.errors import UsageError
-
-    try:
-        knob = knobs.parse(name)[0]
-    except (UsageError, ImportError, AttributeError):  # a knob of one's own that does not import here
-        return text
-    if knob.draws:
-        text += ("; this knob draws the dropout masks itself, so no dropout region (they match Inductor's draw) "
-                 "can fire under it, only fusions without dropout")
-    return text
 
 
 def lines(rec: Recommendation, width: int = 100, *, setup: str = "") -> list[str]:

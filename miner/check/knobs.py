@@ -20,7 +20,8 @@ element instead of one byte; memory, not numerics), ``recompute_dropout_masks`` 
 backward draws Inductor's seeded masks again from the saved seed), ``pack_bool_masks`` (the same as
 ``pack_dropout_masks`` for every bool tensor the backward reads: dropout's and ReLU's masks),
 ``philox4_dropout_bits`` (the masks drawn four per Philox call into bits by one kernel: another random stream,
-judged by its masks injected). Your own: ``--knobs module:attr``
+judged by its masks injected; with the fusions, a dropout region drawing that stream draws its mask instead and the
+bits are packed from it: ``miner.runtime.drawn``). Your own: ``--knobs module:attr``
 where ``attr`` is a :class:`Knob` (or a function returning one), imported from the current
 directory like a model factory::
 

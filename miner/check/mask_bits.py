@@ -126,41 +126,11 @@ def _pack_through_bits(graph: torch.fx.Graph, mask: torch.fx.Node) -> None:
     """Insert ``bits = pack(mask)`` and give every user of ``mask`` ``unpack(bits)`` (tagged to be recomputed)."""
     users = list(mask.users)
     shape = list(mask.meta["val"].shape)
-    bits = _traced(graph, pack, [mask], after=mask, tags=(bits_tag.PACK, bits_tag.BITS))
-    keep = _traced(graph, lambda b: unpack(b, shape), [bits], after=bits, recompute=True,
+    bits = bits_tag.insert_traced(graph, pack, [mask], after=mask, tags=(bits_tag.PACK, bits_tag.BITS))
+    keep = bits_tag.insert_traced(graph, lambda b: unpack(b, shape), [bits], after=bits, recompute=True,
                    tags=(bits_tag.UNPACK, bits_tag.UNPACKED))
     for u in users:
         u.replace_input_with(mask, keep)
-
-
-def _traced(graph: torch.fx.Graph, fn, args: list, *, after: torch.fx.Node, tags: tuple[str, str],
-            recompute: bool = False) -> torch.fx.Node:
-    """``fn(*args)`` inserted after ``after`` (each aten call a node with its fake ``val``); ``args``
-    mixes nodes and constants; ``recompute``: its nodes tagged for the partitioner to recompute in the
-    backward (never saved); ``tags``: the ``miner.runtime.bits`` tags of its nodes and of its result
-    (what lets a post-grad pass fold ``unpack(pack(mask))`` back to ``mask``). Returns the result's node."""
-    from torch._inductor.decomposition import select_decomp_table
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    fake_args = [a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in args]
-    node_args = [a for a in args if isinstance(a, torch.fx.Node)]
-    tensors = [v for v in fake_args if isinstance(v, torch.Tensor)]
-
-    def body(*ts):
-        it = iter(ts)
-        return fn(*[next(it) if isinstance(v, torch.Tensor) else v for v in fake_args])
-
-    gm = make_fx(body, decomposition_table=select_decomp_table(), tracing_mode="fake")(*tensors)
-    env = dict(zip((n for n in gm.graph.nodes if n.op == "placeholder"), node_args))
-    with graph.inserting_before(after.next):
-        out = graph.graph_copy(gm.graph, env)
-    for n in gm.graph.nodes:
-        if n.op == "call_function":
-            env[n].meta[bits_tag.TAG] = tags[0]
-            if recompute:
-                env[n].meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
-    out.meta[bits_tag.TAG] = tags[1]
-    return out
 
 
 class _JointPass(CustomGraphPass):
@@ -232,7 +202,9 @@ class DrawDropoutBits(_JointPass):
     :func:`unpack` of those bits (tagged to be recomputed, so the backward reads the saved bits; the bits tagged
     to be saved). Another random stream than Inductor's, compared in float32 (``u > p``: a keep rate of exactly
     ``1 - p``, where autocast's ``bf16(u) > p`` rounds ``u`` first); the masks are the op's, which a parity
-    judge records and injects (``miner.check.masks``)."""
+    judge records and injects (``miner.check.masks``). The op's node is tagged, with the dtype the draw was cast
+    to, so that a fusion pass can give a dropout region drawing the same stream its draw back
+    (``miner.runtime.drawn``)."""
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         from miner.runtime import keep_bits
@@ -252,7 +224,10 @@ class DrawDropoutBits(_JointPass):
                 drawn = graph.call_function(keep_bits.op(), (seeds, index, numel, p))
             drawn.meta["val"] = keep_bits.fake(seeds.meta["val"], index, numel, p)
             drawn.meta["recompute"] = CheckpointPolicy.MUST_SAVE
-            keep = _traced(graph, lambda b: unpack(b, shape), [drawn], after=drawn, recompute=True,
+            # what a post-grad pass needs to give a dropout region the draw back (``miner.runtime.drawn``)
+            drawn.meta[bits_tag.TAG] = bits_tag.KEEP_BITS
+            drawn.meta[bits_tag.DRAW_CAST] = chain[1].args[1] if len(chain) == 3 else None
+            keep = bits_tag.insert_traced(graph, lambda b: unpack(b, shape), [drawn], after=drawn, recompute=True,
                            tags=(bits_tag.UNPACK, bits_tag.UNPACKED))
             mask.replace_all_uses_with(keep)
             for n in reversed((*chain, draw.args[1])):

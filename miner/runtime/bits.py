@@ -23,6 +23,9 @@ import torch
 
 TAG = "miner_mask_bits"
 PACK, BITS, UNPACK, UNPACKED = "pack", "bits", "unpack", "unpacked"
+# ``miner::philox4_keep_bits`` nodes (the ``philox4_dropout_bits`` knob), the dtype the draw they replace was cast
+# to before its comparison (meta key; None: none), and the nodes ``miner.runtime.drawn`` inserts
+KEEP_BITS, DRAW_CAST, DRAWN, REPACK = "keep_bits", "miner_draw_cast", "drawn", "repack"
 PER_BYTE = 8  # mask elements per saved byte
 
 
@@ -42,6 +45,37 @@ def unpack(bits: torch.Tensor, shape) -> torch.Tensor:
     shifts = torch.arange(PER_BYTE, dtype=torch.uint8, device=bits.device)
     spread = (bits.unsqueeze(1) >> shifts) & 1
     return spread.view(-1)[:math.prod(shape)].view(shape).to(torch.bool)
+
+
+def insert_traced(graph: torch.fx.Graph, fn, args: list, *, after: torch.fx.Node, tags: tuple[str, str],
+                  recompute: bool = False) -> torch.fx.Node:
+    """``fn(*args)`` inserted after ``after`` (each aten call a node with its fake ``val``); ``args``
+    mixes nodes and constants; ``recompute``: its nodes tagged for the partitioner to recompute in the
+    backward (never saved); ``tags``: the :data:`TAG` of its nodes and of its result (what lets a post-grad
+    pass fold ``unpack(pack(mask))`` back to ``mask``). Returns the result's node."""
+    from torch._inductor.decomposition import select_decomp_table
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    fake_args = [a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in args]
+    node_args = [a for a in args if isinstance(a, torch.fx.Node)]
+    tensors = [v for v in fake_args if isinstance(v, torch.Tensor)]
+
+    def body(*ts):
+        it = iter(ts)
+        return fn(*[next(it) if isinstance(v, torch.Tensor) else v for v in fake_args])
+
+    gm = make_fx(body, decomposition_table=select_decomp_table(), tracing_mode="fake")(*tensors)
+    env = dict(zip((n for n in gm.graph.nodes if n.op == "placeholder"), node_args))
+    with graph.inserting_before(after.next):
+        out = graph.graph_copy(gm.graph, env)
+    for n in gm.graph.nodes:
+        if n.op == "call_function":
+            env[n].meta[TAG] = tags[0]
+            if recompute:
+                env[n].meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
+    out.meta[TAG] = tags[1]
+    return out
 
 
 def _sources(node: torch.fx.Node, through: frozenset[str]) -> set[torch.fx.Node]:
@@ -92,18 +126,19 @@ def fold_round_trips(graph: torch.fx.Graph) -> int:
         mask = source_mask(node)
         if mask is not None:
             node.replace_all_uses_with(mask)
-            _erase_unused(node)
+            erase_unused(node)
             folded += 1
     return folded
 
 
-def _erase_unused(node: torch.fx.Node) -> None:
-    """Erase ``node`` and, back through its inputs, every unpack node left without users."""
-    stack = [node]
+def erase_unused(node: torch.fx.Node, tags: tuple[str, ...] = (UNPACK, UNPACKED)) -> None:
+    """Erase ``node`` and, back through its inputs, every node tagged one of ``tags`` left without users."""
+    stack, gone = [node], set()
     while stack:
         n = stack.pop()
-        if n.users or n.op != "call_function" or n.meta.get(TAG) not in (UNPACK, UNPACKED):
+        if n in gone or n.users or n.op != "call_function" or n.meta.get(TAG) not in tags:
             continue
         inputs = n.all_input_nodes
         n.graph.erase_node(n)
+        gone.add(n)
         stack.extend(inputs)

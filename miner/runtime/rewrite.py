@@ -50,7 +50,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 from miner import rules
 from miner.core.errors import MinerError
 from miner.core.modules import load_module, module_name  # generated pattern.py files call them here too
-from miner.runtime import bits, decisions
+from miner.runtime import bits, decisions, drawn
 from miner.runtime.decisions import CPU_NOT_ASKED, match_vals, record_decline, record_declines  # noqa: F401 (generated files call them here)
 from miner.runtime.evidence import FUSION_FILE as WINS_FILE, FUSION_KIND as WINS_KIND, FUSION_SCHEMA as WINS_SCHEMA
 
@@ -185,9 +185,24 @@ def match_reasons(match, n_inputs: int, input_kinds: Sequence[str], random: bool
     vals = match_vals(match, n_inputs)
     if vals is None:
         return ["meta: an input is not a tensor"]
-    reasons = device_reasons(vals)
+    reasons = device_reasons(vals) + (drawn_reasons(match) if random else [])
     return reasons or list(safety.check_match(match, n_inputs, input_kinds, random=random, region=region,
                                               kernel_outputs=kernel_outputs).reasons)
+
+
+DRAWN_STREAM = ("randomness: a mask the philox4_dropout_bits knob draws (four per Philox call); this kernel draws "
+                "another stream")
+
+
+def drawn_reasons(match) -> list[str]:
+    """A match holding a draw :func:`miner.runtime.drawn.fold` gave back: only a region drawing the knob's stream
+    (its kernel's ``RNG == "philox4"``) may take it, the kernel of the fusion applying now (``decisions.current``)."""
+    if not any(n.meta.get(bits.TAG) == bits.DRAWN for n in match.nodes):
+        return []
+    now = decisions.current()
+    entry = next((e for e in getattr(now[0], "entries", ()) if e.name == now[1]), None) if now else None
+    load = getattr(getattr(entry, "module", None), "_kernel", None)
+    return [] if callable(load) and getattr(load(), "RNG", None) == "philox4" else [DRAWN_STREAM]
 
 
 def upcast_decision(node: torch.fx.Node, demote: bool = False):
@@ -445,6 +460,7 @@ class FusionPass(CustomGraphPass):
         self.log = decisions.DecisionLog()
         self._passes: dict[str, Any] | None = None
         self._hits_at_start = _cache_hits()
+        self.draws_taken = 0  # masks the philox4_dropout_bits knob drew that a region drew instead (miner.runtime.drawn)
 
     @property
     def declined(self) -> dict[str, Counter[str]]:
@@ -488,6 +504,7 @@ class FusionPass(CustomGraphPass):
             t = self._lap("(build)", t)
         canonicalize_dims(graph)
         bits.fold_round_trips(graph)  # a packed mask's forward users read the mask again (patterns see it)
+        folds = drawn.fold(graph)  # a mask the philox4_dropout_bits knob drew: its draw back, for a region to take
         t = self._lap("(prepare)", t)
         for name, p in self._passes.items():
             with decisions.applying(self, name), constants_free():
@@ -499,6 +516,11 @@ class FusionPass(CustomGraphPass):
                 stable_topological_sort(graph)
                 graph.eliminate_dead_code()
             t = self._lap(name, t)
+        if folds:  # the draws no region took: the knob's op draws them again
+            self.draws_taken += drawn.settle(graph, folds)
+            stable_topological_sort(graph)
+            graph.lint()
+            self._lap("(prepare)", t)
 
     def _lap(self, what: str, since: float) -> float:
         """Adds the seconds since ``since`` to ``seconds[what]``; returns now."""
@@ -511,7 +533,7 @@ class FusionPass(CustomGraphPass):
         # edit within one process would keep the old hash.
         # A listed file may be absent (a fusion's wins.json before any GPU run): hashed as absent, so
         # the measurement appearing later changes the uuid too.
-        files = tuple(sorted({f for e in self.entries for f in e.files} | {__file__, bits.__file__}
+        files = tuple(sorted({f for e in self.entries for f in e.files} | {__file__, bits.__file__, drawn.__file__}
                              | set(RULE_FILES)))
         h = hashlib.sha256(",".join(e.name for e in self.entries).encode())
         # what a match's decision depends on besides the files: a graph compiled with the kernels
