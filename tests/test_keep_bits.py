@@ -197,7 +197,7 @@ def test_the_ab_judges_the_knob_by_its_own_masks_injected(monkeypatch):
     assert bad.judged == masks.METHOD and bad.ok is False, bad
 
 
-def _region_step(joint_pass, fusion_pass):
+def _region_step(joint_pass, fusion_pass, device="cpu"):
     """One seeded bf16-autocast relu + dropout step (``tests.test_mask_bits.BF16FeedForward``) compiled with the
     ``joint_pass`` knob and ``fusion_pass`` (None: no post-grad pass): loss, gradients, the (dtype, elements) of every
     tensor the backward saved at least 256 elements of, and the kernels' recorded draws."""
@@ -208,8 +208,8 @@ def _region_step(joint_pass, fusion_pass):
 
     torch._dynamo.reset()
     torch.manual_seed(0)
-    model = BF16FeedForward()
-    x = torch.randn(2, 16, 64, requires_grad=True)
+    model = BF16FeedForward().to(device)
+    x = torch.randn(2, 16, 64, device=device, requires_grad=True)
     saved = []
 
     def keep(t):
@@ -237,26 +237,31 @@ def _relu_dropout():
     return p
 
 
-def test_under_the_knob_a_dropout_region_draws_the_mask_and_the_backward_saves_its_bits():
+ON_BOTH = pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device")])])
+
+
+@ON_BOTH
+def test_under_the_knob_a_dropout_region_draws_the_mask_and_the_backward_saves_its_bits(device):
     """With the knob, t5's relu + dropout region (``fusions/relu_dropout``, drawing the knob's four-per-call stream)
     takes the draw back (``miner.runtime.drawn``): no ``philox4_keep_bits`` runs, the backward saves the bits packed
     from the region's own mask (no bool mask), and the step equals the region's without the knob bitwise (one
     stream, one mask in forward and backward). No region taking it: the knob's graph exactly. Planted: bits
     packed from the complement of the region's mask break the gradients, not the loss."""
     n = 2 * 16 * 128
-    a_loss, a_grads, a_saved, a_calls = _region_step(None, _relu_dropout())  # the region alone: a bool mask saved
+    a_loss, a_grads, a_saved, a_calls = _region_step(None, _relu_dropout(), device)  # the region alone: a bool mask saved
     assert a_saved.count((torch.bool, n)) == 2 and [c.pattern_id for c in a_calls] == ["pf4693d7449_x4"]  # +ReLU's
     both = _relu_dropout()
-    b_loss, b_grads, b_saved, b_calls = _region_step(mask_bits.DrawDropoutBits(), both)
+    b_loss, b_grads, b_saved, b_calls = _region_step(mask_bits.DrawDropoutBits(), both, device)
     assert both.counts["relu_dropout"] >= 1 and both.draws_taken >= 1
     assert [c.pattern_id for c in b_calls] == ["pf4693d7449_x4"]  # the region drew it; the op never ran
     assert (torch.uint8, n // 8) in b_saved and b_saved.count((torch.bool, n)) == 1, b_saved  # ReLU's mask only
     assert torch.equal(a_loss, b_loss) and all(torch.equal(g, h) for g, h in zip(a_grads, b_grads))
 
     # no region to take it: the draw put back, the knob's own step (the op draws, the bits saved)
-    k_loss, k_grads, k_saved, k_calls = _region_step(mask_bits.DrawDropoutBits(), None)
+    k_loss, k_grads, k_saved, k_calls = _region_step(mask_bits.DrawDropoutBits(), None, device)
     none = rewrite_pass()
-    e_loss, e_grads, e_saved, e_calls = _region_step(mask_bits.DrawDropoutBits(), none)
+    e_loss, e_grads, e_saved, e_calls = _region_step(mask_bits.DrawDropoutBits(), none, device)
     assert none.draws_taken == 0 and [c.pattern_id for c in e_calls] == [keep_bits.PATTERN_ID]
     assert e_saved == k_saved and torch.equal(e_loss, k_loss) and all(torch.equal(g, h) for g, h in zip(e_grads, k_grads))
 
@@ -266,7 +271,7 @@ def test_under_the_knob_a_dropout_region_draws_the_mask_and_the_backward_saves_i
     try:  # planted: the saved bits packed from the complement of the region's mask
         drawn_mod.bits.pack = lambda m: real(~m)
         bad = _relu_dropout()
-        p_loss, p_grads, _, _ = _region_step(mask_bits.DrawDropoutBits(), bad)
+        p_loss, p_grads, _, _ = _region_step(mask_bits.DrawDropoutBits(), bad, device)
     finally:
         drawn_mod.bits.pack = real
     assert bad.draws_taken >= 1 and torch.equal(p_loss, a_loss)

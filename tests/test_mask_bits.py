@@ -247,7 +247,7 @@ class BF16FeedForward(torch.nn.Module):
         self.b = torch.nn.Linear(128, 64, bias=False)
 
     def forward(self, x):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast(x.device.type, dtype=torch.bfloat16):
             y = self.b(torch.nn.functional.dropout(torch.relu(self.a(x)), 0.1, True))
         return y.float().square().sum()
 
