@@ -389,7 +389,7 @@ def _own_knob_share(rec: Recommendation) -> list[str]:
 
 
 def _unmeasured(rec: Recommendation) -> str:
-    """"not measured", and the command that measures the fusions on top of the best knob."""
+    """Says the fusions on top of the best knob were not measured, and the command that measures them."""
     name = rec.best_knob.knob or rec.best_knob.name
     return (f"not measured (`miner verify --ab --models {rec.model} --mode {rec.mode} --knobs {name} "
             f"--fusion-variants none` measures it)")

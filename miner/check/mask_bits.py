@@ -128,7 +128,7 @@ def _pack_through_bits(graph: torch.fx.Graph, mask: torch.fx.Node) -> None:
     shape = list(mask.meta["val"].shape)
     bits = bits_tag.insert_traced(graph, pack, [mask], after=mask, tags=(bits_tag.PACK, bits_tag.BITS))
     keep = bits_tag.insert_traced(graph, lambda b: unpack(b, shape), [bits], after=bits, recompute=True,
-                   tags=(bits_tag.UNPACK, bits_tag.UNPACKED))
+                                  tags=(bits_tag.UNPACK, bits_tag.UNPACKED))
     for u in users:
         u.replace_input_with(mask, keep)
 
@@ -228,7 +228,7 @@ class DrawDropoutBits(_JointPass):
             drawn.meta[bits_tag.TAG] = bits_tag.KEEP_BITS
             drawn.meta[bits_tag.DRAW_CAST] = chain[1].args[1] if len(chain) == 3 else None
             keep = bits_tag.insert_traced(graph, lambda b: unpack(b, shape), [drawn], after=drawn, recompute=True,
-                           tags=(bits_tag.UNPACK, bits_tag.UNPACKED))
+                                          tags=(bits_tag.UNPACK, bits_tag.UNPACKED))
             mask.replace_all_uses_with(keep)
             for n in reversed((*chain, draw.args[1])):
                 if not n.users:

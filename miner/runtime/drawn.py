@@ -142,4 +142,3 @@ def settle(graph: torch.fx.Graph, folds: list[Fold]) -> int:
         f.mask.replace_all_uses_with(unpacked)
         bits.erase_unused(f.mask, (bits.DRAWN,))
     return taken
-

@@ -506,21 +506,22 @@ class FusionPass(CustomGraphPass):
         bits.fold_round_trips(graph)  # a packed mask's forward users read the mask again (patterns see it)
         folds = drawn.fold(graph)  # a mask the philox4_dropout_bits knob drew: its draw back, for a region to take
         t = self._lap("(prepare)", t)
-        for name, p in self._passes.items():
-            with decisions.applying(self, name), constants_free():
-                n = p.apply(graph)
-            if n:
-                self.counts[name] += n
-                # The matcher inserts the replacement at the pattern's first node; an input defined
-                # later (a dropout mask drawn after the row max) must move above it.
+        try:
+            for name, p in self._passes.items():
+                with decisions.applying(self, name), constants_free():
+                    n = p.apply(graph)
+                if n:
+                    self.counts[name] += n
+                    # The matcher inserts the replacement at the pattern's first node; an input defined
+                    # later (a dropout mask drawn after the row max) must move above it.
+                    stable_topological_sort(graph)
+                    graph.eliminate_dead_code()
+                t = self._lap(name, t)
+        finally:
+            if folds:  # the draws no region took: the knob's op draws them again, whatever happened above
+                self.draws_taken += drawn.settle(graph, folds)
                 stable_topological_sort(graph)
-                graph.eliminate_dead_code()
-            t = self._lap(name, t)
-        if folds:  # the draws no region took: the knob's op draws them again
-            self.draws_taken += drawn.settle(graph, folds)
-            stable_topological_sort(graph)
-            graph.lint()
-            self._lap("(prepare)", t)
+                self._lap("(prepare)", t)
 
     def _lap(self, what: str, since: float) -> float:
         """Adds the seconds since ``since`` to ``seconds[what]``; returns now."""
