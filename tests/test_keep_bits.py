@@ -326,6 +326,7 @@ def test_the_ab_judges_the_knob_with_a_region_taking_its_draw():
     default = live("default", None)
     both = live("knob:philox4_dropout_bits+fusions", KNOB, fused, ("relu_dropout",))
     assert both.res.matches.get("relu_dropout")
+    assert "of the knob's mask draws taken by the regions" in ab.taken_text(fused)  # what the compile's log line says
     before = make_parity(1.0, 1.0, None, None, {}, {})
     p = judge(default, both, before)
     assert p.judged == masks.METHOD and p.ok is True, p

@@ -139,6 +139,13 @@ class ABResult:
         return next((v for v in self.variants if v.name == name), None)
 
 
+def taken_text(graph_pass) -> str:
+    """``; 60 of the knob's mask draws taken by the regions`` where a knob drawing the masks itself
+    (``philox4_dropout_bits``) gave regions their draws back (``miner.runtime.drawn``); "" elsewhere."""
+    n = getattr(graph_pass, "draws_taken", 0)
+    return f"; {n} of the knob's mask draws taken by the regions (miner.runtime.drawn)" if n else ""
+
+
 def pass_text(pass_s: dict[str, float], top: int = 2) -> str:
     """``pass_s`` (``VariantResult.pass_s``) in a few words: "" when empty, else ", miner's pass 12.3 s
     (relu_dropout 8.1, (build) 2.0)", its largest parts first."""
@@ -853,7 +860,7 @@ def _run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions,
         fired = {f: n for f, n in live.res.matches.items() if n}
         log(f"  {model} {mode}/{compile_mode} {name}: {live.res.compile_s:.1f} s"
             f"{f', FX cache hits {live.res.fx_cache_hits}' if live.res.fx_cache_hits else ''}"
-            f"{pass_text(live.res.pass_s)}; matches {fired}{memory_text(device)}")
+            f"{pass_text(live.res.pass_s)}; matches {fired}{taken_text(graph_pass)}{memory_text(device)}")
         return live
 
     def make_graphs(name, graph_pass, chosen, gate_mode, knob, cache=False) -> _Live | None:
