@@ -120,3 +120,15 @@ def test_exit_one_says_why_a_variant_failed_or_went_unjudged():
     assert failures([r, skipped, broken]) == ["gpt2 infer/default: compile failed: boom",
                                               "t5-large train/default knob:k+fusions: parity not judged",
                                               "t5-large train/default alone:f: parity failed"]
+
+
+def test_a_model_fed_features_is_named_by_its_inputs_not_the_presets_sizes():
+    """`--batch`/`--seq` size token inputs only: a model of one's own fed ``x [4, 32, 64]`` ran at that size, and the
+    A/B said "B2 S64" (the tiny preset's). Its rows and setup now name the inputs; token models keep B/S."""
+    r = ab.ABResult("mynet:build", "train", "default", "tiny", 2, 64, env={"device": "cpu", "gpu": "cpu"})
+    assert abrun.size_text(r) == "B2 S64"
+    sizes = ab.untokenized_sizes({"x": torch.randn(4, 32, 64), "scale": 2.0})
+    assert sizes == "x float32[4,32,64]"
+    assert ab.untokenized_sizes({"input_ids": torch.zeros(2, 8, dtype=torch.long), "x": torch.randn(2, 3)}) is None
+    r.env = {**r.env, "inputs": sizes}
+    assert abrun.size_text(r) == sizes and "tiny x float32[4,32,64]" in ab.setup_of(r)

@@ -286,7 +286,8 @@ def setup_of(r) -> str:
     env = getattr(r, "env", {}) or {}
     batch, seq = shape_of(r)
     where = (env.get("gpu") or "GPU") if env.get("device", "cuda") == "cuda" else f"CPU interpreter ({env.get('gpu') or 'cpu'})"
-    return f"{where}, {r.preset} B{batch} S{seq}, {STEP_DTYPE}"
+    sizes = env.get("inputs") or f"B{batch} S{seq}"  # a model fed features: its inputs as they ran
+    return f"{where}, {r.preset} {sizes}, {STEP_DTYPE}"
 
 
 # --------------------------------------------------------------------------- variants
@@ -842,6 +843,8 @@ def _run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions,
     built = build()
     inputs = resize_inputs(built.inputs, batch, seq)
     r.batch, r.seq = input_shape(inputs, batch, seq)
+    if (sizes := untokenized_sizes(inputs)) is not None:  # --batch/--seq size token inputs only: say what ran
+        r.env = {**r.env, "inputs": sizes}
     names = fusions.names()
     modules = {f: fusions.load(f) for f in names}
     wanted = set(options.fusion_variants) if names else set()
@@ -1074,6 +1077,20 @@ def input_shape(inputs: dict, batch: int | None, seq: int | None) -> tuple[int |
     ids = next((v for v in inputs.values() if torch.is_tensor(v) and v.dim() == 2 and not v.is_floating_point()),
                None)
     return (batch, seq) if ids is None else (int(ids.shape[0]), int(ids.shape[1]))
+
+
+def untokenized_sizes(inputs: dict) -> str | None:
+    """``x float32[4,32,64]``: the step's tensor inputs, where none is a token tensor (a model of one's own fed
+    features: its batch and sequence are not the preset's, which ``resize_inputs`` applies to tokens only); None
+    where one is."""
+    import torch
+
+    tensors = {k: v for k, v in inputs.items() if torch.is_tensor(v)}
+    if not tensors or any(v.dim() in (1, 2) and not v.is_floating_point() for v in tensors.values()):
+        return None
+    from miner.core import dtypes
+
+    return ", ".join(f"{k} {dtypes.name(v.dtype)}[{','.join(str(int(d)) for d in v.shape)}]" for k, v in tensors.items())
 
 
 def knob_live(phase: Sequence[_Live], knob: str) -> _Live | None:

@@ -318,9 +318,12 @@ def summary_table(results: Sequence[ABResult]) -> str:
 
 
 def size_text(r) -> str:
-    """``B16 S512`` (the preset's sizes where the result has none)."""
+    """``B16 S512`` (the preset's sizes where the result has none); a model fed features, not tokens: its
+    inputs as they ran (``x float32[4,32,64]``, ``miner.check.ab.untokenized_sizes``)."""
     from miner.runtime.evidence import shape_of
 
+    if sizes := (getattr(r, "env", None) or {}).get("inputs"):
+        return sizes
     batch, seq = shape_of(r)
     return "-" if batch is None else f"B{batch} S{seq}"
 
