@@ -845,6 +845,8 @@ def _run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions,
     r.batch, r.seq = input_shape(inputs, batch, seq)
     if (sizes := untokenized_sizes(inputs)) is not None:  # --batch/--seq size token inputs only: say what ran
         r.env = {**r.env, "inputs": sizes}
+        if batch is not None or seq is not None:
+            log(f"  {model}: --batch/--seq size token inputs and it has none: it runs at its own inputs, {sizes}")
     names = fusions.names()
     modules = {f: fusions.load(f) for f in names}
     wanted = set(options.fusion_variants) if names else set()
