@@ -16,7 +16,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from miner.check import knobs, mask_bits, masks
 from miner.check import random_stats as rs
-from miner.runtime import bits, keep_bits, launch, philox
+from miner.runtime import bits, keep_bits, launch, philox, rewrite
 from tests.test_mask_bits import SavedMasks
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -260,7 +260,7 @@ def test_under_the_knob_a_dropout_region_draws_the_mask_and_the_backward_saves_i
 
     # no region to take it: the draw put back, the knob's own step (the op draws, the bits saved)
     k_loss, k_grads, k_saved, k_calls = _region_step(mask_bits.DrawDropoutBits(), None, device)
-    none = rewrite_pass()
+    none = rewrite.FusionPass([])
     e_loss, e_grads, e_saved, e_calls = _region_step(mask_bits.DrawDropoutBits(), none, device)
     assert none.draws_taken == 0 and [c.pattern_id for c in e_calls] == [keep_bits.PATTERN_ID]
     assert e_saved == k_saved and torch.equal(e_loss, k_loss) and all(torch.equal(g, h) for g, h in zip(e_grads, k_grads))
@@ -276,12 +276,6 @@ def test_under_the_knob_a_dropout_region_draws_the_mask_and_the_backward_saves_i
         drawn_mod.bits.pack = real
     assert bad.draws_taken >= 1 and torch.equal(p_loss, a_loss)
     assert not all(torch.allclose(g, h) for g, h in zip(p_grads, a_grads))
-
-
-def rewrite_pass():
-    from miner.runtime import rewrite
-
-    return rewrite.FusionPass([])
 
 
 def test_only_a_region_drawing_the_knobs_stream_may_take_a_drawn_mask():

@@ -281,13 +281,21 @@ def setup_of(r) -> str:
     """Where an A/B result was measured, in words: ``NVIDIA H200, base B16 S512, bf16 autocast`` (the
     preset's sizes where the result has none)."""
     from miner.check.verify import STEP_DTYPE
-    from miner.runtime.evidence import shape_of
 
     env = getattr(r, "env", {}) or {}
-    batch, seq = shape_of(r)
     where = (env.get("gpu") or "GPU") if env.get("device", "cuda") == "cuda" else f"CPU interpreter ({env.get('gpu') or 'cpu'})"
-    sizes = env.get("inputs") or f"B{batch} S{seq}"  # a model fed features: its inputs as they ran
-    return f"{where}, {r.preset} {sizes}, {STEP_DTYPE}"
+    return f"{where}, {r.preset} {size_text(r)}, {STEP_DTYPE}"
+
+
+def size_text(r) -> str:
+    """``B16 S512`` (the preset's sizes where the result has none; "-" without either); a model fed features, not
+    tokens: its inputs as they ran (``x float32[4,32,64]``, :func:`untokenized_sizes`)."""
+    from miner.runtime.evidence import shape_of
+
+    if sizes := (getattr(r, "env", None) or {}).get("inputs"):
+        return sizes
+    batch, seq = shape_of(r)
+    return "-" if batch is None else f"B{batch} S{seq}"
 
 
 # --------------------------------------------------------------------------- variants

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 
 from miner.check import explain
 from miner.check.ab import (COMPILE_MODES, ABOptions, ABResult, VariantResult, ab_from_json, ab_to_json, run_records,
-                            rounds_for, run_ab, step_label)
+                            rounds_for, run_ab, size_text, step_label)
 from miner.check.promotion import _root
 from miner.check.verify import format_step, load_fusions, run_env
 from miner.core.dtypes import AUTOCAST_MODEL_TOL, PARITY_ATOL, PARITY_K
@@ -316,16 +316,6 @@ def summary_table(results: Sequence[ABResult]) -> str:
                      f"{pct(r.noise_band)} | {sp(a)} | {sp(g)} | {'; '.join(fires) or '-'} |")
     return "\n".join(lines) + "\n"
 
-
-def size_text(r) -> str:
-    """``B16 S512`` (the preset's sizes where the result has none); a model fed features, not tokens: its
-    inputs as they ran (``x float32[4,32,64]``, ``miner.check.ab.untokenized_sizes``)."""
-    from miner.runtime.evidence import shape_of
-
-    if sizes := (getattr(r, "env", None) or {}).get("inputs"):
-        return sizes
-    batch, seq = shape_of(r)
-    return "-" if batch is None else f"B{batch} S{seq}"
 
 
 def detail(r: ABResult) -> str:
