@@ -335,3 +335,15 @@ def test_the_ab_judges_the_knob_with_a_region_taking_its_draw():
     assert bad.res.matches.get("relu_dropout")
     worse = judge(default, bad, before)
     assert worse.judged == masks.METHOD and worse.ok is False, worse
+
+
+def test_the_fusion_pass_cache_key_follows_drawn(monkeypatch, tmp_path):
+    """``miner.runtime.drawn`` changes the graphs the fusion pass compiles, so its source is in the pass's uuid
+    (Inductor's FX cache key): an edited copy gives another key, never a stale compiled graph."""
+    from miner.runtime import drawn
+
+    before = rewrite.FusionPass([]).uuid()
+    edited = tmp_path / "drawn.py"
+    edited.write_text(__import__("pathlib").Path(drawn.__file__).read_text() + "\n# edited\n")
+    monkeypatch.setattr(drawn, "__file__", str(edited))
+    assert rewrite.FusionPass([]).uuid() != before
