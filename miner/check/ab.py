@@ -146,6 +146,31 @@ def taken_text(graph_pass) -> str:
     return f"; {n} of the knob's mask draws taken by the regions (miner.runtime.drawn)" if n else ""
 
 
+def knob_pass_counts(knob) -> dict[str, Counter]:
+    """What the counting graph passes among ``knob``'s options (those with ``counts``, e.g.
+    ``miner.runtime.epilogue.GemmEpilogues``) have taken and declined so far, by option."""
+    return {k: Counter(getattr(p, "counts", {})) + Counter(
+        {f"declined: {r}": n for r, n in getattr(p, "declined", {}).items()})
+        for k, p in (getattr(knob, "options", None) or {}).items() if hasattr(p, "counts")}
+
+
+def knob_pass_text(knob, before: dict[str, Counter], cache_hits: int = 0) -> str:
+    """``; GemmEpilogues took gelu_tanh x12, declined 2 (reason)`` for one compile: its pass's counts since ``before``
+    (:func:`knob_pass_counts`); "" for a knob without such a pass. A compile served from Inductor's FX cache ran
+    no pass: it says so instead of "took nothing"."""
+    parts = []
+    for k, now in knob_pass_counts(knob).items():
+        new = now - before.get(k, Counter())
+        took = [f"{a} x{n}" for a, n in sorted(new.items()) if not a.startswith("declined: ")]
+        why = [f"{n} ({a[10:][:120]})" for a, n in sorted(new.items()) if a.startswith("declined: ")]
+        name = type((knob.options or {})[k]).__name__
+        if cache_hits and not new:
+            parts.append(f"{name} not run (FX cache hit: the graphs it made before)")
+            continue
+        parts.append(f"{name} took {', '.join(took) or 'nothing'}" + (f", declined {'; '.join(why[:2])}" if why else ""))
+    return "".join(f"; {p}" for p in parts)
+
+
 def pass_text(pass_s: dict[str, float], top: int = 2) -> str:
     """``pass_s`` (``VariantResult.pass_s``) in a few words: "" when empty, else ", miner's pass 12.3 s
     (relu_dropout 8.1, (build) 2.0)", its largest parts first."""
@@ -866,14 +891,17 @@ def _run_ab(build: Callable[[], Any], case: ABCase, fusions, options: ABOptions,
 
     def make(name, graph_pass=None, chosen=(), gate_mode=NO_GATE, cache=False, knob=None) -> _Live:
         log(f"  {model} {mode}/{compile_mode} {name}: compiling")
+        before = knob_pass_counts(knob)
         live = prepare(VariantSpec(name, graph_pass, tuple(chosen), gate_mode, cache, knob), built, inputs, case, options)
         made.append(live.res)
         if live.res.fx_cache_hits:  # compiled in an earlier process: its compile s is a cache load
             live.res.note = f"FX graph cache hit ({live.res.fx_cache_hits} graphs): compile s is a cache load"
         fired = {f: n for f, n in live.res.matches.items() if n}
+        if knob_took := knob_pass_text(knob, before, live.res.fx_cache_hits):  # kept with the variant's result too
+            live.res.note = (f"{live.res.note}{knob_took}" if live.res.note else knob_took[2:])
         log(f"  {model} {mode}/{compile_mode} {name}: {live.res.compile_s:.1f} s"
             f"{f', FX cache hits {live.res.fx_cache_hits}' if live.res.fx_cache_hits else ''}"
-            f"{pass_text(live.res.pass_s)}; matches {fired}{taken_text(graph_pass)}{memory_text(device)}")
+            f"{pass_text(live.res.pass_s)}; matches {fired}{taken_text(graph_pass)}{knob_took}{memory_text(device)}")
         return live
 
     def make_graphs(name, graph_pass, chosen, gate_mode, knob, cache=False) -> _Live | None:

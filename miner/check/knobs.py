@@ -18,7 +18,9 @@ Built in (``KNOBS``): ``sdpa_reduced_math``, ``reduce_overhead``, ``max_autotune
 pass, ``miner.check.mask_bits``: training's dropout keep masks saved for the backward as one bit per
 element instead of one byte; memory, not numerics), ``recompute_dropout_masks`` (no mask saved: the
 backward draws Inductor's seeded masks again from the saved seed), ``pack_bool_masks`` (the same as
-``pack_dropout_masks`` for every bool tensor the backward reads: dropout's and ReLU's masks),
+``pack_dropout_masks`` for every bool tensor the backward reads: dropout's and ReLU's masks), ``gemm_epilogues``
+(``miner.runtime.epilogue``: an addmm read only by a tanh-GELU or ReLU runs as one cuBLASLt GEMM with that
+activation in its epilogue; inference),
 ``philox4_dropout_bits`` (the masks drawn four per Philox call into bits by one kernel: another random stream,
 judged by its masks injected; with the fusions, a dropout region drawing that stream draws its mask instead and the
 bits are packed from it: ``miner.runtime.drawn``). Your own: ``--knobs module:attr``
@@ -41,6 +43,7 @@ from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
 
 from miner.check.mask_bits import DrawDropoutBits, PackBoolMasks, PackDropoutMasks, RecomputeDropoutMasks
 from miner.core.errors import UsageError
+from miner.runtime.epilogue import GemmEpilogues
 from miner.runtime.keep_bits import PATTERN_ID as PHILOX4_BITS
 
 CUDAGRAPHS = "triton.cudagraphs"  # the option mode="reduce-overhead" sets (torch._inductor.list_mode_options)
@@ -172,6 +175,17 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "differently in the last bits)",
          options={"joint_custom_post_pass": PackBoolMasks()},
          how="torch._inductor.config.joint_custom_post_pass = miner.check.mask_bits.PackBoolMasks()"),
+    Knob("gemm_epilogues",
+         "Inductor joint_custom_pre_pass miner.runtime.epilogue.GemmEpilogues: each addmm read only by a tanh-GELU or "
+         "ReLU (miner.rules.epilogue: the chain evaluated and identified, nothing else reading the GEMM's output) runs "
+         "as aten._addmm_activation: cuBLASLt adds the bias and applies the activation in the GEMM's epilogue, and "
+         "Inductor's kernel that read the GEMM's output back is gone; CUDA, and only where no backward saves the "
+         "pre-activation (inference)",
+         options={"joint_custom_pre_pass": GemmEpilogues()},
+         numerics="the activation computed from the GEMM's float32 accumulator and rounded once, where Inductor "
+                  "rounds the GEMM's output to bf16/fp16 first: at least as precise",
+         needs=("addmm",),
+         how="torch._inductor.config.joint_custom_pre_pass = miner.runtime.epilogue.GemmEpilogues()"),
 )}
 
 

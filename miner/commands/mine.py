@@ -85,6 +85,10 @@ def run(args) -> int:
 
     recomputed = recompute.mine(graphs)
     say(recompute.summary(recomputed) + f" ({recompute.save(ws, recomputed)})")
+    from miner.mine import epilogue
+
+    epilogues = epilogue.mine(graphs)
+    say(epilogue.summary(epilogues) + f" ({epilogue.save(ws, epilogues)})")
     say(f"wrote {path}" + (f" ({len(saved)} most frequent of {s['reported_patterns']} patterns)"
                            if len(saved) < s["reported_patterns"] else ""))
     say()

@@ -10,6 +10,8 @@ imports ``miner.core`` only (tests/test_layering.py):
   rule and the launcher both apply;
 - ``upcast``: exact bf16/fp16 upcast matmuls and the demoting variant;
 - ``recompute``: the compute-once rule (small transcendental values Inductor recomputes per kernel);
+- ``epilogue``: an addmm read only by a tanh-GELU or ReLU, as one GEMM with that activation in cuBLASLt's
+  epilogue (the ``gemm_epilogues`` knob, ``miner.runtime.epilogue``);
 - ``graph``: the graph they read, ``node(name) -> NodeRecord``: a ``CapturedGraph`` when mining,
   ``FxNodes`` (the FX graph being compiled) at compile time.
 """
