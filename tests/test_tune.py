@@ -161,6 +161,27 @@ def test_knobs_that_cannot_change_the_step_are_left_out_with_why(tmp_path, capsy
     assert knobs.get("reduce_overhead").applies("") and not knobs.get("sdpa_reduced_math").applies("bmm softmax")
 
 
+def test_a_knob_mining_found_sites_for_joins_the_ab_with_why(tmp_path, capsys):
+    # gemm_epilogues is no default knob: it joins where `miner mine` found an addmm + activation its rule takes
+    from miner.core.workspace import Workspace
+    from miner.mine import epilogue
+
+    def found(model, ok):
+        return {"model": model, "mode": "infer", "ok": ok, "reasons": [] if ok else ["x"]}
+
+    ws = Workspace(tmp_path)
+    epilogue.save(ws, {"schema": epilogue.SCHEMA, "kind": epilogue.KIND, "graphs": [], "counts": {},
+                       "found": [found("DebertaV2ForMaskedLM", False), found("gpt2", True)]})
+    assert tune._knobs_that_apply(_run(tmp_path, knobs="reduce_overhead")) == "reduce_overhead"  # another model's
+    epilogue.save(ws, {"schema": epilogue.SCHEMA, "kind": epilogue.KIND, "graphs": [], "counts": {},
+                       "found": [found("DebertaV2ForMaskedLM", True)]})
+    assert tune._knobs_that_apply(_run(tmp_path, knobs="reduce_overhead")) == "reduce_overhead,gemm_epilogues"
+    assert "knob gemm_epilogues added: mining found 1 addmm + activation its rule takes" in capsys.readouterr().out
+    assert tune._knobs_that_apply(_run(tmp_path, knobs="")) == ""  # --knobs '': none
+    (tmp_path / "mined" / epilogue.EPILOGUES_FILE).write_text("{broken")
+    assert tune._knobs_that_apply(_run(tmp_path, knobs="reduce_overhead")) == "reduce_overhead"
+
+
 def test_regions_go_down_the_measured_list_past_refusals_as_philox4(tmp_path, monkeypatch, capsys):
     # DebertaV2 (2026-12-06): its largest region (7.1 ms/step above floor) was refused and tune went on
     # with one region instead of two, drawn with Inductor's numbers instead of four per Philox call

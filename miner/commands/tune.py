@@ -322,7 +322,31 @@ def _knobs_that_apply(run: Run, quiet: bool = False) -> str:
                 run.log(f"  knob {item} left out: no {' or '.join(knob.needs)} in the step's graphs or kernels")
         else:
             kept.append(item)
+    mined = _mined_knobs(run)
+    for item, why in mined.items():
+        if item not in kept and run.args.knobs != "":  # --knobs '' asks for none
+            kept.append(item)
+            if not quiet:
+                run.log(f"  knob {item} added: {why}")
     return ",".join(kept)
+
+
+def _mined_knobs(run: Run) -> dict[str, str]:
+    """Knobs mining found sites for in these models' graphs, with why: ``gemm_epilogues`` where
+    ``mined/epilogues.json`` holds an addmm + activation its rule takes (``miner.mine.epilogue``)."""
+    from miner.mine import epilogue
+
+    path = Path(run.ws.mined) / epilogue.EPILOGUES_FILE
+    try:
+        found = epilogue.load(path)["found"] if path.is_file() else []
+    except Exception:  # noqa: BLE001 - an unreadable file adds nothing; `miner mine` rewrites it
+        return {}
+    taken = [f for f in found if f.get("ok") and f.get("model") in run.models]
+    if not taken:
+        return {}
+    return {"gemm_epilogues": f"mining found {len(taken)} addmm + activation its rule takes "
+                              f"({', '.join(sorted({f['model'] + ' ' + f['mode'] for f in taken}))}; "
+                              f"mined/{epilogue.EPILOGUES_FILE})"}
 
 
 def _knob_count(run: Run) -> int:
