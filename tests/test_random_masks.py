@@ -262,7 +262,9 @@ def test_a_judge_that_does_not_fit_judges_the_same_fusions_at_a_smaller_batch(tm
         v.res.parity = make_parity(1.0, 1.0, None, None, {}, {})
         p = ab._judged(no_room_for_the_step, default, v, DEVICE)
         assert p.judged == "masks injected at batch 2" and p.ok is ok, p.reason
-        assert p.reason.startswith("the step's judge ran out of device memory; at batch 2: ")
+        # what the judge asked for stays in the reason (the next run sizes its variants by it)
+        assert p.reason.startswith("the step's judge ran out of device memory (it asked for 3.91 GiB more); at batch "
+                                   "2: "), p.reason
     # a variant on top of a knob (t5 B32 S512 on the H100: "a knob's variant is judged in its own step only", so
     # 1.326x stayed unjudged): its fusions compiled at batch 2 under the knob, its context entered, CUDA graphs off
     from miner.check.knobs import CUDAGRAPHS, Knob

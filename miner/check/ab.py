@@ -1283,8 +1283,8 @@ def _judged(masked: Callable, default: _Live, live: _Live, device: str) -> Parit
                 release_free_memory(device)
                 if attempt == 0:
                     continue
-            hint = "".join(f"; {part}" for part in (held_memory(device), "fewer variants per call leave it more "
-                                                    "memory") if part and oom)
+            held = held_memory(device) if oom else ""
+            hint = "".join(f"; {part}" for part in (held, "fewer variants per call leave it more memory") if part and oom)
             why = f"the judge failed: {_first_sentences(one_line(e))}{hint}"
             if not oom:
                 return replace(live.res.parity, ok=False, judged="masks injected (not judged)", reason=why)
@@ -1294,8 +1294,19 @@ def _judged(masked: Callable, default: _Live, live: _Live, device: str) -> Parit
         small, why = None, f"{why}; at batch {JUDGE_BATCH}: {_first_sentences(one_line(e))}"
     if small is None:
         return replace(live.res.parity, ok=False, judged="masks injected (not judged)", reason=why[:400])
-    first = f"the step's judge ran out of device memory; at batch {JUDGE_BATCH}: "
+    known = "; ".join(part for part in (oom_need(why), held) if part)
+    first = f"the step's judge ran out of device memory{f' ({known})' if known else ''}; at batch {JUDGE_BATCH}: "
     return replace(small, reason=(first + (small.reason or ""))[:400])
+
+
+def oom_need(message: str) -> str:
+    """``it asked for 12.00 GiB more`` from a CUDA out-of-memory message ("" where it names no size): with
+    :func:`held_memory`, what the next run needs to know to make the judge fit (t5-large B8 S512 on an H100,
+    2026-12-07: the reason kept neither)."""
+    import re
+
+    m = re.search(r"Tried to allocate ([\d.]+ [KMGT]i?B)", message)
+    return f"it asked for {m.group(1)} more" if m else ""
 
 
 def held_memory(device: str) -> str:
