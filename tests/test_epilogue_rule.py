@@ -30,7 +30,7 @@ def gelu_sigmoid(h):  # x * sigmoid(2 * sqrt(2/pi) * (x + 0.044715 x^3)): the sa
     return h * torch.sigmoid(2 * math.sqrt(2.0 / math.pi) * (h + 0.044715 * h * h * h))
 
 
-def gelu_erf(h):  # bert's GELU: another function (1e-3 away at x = -2)
+def gelu_erf(h):  # bert's GELU: another function (4.7e-4 away at x = -2.7)
     return 0.5 * h * (1.0 + torch.erf(h / math.sqrt(2.0)))
 
 
@@ -259,3 +259,22 @@ def test_the_ab_says_what_a_knobs_pass_took_in_each_compile():
     finally:
         p.counts.clear()
         p.declined.clear()
+
+
+def test_in_a_training_graph_the_backwards_reads_decline_the_rewrite():
+    """What the README says of training: a ReLU's output is also read through an alias for the backward (two values
+    of the chain leave it), a GELU's pre-activation is saved: neither is taken."""
+    from miner.runtime.epilogue import GemmEpilogues
+
+    for act in (torch.relu, gelu_new):
+        p = GemmEpilogues()
+        lin, out = torch.nn.Linear(8, 32), torch.nn.Linear(32, 4)
+        torch._dynamo.reset()
+        try:
+            with torch._inductor.config.patch(force_disable_caches=True):
+                torch.compile(lambda x: out(act(lin(x))).sum(), options={"joint_custom_pre_pass": p},
+                              dynamic=False)(torch.randn(16, 8)).backward()
+        finally:
+            torch._dynamo.reset()
+        beyond_device = [r for r in p.declined if "CUDA only" not in r]
+        assert not p.counts and beyond_device, (act, p.declined)

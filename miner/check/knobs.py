@@ -180,7 +180,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "ReLU (miner.rules.epilogue: the chain evaluated and identified, nothing else reading the GEMM's output) runs "
          "as aten._addmm_activation: cuBLASLt adds the bias and applies the activation in the GEMM's epilogue, and "
          "Inductor's kernel that read the GEMM's output back is gone; CUDA, and only where no backward saves the "
-         "pre-activation (inference)",
+         "pre-activation (inference: in training the backward's reads decline it)",
          options={"joint_custom_pre_pass": GemmEpilogues()},
          numerics="the activation computed from the GEMM's float32 accumulator and rounded once, where Inductor "
                   "rounds the GEMM's output to bf16/fp16 first: at least as precise",
