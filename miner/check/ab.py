@@ -146,28 +146,28 @@ def taken_text(graph_pass) -> str:
     return f"; {n} of the knob's mask draws taken by the regions (miner.runtime.drawn)" if n else ""
 
 
-def knob_pass_counts(knob) -> dict[str, Counter]:
-    """What the counting graph passes among ``knob``'s options (those with ``counts``, e.g.
-    ``miner.runtime.epilogue.GemmEpilogues``) have taken and declined so far, by option."""
-    return {k: Counter(getattr(p, "counts", {})) + Counter(
-        {f"declined: {r}": n for r, n in getattr(p, "declined", {}).items()})
-        for k, p in (getattr(knob, "options", None) or {}).items() if hasattr(p, "counts")}
+def knob_pass_counts(knob) -> dict[str, tuple[Counter, Counter]]:
+    """What the counting graph passes among ``knob``'s options (those with ``counts`` and ``declined``, e.g.
+    ``miner.runtime.epilogue.GemmEpilogues``) have taken and declined so far: option -> (taken, declined)."""
+    return {k: (Counter(p.counts), Counter(p.declined))
+            for k, p in (getattr(knob, "options", None) or {}).items() if hasattr(p, "counts")}
 
 
-def knob_pass_text(knob, before: dict[str, Counter], cache_hits: int = 0) -> str:
+def knob_pass_text(knob, before: dict[str, tuple[Counter, Counter]], cache_hits: int = 0) -> str:
     """``; GemmEpilogues took gelu_tanh x12, declined 2 (reason)`` for one compile: its pass's counts since ``before``
     (:func:`knob_pass_counts`); "" for a knob without such a pass. A compile served from Inductor's FX cache ran
     no pass: it says so instead of "took nothing"."""
     parts = []
-    for k, now in knob_pass_counts(knob).items():
-        new = now - before.get(k, Counter())
-        took = [f"{a} x{n}" for a, n in sorted(new.items()) if not a.startswith("declined: ")]
-        why = [f"{n} ({a[10:][:120]})" for a, n in sorted(new.items()) if a.startswith("declined: ")]
-        name = type((knob.options or {})[k]).__name__
-        if cache_hits and not new:
+    for k, (taken, declined) in knob_pass_counts(knob).items():
+        was_taken, was_declined = before.get(k, (Counter(), Counter()))
+        took, why = taken - was_taken, declined - was_declined
+        name = type(knob.options[k]).__name__
+        if cache_hits and not took and not why:
             parts.append(f"{name} not run (FX cache hit: the graphs it made before)")
             continue
-        parts.append(f"{name} took {', '.join(took) or 'nothing'}" + (f", declined {'; '.join(why[:2])}" if why else ""))
+        parts.append(f"{name} took {', '.join(f'{a} x{n}' for a, n in sorted(took.items())) or 'nothing'}"
+                     + (f", declined {'; '.join(f'{n} ({r[:120]})' for r, n in sorted(why.items())[:2])}"
+                        if why else ""))
     return "".join(f"; {p}" for p in parts)
 
 

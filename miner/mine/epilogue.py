@@ -10,6 +10,7 @@ which names the knob that takes them and the command that measures it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Iterable
 
@@ -44,10 +45,7 @@ class Epilogue:
 def spared_bytes(shape, dtype: str) -> int:
     """Bytes one rewrite spares: Inductor's activation kernel reads the GEMM's output and writes the activation
     (two passes over the output) where the epilogue writes it activated once: one read and one write saved."""
-    n = 1
-    for s in shape:
-        n *= int(s)
-    return 2 * n * dtypes.size(dtype, 0)
+    return 2 * math.prod(int(n) for n in shape) * dtypes.size(dtype, 0)
 
 
 def find(graph: CapturedGraph) -> list[Epilogue]:
@@ -61,10 +59,9 @@ def find(graph: CapturedGraph) -> list[Epilogue]:
             continue
         meta = rec.meta[0]
         k = graph.key
-        concrete = all(isinstance(s, int) for s in meta.shape)
         out.append(Epilogue(k.model, k.preset, k.mode, k.phase, k.slug, rec.name, tuple(meta.shape), meta.dtype,
                             d.ok, d.reasons, d.activation, len(d.chain),
-                            spared_bytes(meta.shape, meta.dtype) if d.ok and concrete else 0, rec.module))
+                            spared_bytes(meta.shape, meta.dtype) if d.ok else 0, rec.module))  # ok: concrete sizes
     return out
 
 

@@ -37,14 +37,12 @@ from typing import Any
 
 from miner.core.records import NodeRecord
 from miner.rules.graph import Graph
-from miner.rules.upcast import node_ref
+from miner.rules.upcast import CONVERTS, node_ref  # CONVERTS: aten._to_copy here only when it changes the dtype alone
 
 TARGET = "aten.addmm.default"
-REPLACEMENT = "aten._addmm_activation.default"
 DTYPES = ("bfloat16", "float16", "float32")
 LAYOUT = frozenset({"aten.view.default", "aten.reshape.default", "aten._unsafe_view.default",
                     "aten.clone.default", "aten.alias.default"})
-CONVERTS = frozenset({"prims.convert_element_type.default", "aten._to_copy.default"})  # the latter: dtype only
 # the elementwise ops a chain may hold (layout ops act on whole tensors: the identity on a flat sample)
 UNARY = {"aten.tanh.default": "tanh", "aten.relu.default": "relu", "aten.neg.default": "neg",
          "aten.sigmoid.default": "sigmoid", "aten.erf.default": "erf", "aten.exp.default": "exp", "aten.reciprocal.default": "reciprocal"}
@@ -103,11 +101,9 @@ def _concrete(spec) -> bool:
 
 
 def operand_reasons(graph: Graph, rec: NodeRecord) -> list[str]:
-    """Why the GEMM ``rec`` itself may not take an epilogue ([]: it may)."""
+    """Why the GEMM ``rec`` (its output one of :data:`DTYPES`) itself may not take an epilogue ([]: it may)."""
     out = _spec(rec)
     reasons = []
-    if out is None or out.dtype not in DTYPES:
-        return [f"output is {out.dtype if out else 'no tensor'}, not one of {', '.join(DTYPES)}"]
     if (out.device or "").split(":")[0] != "cuda":
         reasons.append(f"the epilogue is cuBLASLt's, CUDA only (the CPU's _addmm_activation applies the erf GELU; "
                        f"device {out.device})")
@@ -153,8 +149,8 @@ def chain_of(graph: Graph, name: str) -> tuple[list[str], str | None, str | None
     if len(inside) == 1:
         return [], None, "no elementwise op follows"
     exits = [n for n, rec in inside.items() if any(u not in inside for u in rec.users)]
-    if exits == [name] or not exits:
-        return [], None, "no elementwise op follows" if not exits else "nothing reads the chain"
+    if exits == [name] or not exits:  # the chain's values unused (dead code)
+        return [], None, "nothing reads the chain"
     if len(exits) > 1:
         pre = [n for n in exits if _layout_of(graph, n, name)]
         readers = sorted({u for n in (pre or exits) for u in graph.node(n).users if u not in inside})
@@ -229,14 +225,10 @@ def _number(v) -> bool:
 
 
 def _binary(op: str, a, b):
+    """``torch.<op>(a, b)`` (mul, add, sub, div, pow, clamp_min), a Python number first made a float64 tensor."""
     import torch
 
-    if op == "clamp_min":
-        return torch.clamp_min(a, b)
-    if op == "pow":
-        return torch.pow(a, b)
-    return getattr(torch, op)(a, b) if isinstance(a, torch.Tensor) else getattr(torch, op)(torch.as_tensor(
-        a, dtype=torch.float64), b)
+    return getattr(torch, op)(a if isinstance(a, torch.Tensor) else torch.as_tensor(a, dtype=torch.float64), b)
 
 
 def samples():
@@ -289,11 +281,11 @@ def check(graph: Graph, name: str) -> Decision:
     rec = graph.node(name)
     if rec.target != TARGET:
         return Decision(name, (f"{rec.target} is not addmm",), applies=False)
-    if _spec(rec) is None:
-        return Decision(name, ("no tensor output",), applies=False)
+    out = _spec(rec)
+    if out is None or out.dtype not in DTYPES:
+        return Decision(name, (f"output is {out.dtype if out else 'no tensor'}, not one of {', '.join(DTYPES)}",),
+                        applies=False)
     reasons = operand_reasons(graph, rec)
-    if reasons and reasons[0].startswith("output is"):
-        return Decision(name, tuple(reasons), applies=False)
     chain, exit_, why = chain_of(graph, name)
     if why:
         return Decision(name, tuple(reasons + [why]), applies=why != "no elementwise op follows")
@@ -322,4 +314,4 @@ def _replaced(graph: Graph, gemm: str, exit_: str) -> tuple[tuple[str, ...], str
                 f"the epilogue writes {low}")
 
 
-__all__ = ["ACTIVATIONS", "Decision", "REPLACEMENT", "TARGET", "chain_of", "check", "identify"]
+__all__ = ["ACTIVATIONS", "Decision", "TARGET", "chain_of", "check", "identify"]
