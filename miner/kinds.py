@@ -2,7 +2,7 @@
 
 A candidate's kind follows from its ``candidate.json`` (:func:`kind_of`): ``kind`` when the generator
 wrote one (``upcast_matmul``, with ``demote: true`` the ``demote_matmul`` rule's; ``compute_once``;
-``reduce_region``), else a Triton kernel from a mined pattern (``row_kernel``) or from a whole Inductor
+``reduce_region``; ``gemm_epilogue``), else a Triton kernel from a mined pattern (``row_kernel``) or from a whole Inductor
 kernel's region (``region_kernel``, ``source: {"regions": ...}``; ``--rng philox4`` candidates
 ``<id>_x4`` too). Every stage that differs by kind asks :data:`KINDS` and calls what the kind names:
 
@@ -80,6 +80,12 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          fusion_files="miner.generate.upcast:render_fusion", **_UPCAST),
     Kind("demote_matmul", "an aten rewrite: one float32 operand rounded where the output is rounded anyway",
          fusion_files="miner.generate.upcast:render_demoted_fusion", **_UPCAST),
+    Kind("gemm_epilogue", "an aten rewrite: an addmm read only by a tanh GELU or ReLU as one cuBLASLt GEMM with "
+                          "the bias and activation in its epilogue (no kernel)",
+         command="miner generate --epilogues mined/epilogues.json", generator="miner.generate.epilogue:generate",
+         checks="miner.check.epilogue:validate", fusion_files="miner.generate.epilogue:render_fusion",
+         test_cases="miner.check.epilogue:fusion_test_cases", harness="gemm_epilogue",
+         bench="no kernel of its own (cuBLASLt through aten): `miner verify --ab` measures its step"),
     Kind("compute_once", "an identity after a small, expensive value Inductor recomputes per element of a "
                          "broadcast (no kernel)",
          command="miner generate --recomputed mined/recomputed.json", generator="miner.generate.realize:generate",

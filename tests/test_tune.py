@@ -178,6 +178,12 @@ def test_a_knob_mining_found_sites_for_joins_the_ab_with_why(tmp_path, capsys):
     assert tune._knobs_that_apply(_run(tmp_path, knobs="reduce_overhead")) == "reduce_overhead,gemm_epilogues"
     assert "knob gemm_epilogues added: mining found 1 addmm + activation its rule takes" in capsys.readouterr().out
     assert tune._knobs_that_apply(_run(tmp_path, knobs="")) == ""  # --knobs '': none
+    from miner.generate import epilogue as generated
+
+    (ws.candidates / generated.candidate_id()).mkdir(parents=True)
+    (ws.candidates / generated.candidate_id() / "candidate.json").write_text("{}")  # the candidate measures it
+    assert tune._knobs_that_apply(_run(tmp_path, knobs="reduce_overhead")) == "reduce_overhead"
+    (ws.candidates / generated.candidate_id() / "candidate.json").unlink()
     (tmp_path / "mined" / epilogue.EPILOGUES_FILE).write_text("{broken")
     assert tune._knobs_that_apply(_run(tmp_path, knobs="reduce_overhead")) == "reduce_overhead"
 

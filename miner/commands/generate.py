@@ -27,6 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the compute-once candidates, one per family (small, expensive values Inductor "
                              "recomputes per element of the larger kernels that read them: llama's RoPE cos/sin, t5's "
                              "relative-position bias lookup) from this mined/recomputed.json (`miner mine` writes it)")
+    parser.add_argument("--epilogues", metavar="EPILOGUES_JSON",
+                        help="write the GEMM-epilogue candidate (an addmm read only by a tanh GELU or ReLU as one "
+                             "cuBLASLt GEMM applying it, aten._addmm_activation) from this mined/epilogues.json "
+                             "(`miner mine` writes it)")
     parser.add_argument("--upcasts", metavar="UPCASTS_JSON",
                         help="write the upcast-matmul candidate (float32 bmm/mm of exact bf16/fp16 upcasts as a "
                              "bf16/fp16 GEMM with float32 output) from this mined/upcasts.json (`miner mine` writes it)")
@@ -48,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
         return _run_upcasts(args, ws)
     if args.recomputed:
         return _run_recomputed(args, ws)
+    if args.epilogues:
+        return _run_epilogues(args, ws)
     patterns = load_patterns(ws)
     if args.only:
         from miner.commands.patterns import find
@@ -191,5 +197,23 @@ def _run_recomputed(args: argparse.Namespace, ws) -> int:
         return 1
     for g in done:
         say(describe(g, ws.root))
+    next_step("`miner validate --all`")
+    return 0
+
+
+def _run_epilogues(args: argparse.Namespace, ws) -> int:
+    """``--epilogues FILE``: the GEMM-epilogue candidate (``miner.generate.epilogue``); keeps the other candidates."""
+    from miner.report.terminal import next_step, say
+
+    from miner.generate import epilogue
+    from miner.generate.generate import describe
+
+    rel = _mined_input(ws, "--epilogues", args.epilogues, "mined/epilogues.json")
+    g = epilogue.generate(ws, rel, f"miner generate --epilogues {rel}")
+    if g is None:
+        say(f"{args.epilogues}: the rule takes no addmm + activation there (`miner mine` printed why it declined "
+            f"them); nothing written", file=sys.stderr)
+        return 1
+    say(describe(g, ws.root))
     next_step("`miner validate --all`")
     return 0

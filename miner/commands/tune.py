@@ -3,10 +3,11 @@
 Stages, in order, each through the code of the verb that owns it:
 
 1. ``profile``  ``miner profile``: the compiled step's kernels, captures, ``mined/regions.json``;
-2. ``mine``     ``miner mine --models ...``: ``mined/patterns.json``, ``upcasts.json``, ``recomputed.json``;
+2. ``mine``     ``miner mine --models ...``: ``mined/patterns.json``, ``upcasts.json``, ``recomputed.json``,
+   ``epilogues.json``;
 3. ``generate`` every kind that applies (``miner.generate``): the best row patterns (``--top``), the
                 regions with the most measured time above floor (``--regions``), upcast matmuls,
-                compute-once values;
+                compute-once values, GEMM epilogues;
 4. ``validate`` ``miner.check.validate`` on each new candidate (numerics, the rewrite fires in a model);
 5. ``ab``       ``miner verify --ab``: the validated candidates and the knobs (``--knobs``) in the
                 model step, alternating; ``--record`` on CUDA (the candidates' in-model evidence);
@@ -152,10 +153,10 @@ def _mined(run: Run, out: dict) -> bool:
 def _generate(run: Run) -> dict:
     """Every kind that applies; one kind failing does not stop the others (its error is printed). The
     kinds go in the order validation and the A/B take them: regions (their time above floor was
-    measured in the step) first, then upcasts and recomputed values, then row patterns (estimated)."""
+    measured in the step) first, then upcasts, recomputed values and GEMM epilogues, then row patterns (estimated)."""
     from miner.core.pattern import load_patterns
     from miner.generate import generate as gen
-    from miner.generate import realize, upcast
+    from miner.generate import epilogue, realize, upcast
 
     ids: list[str] = []
 
@@ -181,6 +182,9 @@ def _generate(run: Run) -> dict:
     if (mined / "recomputed.json").is_file():
         kind("recomputed", lambda: realize.generate(run.ws, "mined/recomputed.json",
                                                     "miner generate --recomputed mined/recomputed.json"))
+    if (mined / "epilogues.json").is_file():
+        kind("epilogues", lambda: [epilogue.generate(run.ws, "mined/epilogues.json",
+                                                     "miner generate --epilogues mined/epilogues.json")])
     if run.args.top:
         kind("row patterns", rows)
     return {"candidates": ids}
@@ -333,8 +337,14 @@ def _knobs_that_apply(run: Run, quiet: bool = False) -> str:
 
 def _mined_knobs(run: Run) -> dict[str, str]:
     """Knobs mining found sites for in these models' graphs, with why: ``gemm_epilogues`` where
-    ``mined/epilogues.json`` holds an addmm + activation its rule takes (``miner.mine.epilogue``)."""
+    ``mined/epilogues.json`` holds an addmm + activation its rule takes (``miner.mine.epilogue``), unless the
+    ``gemm_epilogue`` candidate made from those sites is in the workspace: it measures the same rewrite, gated and
+    promotable, so the knob's two compiles would measure it twice."""
+    from miner.generate.epilogue import candidate_id
     from miner.mine import epilogue
+
+    if (run.ws.candidates / candidate_id() / "candidate.json").is_file():
+        return {}
 
     path = Path(run.ws.mined) / epilogue.EPILOGUES_FILE
     try:

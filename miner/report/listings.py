@@ -386,6 +386,10 @@ def steps_listing(d: Decision) -> Listing:
                      "verdict": s.shown, "mem": mem_text(s), "source": s.source} for s in d.steps])
 
 
+FIRES_TITLE = {"compute_once": "where the rule fires (each table, its shape -> the elements of its consumers)",
+               "gemm_epilogue": "where the rule fires (each GEMM's output -> the activation its epilogue applies)"}
+
+
 def unranked_show_listings(d: Decision, cand) -> list[Listing]:
     """``miner candidates show <id>`` of a candidate the ranking has no row for (an upcast matmul, a whole
     region): its decision, where it fires and declines, its in-model A/B and its validation."""
@@ -399,8 +403,7 @@ def unranked_show_listings(d: Decision, cand) -> list[Listing]:
     declined = [f"  {x['count']:5d}  {x['model']} {x['phase']}: {'; '.join(x['reasons'])}"
                 for x in meta.get("declined", ())]
     out = [Listing(f"{d.id}  {d.name}", [], [], facts, empty=""),
-           Listing(("where the rule fires (each table, its shape -> the elements of its consumers)"
-                    if meta.get("kind") == "compute_once" else "where the rule fires (the GEMM's inputs after the rewrite)")
+           Listing(FIRES_TITLE.get(meta.get("kind"), "where the rule fires (the GEMM's inputs after the rewrite)")
                    if meta.get("rule") else "where it was observed (its inputs)", [], [], fired, empty=""),
            Listing("where it declines", [], [], declined, empty="")]
     if d.steps:
@@ -409,10 +412,13 @@ def unranked_show_listings(d: Decision, cand) -> list[Listing]:
 
 
 def _observed(o: dict) -> str:
-    """One observed site's sizes: a rewritten GEMM's inputs, or a table computed once (its shape, the elements
-    its consumers read, the predicted saving)."""
+    """One observed site's sizes: a rewritten GEMM's inputs, a GEMM epilogue's output and activation, or a table
+    computed once (its shape, the elements its consumers read, the predicted saving)."""
     if "inputs" in o:
         return " x ".join(f"{i['dtype']}{i['shape']}" for i in o["inputs"])
+    if "activation" in o:  # a GEMM epilogue
+        return (f"{o.get('node', '')} {o['dtype']}{list(o['shape'])} -> {o['activation']}, "
+                f"{o.get('spared_bytes', 0) / 1e6:.1f} MB not moved")
     text = f"{list(o.get('shape', ()))} -> {o['consumer_numel']:,} elements" if "consumer_numel" in o else ""
     return text + (f", predicted {o['predicted_us']:.1f} us saved" if o.get("predicted_us") is not None else "")
 

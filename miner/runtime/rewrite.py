@@ -535,7 +535,7 @@ class FusionPass(CustomGraphPass):
         # A listed file may be absent (a fusion's wins.json before any GPU run): hashed as absent, so
         # the measurement appearing later changes the uuid too.
         files = tuple(sorted({f for e in self.entries for f in e.files} | {__file__, bits.__file__, drawn.__file__}
-                             | set(RULE_FILES)))
+                             | set(RULE_FILES) | {EPILOGUE_FILE}))
         h = hashlib.sha256(",".join(e.name for e in self.entries).encode())
         # what a match's decision depends on besides the files: a graph compiled with the kernels
         # interpreted on CPU tensors must never be served to a process without the interpreter
@@ -576,6 +576,7 @@ def decision_state(p: FusionPass) -> tuple:
 # ``upcast_decision`` -> upcast, ``recompute_decision`` -> recompute): a change
 # to them must change the pass's uuid, or Inductor's FX graph cache would serve graphs the old rule made.
 RULE_FILES = rules.source_files()
+EPILOGUE_FILE = str(Path(__file__).with_name("epilogue.py"))  # a GEMM-epilogue fusion's rewrite (its pattern.py imports it)
 
 
 def inductor_options(graph_pass: FusionPass) -> dict[str, Any]:
