@@ -44,8 +44,8 @@ def test_generate_writes_the_candidate_from_the_sites_the_rule_took(ws):
     assert [o["activation"] for o in meta["observed"]] == ["gelu_tanh", "relu"]
     assert meta["counts"]["fired"] == 2 and meta["counts"]["declined"] == 2
     assert meta["occurrences"] == {"gpt2": {"inference": 2}} and meta["source"] == {"epilogues": "mined/epilogues.json"}
-    assert {r for d in meta["declined"] for r in d["reasons"]} >= {next(r for d in meta["declined"] for r in d["reasons"]
-                                                                        if "computes none" in r)}
+    reasons = [r for d in meta["declined"] for r in d["reasons"]]  # the erf GELU, the pre-activation read outside
+    assert any("computes none of" in r for r in reasons) and any("read outside the chain" in r for r in reasons)
     src = (ws.candidates / CID / "pattern.py").read_text()
     assert "ACTIVATIONS = ('gelu_tanh', 'relu')" in src and "wins_gate" not in src
     gen.generate(ws, "mined/epilogues.json", "miner generate --epilogues mined/epilogues.json")
@@ -85,7 +85,7 @@ def test_each_check_fails_on_a_planted_bug(ws, monkeypatch):
     monkeypatch.setattr(runtime, "replace", lambda gemm, d: real(gemm, _inverted(d)))
     assert not checks.check_graph(module, CID)[0].ok
     emulated = checks.check_emulated(module, CID)
-    assert not emulated.ok and emulated.max_rel > 10 * checks.EMULATED_TOL, emulated.detail
+    assert not emulated.ok and emulated.max_rel > 10 * checks.EMULATED_TOL, emulated.detail  # 0.23 seen
     monkeypatch.setattr(runtime, "replace", real)
     assert checks.check_emulated(module, CID).ok
     monkeypatch.setattr(rule, "RTOL", 1e-2)  # loose enough to call the erf GELU a tanh GELU
@@ -233,3 +233,19 @@ def test_committed_sites_are_what_mining_writes_from_the_committed_captures(tmp_
     got = mined.mine(Workspace(tmp_path).load_graphs(["gpt2"]))
     want = mined.load(repo / COMMITTED_RUN / "mined" / "epilogues.json")
     assert json.loads(json.dumps(got["found"])) == want["found"] and want["counts"]["taken"] == 12
+
+
+def test_mining_a_cpu_capture_says_how_many_sites_cuda_would_take():
+    """On the CPU every GEMM is declined for the device; the summary tells the ones declined for nothing else (the
+    tanh GELU and the ReLU of the chain) from those a CUDA scan would decline too (the erf GELU, the pre-activation
+    read outside), and names the commands that take them."""
+    from miner.core.fxnode import node_record
+    from miner.core.records import CapturedGraph, GraphKey
+
+    gm = checks.traced("cpu")
+    graph = CapturedGraph(GraphKey("mine", "tiny", "infer", "inference"), tuple(node_record(n) for n in gm.graph.nodes))
+    line = mined.summary(mined.mine([graph]))
+    assert "4 addmm + activation, none taken" in line and "2 declined only for the device would be taken on CUDA" in line
+    assert "miner scan --device cuda" in line
+    taken = mined.summary(mined.mine([_mined_graph()]))
+    assert "2 addmm + activation the rule takes" in taken and "miner generate --epilogues" in taken

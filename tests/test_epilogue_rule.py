@@ -238,7 +238,7 @@ def test_mining_reports_what_the_knob_takes_what_it_spares_and_why_it_declines()
     assert not saved["ok"] and saved["spared_bytes"] == 0 and "pre-activation" in saved["reasons"][0]
     assert payload["counts"] == {"taken": 1, "declined": 1, "spared_bytes": 2048}
     line = mined.summary(payload)
-    assert "m infer gelu_tanh x1" in line and "--knobs gemm_epilogues" in line and "pre-activation" in line
+    assert "m infer gelu_tanh x1" in line and "--epilogues mined/epilogues.json" in line and "pre-activation" in line
 
 
 def test_the_ab_says_what_a_knobs_pass_took_in_each_compile():

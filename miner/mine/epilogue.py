@@ -16,7 +16,7 @@ from typing import Iterable
 
 from miner.core import dtypes
 from miner.core.records import CapturedGraph
-from miner.rules.epilogue import TARGET, check
+from miner.rules.epilogue import DEVICE_REASON, TARGET, check
 
 KIND, SCHEMA = "Epilogues", 1
 EPILOGUES_FILE = "epilogues.json"  # under mined/
@@ -109,11 +109,14 @@ def summary(payload: dict) -> str:
     top = sorted(reasons.items(), key=lambda kv: -kv[1])[:2]
     declined = (f"; declined {len(found) - len(ok)}: " + "; ".join(f"{n}x {r[:100]}" for r, n in top)) if top else ""
     if not ok:
-        return f"GEMM epilogues: {len(found)} addmm + activation, none taken{declined}"
+        device_only = sum(1 for f in found if len(f["reasons"]) == 1 and f["reasons"][0].startswith(DEVICE_REASON))
+        cuda = (f"; {device_only} declined only for the device would be taken on CUDA (`miner scan --device cuda`, "
+                f"then `miner mine` and `miner generate --epilogues mined/epilogues.json`)") if device_only else ""
+        return f"GEMM epilogues: {len(found)} addmm + activation, none taken{declined}{cuda}"
     parts = [f"{m} {mode} {a} x{n} ({b / 1e6:.0f} MB)" for (m, mode, a), (n, b) in sorted(groups.items())]
-    return (f"GEMM epilogues: {len(ok)} addmm + activation the gemm_epilogues knob takes ({'; '.join(parts)} "
-            f"spared per step){declined}; measure: `miner verify --ab --models <model> --mode infer --knobs "
-            f"gemm_epilogues`")
+    return (f"GEMM epilogues: {len(ok)} addmm + activation the rule takes ({'; '.join(parts)} spared per step)"
+            f"{declined}; make them a candidate: `miner generate --epilogues mined/epilogues.json` (or measure the "
+            f"knob: `miner verify --ab --models <model> --mode infer --knobs gemm_epilogues`)")
 
 
 __all__ = ["EPILOGUES_FILE", "Epilogue", "KIND", "SCHEMA", "find", "load", "mine", "save", "spared_bytes",

@@ -54,6 +54,7 @@ CHAIN_OPS = frozenset(LAYOUT | CONVERTS | set(UNARY) | set(BINARY))
 MAX_CHAIN = 24  # a longer chain is declined, not evaluated
 SAMPLES = 481
 RTOL = 1e-6
+DEVICE_REASON = "the epilogue is cuBLASLt's, CUDA only"  # how a decline for the device starts (mining counts them)
 
 
 def _gelu_tanh(x):
@@ -105,8 +106,7 @@ def operand_reasons(graph: Graph, rec: NodeRecord) -> list[str]:
     out = _spec(rec)
     reasons = []
     if (out.device or "").split(":")[0] != "cuda":
-        reasons.append(f"the epilogue is cuBLASLt's, CUDA only (the CPU's _addmm_activation applies the erf GELU; "
-                       f"device {out.device})")
+        reasons.append(f"{DEVICE_REASON} (the CPU's _addmm_activation applies the erf GELU; device {out.device})")
     if any(float(rec.kwargs.get(k, 1)) != 1.0 for k in ("beta", "alpha")) or len(rec.args) > 3:
         reasons.append("beta or alpha is not 1")
     refs = [node_ref(a) for a in rec.args[:3]]
@@ -314,4 +314,4 @@ def _replaced(graph: Graph, gemm: str, exit_: str) -> tuple[tuple[str, ...], str
                 f"the epilogue writes {low}")
 
 
-__all__ = ["ACTIVATIONS", "Decision", "TARGET", "chain_of", "check", "identify"]
+__all__ = ["ACTIVATIONS", "DEVICE_REASON", "Decision", "TARGET", "chain_of", "check", "identify"]
