@@ -79,6 +79,16 @@ def workspace_of(module) -> Path:
     return Path(module.__file__).resolve().parents[2]
 
 
+@pytest.fixture(scope="module", name="fusion")
+def named_pattern(request):
+    """The ``fusion`` fixture of a kind whose fusion is its ``pattern.py`` alone (compute_once, gemm_epilogue):
+    ``(name, pattern module)`` of the fusion the requesting test module names."""
+    from miner.runtime import fusions
+
+    name = request.module.FUSION
+    return name, fusions.load(workspace_of(request.module), name)
+
+
 def fusion_folder_as_candidate(module):
     """The fusion a test module names, as ``miner validate``'s checks take a candidate
     (``miner.core.candidate.Candidate``: its name, its folder and its ``fusion.json``)."""
@@ -100,4 +110,4 @@ def registry_is_loud(fusion, unknown: str) -> None:
         fusions.load(where, unknown)
 
 
-__all__ = ["bind", "fusion_folder_as_candidate", "pytest_generate_tests", "registry_is_loud", "workspace_of"]
+__all__ = ["bind", "fusion_folder_as_candidate", "named_pattern", "pytest_generate_tests", "registry_is_loud", "workspace_of"]

@@ -12,18 +12,10 @@ import pytest
 import torch
 
 from miner.check import realize as checks
-from miner.runtime import fusions
-from miner_testing import workspace_of
+from miner_testing import named_pattern as fusion  # noqa: F401 - the fixture FIXTURES names
 
 FIXTURES = ("fusion",)
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-
-
-@pytest.fixture(scope="module")
-def fusion(request):
-    """``(name, pattern module)`` of the fusion the requesting test module names."""
-    name = request.module.FUSION
-    return name, fusions.load(workspace_of(request.module), name)
 
 
 def test_computes_the_shared_tables_once_in_the_traced_chain(fusion, case):
