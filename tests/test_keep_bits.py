@@ -246,17 +246,24 @@ def test_under_the_knob_a_dropout_region_draws_the_mask_and_the_backward_saves_i
     """With the knob, t5's relu + dropout region (``fusions/relu_dropout``, drawing the knob's four-per-call stream)
     takes the draw back (``miner.runtime.drawn``): no ``philox4_keep_bits`` runs, the backward saves the bits packed
     from the region's own mask (no bool mask), and the step equals the region's without the knob bitwise (one
-    stream, one mask in forward and backward). No region taking it: the knob's graph exactly. Planted: bits
-    packed from the complement of the region's mask break the gradients, not the loss."""
+    stream, one mask in forward and backward); under ``philox4_dropout_bits_in_region`` the region's kernel stores
+    those bits itself (``rewrite.pack_in_kernel``), the same step. No region taking it: the knob's graph exactly.
+    Planted: bits of the complement of the region's mask, packed by the pass or stored by the kernel, break the
+    gradients, not the loss."""
     n = 2 * 16 * 128
     a_loss, a_grads, a_saved, a_calls = _region_step(None, _relu_dropout(), device)  # the region alone: a bool mask saved
     assert a_saved.count((torch.bool, n)) == 2 and [c.pattern_id for c in a_calls] == ["pf4693d7449_x4"]  # +ReLU's
     both = _relu_dropout()
     b_loss, b_grads, b_saved, b_calls = _region_step(mask_bits.DrawDropoutBits(), both, device)
-    assert both.counts["relu_dropout"] >= 1 and both.draws_taken >= 1
+    assert both.counts["relu_dropout"] >= 1 and both.draws_taken >= 1 and both.masks_packed == 0  # a pass packs them
     assert [c.pattern_id for c in b_calls] == ["pf4693d7449_x4"]  # the region drew it; the op never ran
     assert (torch.uint8, n // 8) in b_saved and b_saved.count((torch.bool, n)) == 1, b_saved  # ReLU's mask only
     assert torch.equal(a_loss, b_loss) and all(torch.equal(g, h) for g, h in zip(a_grads, b_grads))
+    # philox4_dropout_bits_in_region: the region's kernel stores the saved bits itself, the same step
+    inreg = _relu_dropout()
+    r_loss, r_grads, r_saved, r_calls = _region_step(mask_bits.DrawDropoutBitsInRegion(), inreg, device)
+    assert inreg.draws_taken >= 1 and inreg.masks_packed >= 1 and [c.pattern_id for c in r_calls] == ["pf4693d7449_x4"]
+    assert r_saved == b_saved and torch.equal(r_loss, a_loss) and all(torch.equal(g, h) for g, h in zip(r_grads, a_grads))
 
     # no region to take it: the draw put back, the knob's own step (the op draws, the bits saved)
     k_loss, k_grads, k_saved, k_calls = _region_step(mask_bits.DrawDropoutBits(), None, device)
@@ -267,15 +274,25 @@ def test_under_the_knob_a_dropout_region_draws_the_mask_and_the_backward_saves_i
 
     import miner.runtime.drawn as drawn_mod
 
-    real = bits.pack
-    try:  # planted: the saved bits packed from the complement of the region's mask
-        drawn_mod.bits.pack = lambda m: real(~m)
+    with pytest.MonkeyPatch.context() as m:
+        real = bits.pack  # planted: the packing pass packs the complement of the region's mask
+        m.setattr(drawn_mod.bits, "pack", lambda mask: real(~mask))
         bad = _relu_dropout()
         p_loss, p_grads, _, _ = _region_step(mask_bits.DrawDropoutBits(), bad, device)
-    finally:
-        drawn_mod.bits.pack = real
-    assert bad.draws_taken >= 1 and torch.equal(p_loss, a_loss)
+    assert bad.draws_taken >= 1 and bad.masks_packed == 0 and torch.equal(p_loss, a_loss)
     assert not all(torch.allclose(g, h) for g, h in zip(p_grads, a_grads))
+
+    real_run = launch.run  # planted: the region's kernel stores the complement of its mask as the saved bits
+
+    def inverted(spec, xs, scalars, **kw):
+        outs = real_run(spec, xs, scalars, **kw)
+        return tuple(~o if k in kw.get("bits", ()) else o for k, o in enumerate(outs))
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(launch, "run", inverted)
+        wrong = _relu_dropout()
+        w_loss, w_grads, _, _ = _region_step(mask_bits.DrawDropoutBitsInRegion(), wrong, device)
+    assert wrong.masks_packed >= 1 and torch.equal(w_loss, a_loss)
+    assert not all(torch.allclose(g, h) for g, h in zip(w_grads, a_grads))
 
 
 def test_only_a_region_drawing_the_knobs_stream_may_take_a_drawn_mask():
@@ -298,7 +315,9 @@ def test_only_a_region_drawing_the_knobs_stream_may_take_a_drawn_mask():
 
 def test_the_ab_judges_the_knob_with_a_region_taking_its_draw():
     """The knob with a region that took its draw back: the step's masks are recorded by the region (the op never
-    runs), and the judge injects them: ok; the same variant whose saved bits are the complement's fails."""
+    runs), and the judge injects them: ok; the same variant whose saved bits are the complement's fails, whether a
+    packing pass packed them (``philox4_dropout_bits``) or the region's kernel stored them
+    (``philox4_dropout_bits_in_region``)."""
     from miner.check import ab
     from miner.check.verify import make_parity
     from miner.runtime import rewrite
@@ -326,14 +345,31 @@ def test_the_ab_judges_the_knob_with_a_region_taking_its_draw():
     assert p.judged == masks.METHOD and p.ok is True, p
     import miner.runtime.drawn as drawn_mod
 
-    real = bits.pack
-    try:  # planted: the backward's bits packed from the complement of the mask the region applied
-        drawn_mod.bits.pack = lambda m: real(~m)
+    with pytest.MonkeyPatch.context() as m:  # planted: the backward's bits packed from the complement of the mask
+        real = bits.pack
+        m.setattr(drawn_mod.bits, "pack", lambda mask: real(~mask))
         bad = live("knob:philox4_dropout_bits+fusions", KNOB, _relu_dropout(), ("relu_dropout",))
-    finally:
-        drawn_mod.bits.pack = real
-    assert bad.res.matches.get("relu_dropout")
+        assert bad.res.matches.get("relu_dropout")
     worse = judge(default, bad, before)
+    assert worse.judged == masks.METHOD and worse.ok is False, worse
+
+    in_region = knobs.get("philox4_dropout_bits_in_region")  # the region's kernel stores the bits: judged alike
+    fused = _relu_dropout()
+    stored = live("knob:philox4_dropout_bits_in_region+fusions", in_region, fused, ("relu_dropout",))
+    assert "packed into bits by their region's kernel" in ab.taken_text(fused)
+    p = judge(default, stored, before)
+    assert p.judged == masks.METHOD and p.ok is True, p
+
+    real_run = launch.run  # planted: the backward's bits, stored by the region's kernel, the complement of its mask
+
+    def inverted(spec, xs, scalars, **kw):
+        outs = real_run(spec, xs, scalars, **kw)
+        return tuple(~o if k in kw.get("bits", ()) else o for k, o in enumerate(outs))
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(launch, "run", inverted)
+        bad = live("knob:philox4_dropout_bits_in_region+fusions", in_region, _relu_dropout(), ("relu_dropout",))
+        assert bad.res.matches.get("relu_dropout")
+        worse = judge(default, bad, before)
     assert worse.judged == masks.METHOD and worse.ok is False, worse
 
 

@@ -16,7 +16,8 @@ from miner.core.errors import UsageError
 def test_builtin_knobs_say_what_they_change():
     assert set(knobs.KNOBS) == {"sdpa_reduced_math", "reduce_overhead", "max_autotune_no_cudagraphs",
                                 "coordinate_descent", "combo_kernels", "benchmark_fusion", "pack_dropout_masks",
-                                "pack_bool_masks", "recompute_dropout_masks", "philox4_dropout_bits", "gemm_epilogues"}
+                                "pack_bool_masks", "recompute_dropout_masks", "philox4_dropout_bits",
+                                "philox4_dropout_bits_in_region", "gemm_epilogues"}
     sdpa = knobs.get("sdpa_reduced_math")
     assert sdpa.context is not None and not sdpa.options and "bf16" in sdpa.numerics
     ro = knobs.get("reduce_overhead")

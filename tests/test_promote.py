@@ -94,7 +94,7 @@ def test_promote_writes_fusion_test_and_registry(ws):
     assert 'rewrite.load_module(Path(__file__).with_name("kernel.py")' in pattern  # a sibling, by path
     assert "import fusions" not in pattern and "miner_fusions" not in pattern
     assert pattern.splitlines()[1] == f"# Do not edit; regenerate with: miner promote {r.id} --name softmax_like"
-    assert "def launch(x0, *, variant=None, config=None)" in (folder / "kernel.py").read_text()
+    assert "def launch(x0, *, variant=None, config=None, bits=())" in (folder / "kernel.py").read_text()
     registry = (ws.fusions / "__init__.py").read_text()
     assert "_Fusions(_Path(__file__).resolve().parent)" in registry  # the folder's fusions, whatever it holds
     test = (ws.root / "tests" / "fusions" / "test_softmax_like.py").read_text()

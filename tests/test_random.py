@@ -166,3 +166,25 @@ def test_inductor_stream_is_still_available():
     # catches --rng inductor no longer drawing Inductor's numbers (the committed p010eaa2cbb is that candidate)
     text = (REPO / "candidates/p010eaa2cbb/kernel.py").read_text()
     assert "uniform(v0, lin)" in text and "RAND4" not in text and "_philox" not in text
+
+
+def test_tiling_check_fails_when_the_kernel_stores_its_mask_bits_out_of_order(x4):
+    # planted bug: the kernel's bits path stores element 8 i + k in bit 7 - k (its bool mask is right): only the
+    # bits half of the check sees it, in every tiling
+    from miner.check.validate import check_tiling
+    from miner.core import candidate as candidates
+
+    helper = (REPO / "miner/runtime/jit.py").read_text()
+    body = helper[helper.index("@triton.jit\ndef store_mask("):]
+    assert "k = tl.arange(0, 8)[None, None, :]" in body
+    planted = body.replace("k = tl.arange(0, 8)[None, None, :]", "k = 7 - tl.arange(0, 8)[None, None, :]")
+    cand = _broken(x4, "pf4693d7449_x4", "store_mask, ", "")
+    k = cand.path / "kernel.py"
+    text = k.read_text()
+    k.write_text(text.replace("\n\ndef reference(", "\n\n" + planted + "\n\ndef reference(", 1))
+    entry = {"inputs": [{"shape": [112], "dtype": "int64", "stride": None},
+                        {"shape": [2, 3, 1024], "dtype": "bfloat16", "stride": None}], "scalars": [3, 0.5, 2.0]}
+    c = check_tiling(cand, "planted", entry, DEVICE)
+    assert c.ok is False and "stored as bits" in c.detail, c.detail
+    good = check_tiling(candidates.at(x4.candidates / "pf4693d7449_x4"), "unbroken", entry, DEVICE)
+    assert good.ok and "stored as bits alike (output 0)" in good.detail, good.detail

@@ -3,7 +3,8 @@
 """Triton kernels for pattern p010eaa2cbb and their launcher.
 
 ``launch(x0, x1, x2, x3, c0, c1, c2, c3, c4)`` returns the pattern's outputs as a tuple of fresh contiguous
-tensors. Rows are the last dim of the inputs' broadcast shape; short rows take
+tensors (``bits``: bool outputs returned packed, eight elements a byte, as a backward saves
+them). Rows are the last dim of the inputs' broadcast shape; short rows take
 ``one_pass_kernel`` (whole rows in one tile), long ones ``looped_kernel`` (1
 reduction pass(es) over column chunks, then a storing pass). Layout, the choice of kernel and
 the per-shape tile tuning are ``miner.runtime.launch.run``; the ``@triton.jit`` helpers come from
@@ -17,7 +18,7 @@ import triton
 import triton.language as tl
 
 from miner.runtime import launch as _launch
-from miner.runtime.jit import load_full, load_masked, pow_c, uniform
+from miner.runtime.jit import load_full, load_masked, pow_c, store_mask, uniform
 import torch._inductor.inductor_prims  # noqa: F401 - registers prims.inductor_random & co.
 
 PATTERN_ID = "p010eaa2cbb"
@@ -86,7 +87,7 @@ def one_pass_kernel(
     v11 = (v6 * v10)  # aten.mul
     v12 = (a0 * v11)  # aten.mul
     v13 = v12  # prims.convert_element_type
-    tl.store(out0_ptr + rows * n_cols + cols, v3.to(out0_ptr.dtype.element_ty), mask=mask)
+    store_mask(out0_ptr, rows * n_cols + cols, v3, mask, rows * n_cols, 0, tl.where(row_mask, n_cols, 0))
     tl.store(out1_ptr + rows * n_cols + cols, v6.to(out1_ptr.dtype.element_ty), mask=mask)
     tl.store(out3_ptr + rows * n_cols + cols, v13.to(out3_ptr.dtype.element_ty), mask=mask)
     tl.store(out2_ptr + rows, v10.to(out2_ptr.dtype.element_ty), mask=row_mask)
@@ -120,6 +121,7 @@ def looped_kernel(
     # pass 1: v8
     acc_v8 = tl.zeros([ROWS, BLOCK], tl.float32)
     cols = tl.arange(0, BLOCK)[None, :]
+    chunk = 0
     mask = row_mask & (cols >= lead) & (cols < end)
     lin = abase + cols  # row-major element offset: row_start + (cols - lead)
     a1 = load_masked(x1_ptr, x1_row, x1_sc, abase, lead, cols, mask, X1_ALIGNED).to(tl.float32)
@@ -134,6 +136,7 @@ def looped_kernel(
     acc_v8 = acc_v8 + tl.where(mask, v7, 0.0)
     for start in range(BLOCK, n_main, BLOCK):
         cols = start + tl.arange(0, BLOCK)[None, :]
+        chunk = start
         lin = abase + cols  # row-major element offset: row_start + (cols - lead)
         a1 = load_full(x1_ptr, x1_row, x1_sc, abase, lead, cols, X1_ALIGNED).to(tl.float32)
         a3 = load_full(x3_ptr, x3_row, x3_sc, abase, lead, cols, X3_ALIGNED).to(tl.float32)
@@ -147,6 +150,7 @@ def looped_kernel(
         acc_v8 = acc_v8 + v7
     if tail < end:
         cols = tail + tl.arange(0, BLOCK)[None, :]
+        chunk = tail
         mask = row_mask & (cols < end)
         lin = abase + cols  # row-major element offset: row_start + (cols - lead)
         a1 = load_masked(x1_ptr, x1_row, x1_sc, abase, lead, cols, mask, X1_ALIGNED).to(tl.float32)
@@ -164,6 +168,7 @@ def looped_kernel(
     v10 = tl.rsqrt(v9)  # aten.rsqrt
     # last pass: recompute and store the full-row outputs
     cols = tl.arange(0, BLOCK)[None, :]
+    chunk = 0
     mask = row_mask & (cols >= lead) & (cols < end)
     lin = abase + cols  # row-major element offset: row_start + (cols - lead)
     a0 = load_masked(x0_ptr, x0_row, x0_sc, abase, lead, cols, mask, X0_ALIGNED).to(tl.float32)
@@ -178,11 +183,12 @@ def looped_kernel(
     v11 = (v6 * v10)  # aten.mul
     v12 = (a0 * v11)  # aten.mul
     v13 = v12  # prims.convert_element_type
-    tl.store(out0_ptr + abase + cols, v3.to(out0_ptr.dtype.element_ty), mask=mask)
+    store_mask(out0_ptr, abase + cols, v3, mask, abase + chunk, lead - chunk, end - chunk)
     tl.store(out1_ptr + abase + cols, v6.to(out1_ptr.dtype.element_ty), mask=mask)
     tl.store(out3_ptr + abase + cols, v13.to(out3_ptr.dtype.element_ty), mask=mask)
     for start in range(BLOCK, n_main, BLOCK):
         cols = start + tl.arange(0, BLOCK)[None, :]
+        chunk = start
         lin = abase + cols  # row-major element offset: row_start + (cols - lead)
         a0 = load_full(x0_ptr, x0_row, x0_sc, abase, lead, cols, X0_ALIGNED).to(tl.float32)
         a1 = load_full(x1_ptr, x1_row, x1_sc, abase, lead, cols, X1_ALIGNED).to(tl.float32)
@@ -196,11 +202,12 @@ def looped_kernel(
         v11 = (v6 * v10)  # aten.mul
         v12 = (a0 * v11)  # aten.mul
         v13 = v12  # prims.convert_element_type
-        tl.store(out0_ptr + abase + cols, v3.to(out0_ptr.dtype.element_ty))
+        store_mask(out0_ptr, abase + cols, v3, None, abase + chunk, None, None)
         tl.store(out1_ptr + abase + cols, v6.to(out1_ptr.dtype.element_ty))
         tl.store(out3_ptr + abase + cols, v13.to(out3_ptr.dtype.element_ty))
     if tail < end:
         cols = tail + tl.arange(0, BLOCK)[None, :]
+        chunk = tail
         mask = row_mask & (cols < end)
         lin = abase + cols  # row-major element offset: row_start + (cols - lead)
         a0 = load_masked(x0_ptr, x0_row, x0_sc, abase, lead, cols, mask, X0_ALIGNED).to(tl.float32)
@@ -215,7 +222,7 @@ def looped_kernel(
         v11 = (v6 * v10)  # aten.mul
         v12 = (a0 * v11)  # aten.mul
         v13 = v12  # prims.convert_element_type
-        tl.store(out0_ptr + abase + cols, v3.to(out0_ptr.dtype.element_ty), mask=mask)
+        store_mask(out0_ptr, abase + cols, v3, mask, abase + chunk, lead - chunk, end - chunk)
         tl.store(out1_ptr + abase + cols, v6.to(out1_ptr.dtype.element_ty), mask=mask)
         tl.store(out3_ptr + abase + cols, v13.to(out3_ptr.dtype.element_ty), mask=mask)
     tl.store(out2_ptr + rows, v10.to(out2_ptr.dtype.element_ty), mask=row_mask)
@@ -232,5 +239,5 @@ KERNEL = _launch.KernelSpec(one_pass_kernel, looped_kernel, reference, OUTPUT_KI
                             _out_meta, seeds=SEEDS, columns=COLUMNS)
 
 
-def launch(x0, x1, x2, x3, c0, c1, c2, c3, c4, *, variant=None, config=None):
-    return _launch.run(KERNEL, (x0, x1, x2, x3,), (int(c0), float(c1), float(c2), float(c3), float(c4), ), variant=variant, config=config)
+def launch(x0, x1, x2, x3, c0, c1, c2, c3, c4, *, variant=None, config=None, bits=()):
+    return _launch.run(KERNEL, (x0, x1, x2, x3,), (int(c0), float(c1), float(c2), float(c3), float(c4), ), variant=variant, config=config, bits=bits)

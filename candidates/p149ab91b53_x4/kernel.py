@@ -3,7 +3,8 @@
 """Triton kernels for pattern p149ab91b53_x4 and their launcher.
 
 ``launch(x0, x1, x2, x3, x4, x5, x6, c0, c1, c2, c3, c4)`` returns the pattern's outputs as a tuple of fresh contiguous
-tensors. Rows are the last dim of the inputs' broadcast shape; short rows take
+tensors (``bits``: bool outputs returned packed, eight elements a byte, as a backward saves
+them). Rows are the last dim of the inputs' broadcast shape; short rows take
 ``one_pass_kernel`` (whole rows in one tile), long ones ``looped_kernel`` (2
 reduction pass(es) over column chunks, then a storing pass). Layout, the choice of kernel and
 the per-shape tile tuning are ``miner.runtime.launch.run``; the ``@triton.jit`` helpers come from
@@ -17,7 +18,7 @@ import triton
 import triton.language as tl
 
 from miner.runtime import launch as _launch
-from miner.runtime.jit import load_full, load_masked, uniform_at, uniform_tile4
+from miner.runtime.jit import load_full, load_masked, store_mask, uniform_at, uniform_tile4
 import torch._inductor.inductor_prims  # noqa: F401 - registers prims.inductor_random & co.
 from miner.runtime import philox as _philox
 
@@ -120,7 +121,7 @@ def one_pass_kernel(
     v17 = (v16 * a5)  # aten.mul
     v18 = (v17 + a6)  # aten.add
     v19 = v18  # prims.convert_element_type
-    tl.store(out0_ptr + rows * n_cols + cols, v3.to(out0_ptr.dtype.element_ty), mask=mask)
+    store_mask(out0_ptr, rows * n_cols + cols, v3, mask, rows * n_cols, 0, tl.where(row_mask, n_cols, 0))
     tl.store(out2_ptr + rows * n_cols + cols, v16.to(out2_ptr.dtype.element_ty), mask=mask)
     tl.store(out3_ptr + rows * n_cols + cols, v19.to(out3_ptr.dtype.element_ty), mask=mask)
     tl.store(out1_ptr + rows, v13.to(out1_ptr.dtype.element_ty), mask=row_mask)
@@ -315,7 +316,7 @@ def looped_kernel(
     v17 = (v16 * a5)  # aten.mul
     v18 = (v17 + a6)  # aten.add
     v19 = v18  # prims.convert_element_type
-    tl.store(out0_ptr + abase + cols, v3.to(out0_ptr.dtype.element_ty), mask=mask)
+    store_mask(out0_ptr, abase + cols, v3, mask, abase + chunk, lead - chunk, end - chunk)
     tl.store(out2_ptr + abase + cols, v16.to(out2_ptr.dtype.element_ty), mask=mask)
     tl.store(out3_ptr + abase + cols, v19.to(out3_ptr.dtype.element_ty), mask=mask)
     for start in range(BLOCK, n_main, BLOCK):
@@ -344,7 +345,7 @@ def looped_kernel(
         v17 = (v16 * a5)  # aten.mul
         v18 = (v17 + a6)  # aten.add
         v19 = v18  # prims.convert_element_type
-        tl.store(out0_ptr + abase + cols, v3.to(out0_ptr.dtype.element_ty))
+        store_mask(out0_ptr, abase + cols, v3, None, abase + chunk, None, None)
         tl.store(out2_ptr + abase + cols, v16.to(out2_ptr.dtype.element_ty))
         tl.store(out3_ptr + abase + cols, v19.to(out3_ptr.dtype.element_ty))
     if tail < end:
@@ -374,7 +375,7 @@ def looped_kernel(
         v17 = (v16 * a5)  # aten.mul
         v18 = (v17 + a6)  # aten.add
         v19 = v18  # prims.convert_element_type
-        tl.store(out0_ptr + abase + cols, v3.to(out0_ptr.dtype.element_ty), mask=mask)
+        store_mask(out0_ptr, abase + cols, v3, mask, abase + chunk, lead - chunk, end - chunk)
         tl.store(out2_ptr + abase + cols, v16.to(out2_ptr.dtype.element_ty), mask=mask)
         tl.store(out3_ptr + abase + cols, v19.to(out3_ptr.dtype.element_ty), mask=mask)
     tl.store(out1_ptr + rows, v13.to(out1_ptr.dtype.element_ty), mask=row_mask)
@@ -391,5 +392,5 @@ KERNEL = _launch.KernelSpec(one_pass_kernel, looped_kernel, reference, OUTPUT_KI
                             _out_meta, seeds=SEEDS, columns=COLUMNS, rand4=True)
 
 
-def launch(x0, x1, x2, x3, x4, x5, x6, c0, c1, c2, c3, c4, *, variant=None, config=None):
-    return _launch.run(KERNEL, (x0, x1, x2, x3, x4, x5, x6,), (int(c0), float(c1), float(c2), float(c3), float(c4), ), variant=variant, config=config)
+def launch(x0, x1, x2, x3, x4, x5, x6, c0, c1, c2, c3, c4, *, variant=None, config=None, bits=()):
+    return _launch.run(KERNEL, (x0, x1, x2, x3, x4, x5, x6,), (int(c0), float(c1), float(c2), float(c3), float(c4), ), variant=variant, config=config, bits=bits)

@@ -3,7 +3,8 @@
 """Triton kernels for pattern p5c43aa4a1f and their launcher.
 
 ``launch(x0, c0, c1, c2)`` returns the pattern's outputs as a tuple of fresh contiguous
-tensors. Rows are the last dim of the inputs' broadcast shape; short rows take
+tensors (``bits``: bool outputs returned packed, eight elements a byte, as a backward saves
+them). Rows are the last dim of the inputs' broadcast shape; short rows take
 ``one_pass_kernel`` (whole rows in one tile), long ones ``looped_kernel`` (0
 reduction pass(es) over column chunks, then a storing pass). Layout, the choice of kernel and
 the per-shape tile tuning are ``miner.runtime.launch.run``; the ``@triton.jit`` helpers come from
@@ -121,5 +122,5 @@ KERNEL = _launch.KernelSpec(one_pass_kernel, looped_kernel, reference, OUTPUT_KI
                             _out_meta)
 
 
-def launch(x0, c0, c1, c2, *, variant=None, config=None):
-    return _launch.run(KERNEL, (x0,), (float(c0), float(c1), float(c2), ), variant=variant, config=config)
+def launch(x0, c0, c1, c2, *, variant=None, config=None, bits=()):
+    return _launch.run(KERNEL, (x0,), (float(c0), float(c1), float(c2), ), variant=variant, config=config, bits=bits)

@@ -64,7 +64,7 @@ def _fake(x0, x1, x2, x3, x4, x5, x6, c0, c1, c2, c3, c4):
 
 
 OP = rewrite.define_op(OP_NAME, N_INPUTS, N_SCALARS, N_OUTPUTS,
-                       impl=lambda *args: _kernel().launch(*args), fake=_fake)
+                       impl=lambda *args, **kw: _kernel().launch(*args, **kw), fake=_fake)
 
 
 # Nodes another Inductor kernel also reads (it recomputes them): ``search`` returns them too, so

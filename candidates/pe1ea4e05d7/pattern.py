@@ -50,7 +50,7 @@ def _fake(x0):
 
 
 OP = rewrite.define_op(OP_NAME, N_INPUTS, N_SCALARS, N_OUTPUTS,
-                       impl=lambda *args: _kernel().launch(*args), fake=_fake)
+                       impl=lambda *args, **kw: _kernel().launch(*args, **kw), fake=_fake)
 
 
 def search(x0):

@@ -51,7 +51,7 @@ def _fake(x0, x1, c0, c1, c2):
 
 
 OP = rewrite.define_op(OP_NAME, N_INPUTS, N_SCALARS, N_OUTPUTS,
-                       impl=lambda *args: _kernel().launch(*args), fake=_fake)
+                       impl=lambda *args, **kw: _kernel().launch(*args, **kw), fake=_fake)
 
 
 # Nodes another Inductor kernel also reads (it recomputes them): ``search`` returns them too, so

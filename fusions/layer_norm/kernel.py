@@ -3,7 +3,8 @@
 """Triton kernels for pattern p4b9b2f0dcb and their launcher.
 
 ``launch(x0, x1, x2, c0)`` returns the pattern's outputs as a tuple of fresh contiguous
-tensors. Rows are the last dim of the inputs' broadcast shape; short rows take
+tensors (``bits``: bool outputs returned packed, eight elements a byte, as a backward saves
+them). Rows are the last dim of the inputs' broadcast shape; short rows take
 ``one_pass_kernel`` (whole rows in one tile), long ones ``looped_kernel`` (2
 reduction pass(es) over column chunks, then a storing pass). Layout, the choice of kernel and
 the per-shape tile tuning are ``miner.runtime.launch.run``; the ``@triton.jit`` helpers come from
@@ -179,5 +180,5 @@ KERNEL = _launch.KernelSpec(one_pass_kernel, looped_kernel, reference, OUTPUT_KI
                             _out_meta)
 
 
-def launch(x0, x1, x2, c0, *, variant=None, config=None):
-    return _launch.run(KERNEL, (x0, x1, x2,), (float(c0), ), variant=variant, config=config)
+def launch(x0, x1, x2, c0, *, variant=None, config=None, bits=()):
+    return _launch.run(KERNEL, (x0, x1, x2,), (float(c0), ), variant=variant, config=config, bits=bits)

@@ -141,9 +141,11 @@ class ABResult:
 
 def taken_text(graph_pass) -> str:
     """``; 60 of the knob's mask draws taken by the regions`` where a knob drawing the masks itself
-    (``philox4_dropout_bits``) gave regions their draws back (``miner.runtime.drawn``); "" elsewhere."""
-    n = getattr(graph_pass, "draws_taken", 0)
-    return f"; {n} of the knob's mask draws taken by the regions (miner.runtime.drawn)" if n else ""
+    (``philox4_dropout_bits``) gave regions their draws back (``miner.runtime.drawn``), and how many saved masks
+    the regions' kernels pack into bits (``miner.runtime.rewrite.pack_in_kernel``); "" elsewhere."""
+    n, packed = getattr(graph_pass, "draws_taken", 0), getattr(graph_pass, "masks_packed", 0)
+    out = f"; {n} of the knob's mask draws taken by the regions (miner.runtime.drawn)" if n else ""
+    return out + (f"; {packed} saved masks packed into bits by their region's kernel" if packed else "")
 
 
 def knob_pass_counts(knob) -> dict[str, tuple[Counter, Counter]]:

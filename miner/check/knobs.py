@@ -23,7 +23,8 @@ backward draws Inductor's seeded masks again from the saved seed), ``pack_bool_m
 activation in its epilogue; inference),
 ``philox4_dropout_bits`` (the masks drawn four per Philox call into bits by one kernel: another random stream,
 judged by its masks injected; with the fusions, a dropout region drawing that stream draws its mask instead and the
-bits are packed from it: ``miner.runtime.drawn``). Your own: ``--knobs module:attr``
+bits are packed from it: ``miner.runtime.drawn``), ``philox4_dropout_bits_in_region`` (the same, the region's kernel
+storing the saved bits itself: ``miner.runtime.rewrite.pack_in_kernel``). Your own: ``--knobs module:attr``
 where ``attr`` is a :class:`Knob` (or a function returning one), imported from the current
 directory like a model factory::
 
@@ -41,7 +42,8 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
 
-from miner.check.mask_bits import DrawDropoutBits, PackBoolMasks, PackDropoutMasks, RecomputeDropoutMasks
+from miner.check.mask_bits import (DrawDropoutBits, DrawDropoutBitsInRegion, PackBoolMasks, PackDropoutMasks,
+                                   RecomputeDropoutMasks)
 from miner.core.errors import UsageError
 from miner.runtime.epilogue import GemmEpilogues
 from miner.runtime.keep_bits import PATTERN_ID as PHILOX4_BITS
@@ -123,6 +125,16 @@ def _mode_options(mode: str) -> dict:
     return dict(torch._inductor.list_mode_options(mode))
 
 
+
+def _philox4(name: str, joint_pass, doc: str) -> Knob:
+    """A knob whose joint-graph pass draws the dropout masks four per Philox call into bits (``joint_pass``)."""
+    return Knob(name, doc, options={"joint_custom_post_pass": joint_pass},
+                numerics="another dropout random stream (miner.runtime.philox: a function of the seed and the element's "
+                         "index only, kept where u > p in float32): the same law, other masks; parity by its masks "
+                         "injected",
+                how=f"torch._inductor.config.joint_custom_post_pass = miner.check.mask_bits.{type(joint_pass).__name__}()",
+                draws=PHILOX4_BITS)
+
 KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("sdpa_reduced_math",
          "torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True): SDPA's math path keeps fp16/bf16 "
@@ -157,16 +169,16 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "bytes and adds a Philox draw per element to the backward, not the numerics (the same masks)",
          options={"joint_custom_post_pass": RecomputeDropoutMasks()},
          how="torch._inductor.config.joint_custom_post_pass = miner.check.mask_bits.RecomputeDropoutMasks()"),
-    Knob("philox4_dropout_bits",
-         "Inductor joint_custom_post_pass miner.check.mask_bits.DrawDropoutBits: in training, each dropout keep "
-         "mask Inductor draws from its seeded random op is drawn instead by one kernel four numbers per Philox call "
-         "(Inductor: one call per element), straight into bits, which the forward and the backward unpack where "
-         "they read the mask; saves seven eighths of the masks' bytes and most of their Philox work",
-         options={"joint_custom_post_pass": DrawDropoutBits()},
-         numerics="another dropout random stream (miner.runtime.philox: a function of the seed and the element's index "
-                  "only, kept where u > p in float32): the same law, other masks; parity by its masks injected",
-         how="torch._inductor.config.joint_custom_post_pass = miner.check.mask_bits.DrawDropoutBits()",
-         draws=PHILOX4_BITS),
+    _philox4("philox4_dropout_bits", DrawDropoutBits(),
+             "Inductor joint_custom_post_pass miner.check.mask_bits.DrawDropoutBits: in training, each dropout keep "
+             "mask Inductor draws from its seeded random op is drawn instead by one kernel four numbers per Philox "
+             "call (Inductor: one call per element), straight into bits, which the forward and the backward unpack "
+             "where they read the mask; saves seven eighths of the masks' bytes and most of their Philox work"),
+    _philox4("philox4_dropout_bits_in_region", DrawDropoutBitsInRegion(),
+             "philox4_dropout_bits (Inductor joint_custom_post_pass miner.check.mask_bits.DrawDropoutBitsInRegion), "
+             "and where a dropout region of the fusions takes a mask's draw back its own kernel stores the saved "
+             "bits (miner.runtime.rewrite.pack_in_kernel) instead of a packing pass reading the bool mask back; "
+             "without the fusions the same as philox4_dropout_bits"),
     Knob("pack_bool_masks",
          "Inductor joint_custom_post_pass miner.check.mask_bits.PackBoolMasks: in training, every bool tensor of "
          "4096 elements or more that the backward reads and the forward can compute (dropout keep masks, a ReLU's "

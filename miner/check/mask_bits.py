@@ -236,6 +236,18 @@ class DrawDropoutBits(_JointPass):
         graph.lint()
 
 
+class DrawDropoutBitsInRegion(DrawDropoutBits):
+    """:class:`DrawDropoutBits` (the ``philox4_dropout_bits_in_region`` knob), its op's nodes marked so that a dropout
+    region taking the draw back stores the saved bits in its own kernel (``miner.runtime.rewrite.pack_in_kernel``)
+    instead of a packing pass reading its bool mask back."""
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        super().__call__(graph)
+        for n in graph.nodes:
+            if n.meta.get(bits_tag.TAG) == bits_tag.KEEP_BITS:
+                n.meta[bits_tag.IN_KERNEL] = True
+
+
 def bit_drawable(node: torch.fx.Node) -> tuple[torch.fx.Node, ...] | None:
     """:func:`seeded_mask` of ``node`` where ``miner::philox4_keep_bits`` can draw it: ``gt(u, p)`` (dropout's
     keep mask, ``p`` a number in [0, 1)) of a uniform draw (``"rand"``) read by nothing else."""

@@ -127,8 +127,13 @@ def _mask_of(outs) -> list:
 
 def check_tiling(cand: Candidate, label: str, entry: dict, device: str) -> Check:
     """The same mask (bitwise) from every launch of :func:`tilings` on the same inputs: an
-    element's random number depends on (seed, its index) only, never on the tile or the kernel."""
+    element's random number depends on (seed, its index) only, never on the tile or the kernel. Where the
+    shape allows a bool output to be stored as bits (``launch(..., bits=...)``, what the backward saves:
+    ``miner.rules.contract.bits_contract``), every tiling's bits unpack to the default launch's mask too."""
     import torch
+
+    from miner.rules.contract import bits_contract
+    from miner.runtime import bits
 
     t0 = time.perf_counter()
     xs = make_inputs(entry["inputs"], device=device, seed=0)
@@ -136,20 +141,33 @@ def check_tiling(cand: Candidate, label: str, entry: dict, device: str) -> Check
     from miner.check.cases import rows
 
     n_cols = rows(entry)[1]
+    kernel = cand.kernel_module
+
+    def failed(detail: str) -> Check:
+        return Check("stream", label, False, detail, seconds=time.perf_counter() - t0)
     try:
-        base = _mask_of(cand.kernel_module.launch(*xs, *cs))
-        for variant, config in tilings(n_cols):
-            got = _mask_of(cand.kernel_module.launch(*xs, *cs, variant=variant, config=config))
+        raw = kernel.launch(*xs, *cs)
+        base = _mask_of(raw)
+        packed = tuple(k for k, o in enumerate(raw) if o.dtype == torch.bool
+                       and not bits_contract(tuple(o.shape), "bool", kernel.OUTPUT_KINDS[k]))
+        for variant, config in [(None, None)] + tilings(n_cols):
+            got = _mask_of(kernel.launch(*xs, *cs, variant=variant, config=config)) if variant else base
+            at = f"under {variant} ROWS={config[0]} BLOCK={config[1]}" if variant else "in the default launch"
             for i, (a, b) in enumerate(zip(base, got)):
                 if not torch.equal(a, b):
-                    bad = int((a != b).sum())
-                    return Check("stream", label, False, f"output {i}: {bad} mask element(s) differ under {variant} "
-                                 f"ROWS={config[0]} BLOCK={config[1]} from the default launch",
-                                 seconds=time.perf_counter() - t0)
+                    return failed(f"output {i}: {int((a != b).sum())} mask element(s) differ {at} from the default "
+                                  "launch")
+            if packed:
+                as_bits = kernel.launch(*xs, *cs, variant=variant, config=config, bits=packed)
+                for k in packed:
+                    b = bits.unpack(as_bits[k], raw[k].shape)
+                    if not torch.equal(b, raw[k]):
+                        return failed(f"output {k} stored as bits: {int((b != raw[k]).sum())} mask element(s) "
+                                      f"differ {at} from the bool mask")
     except Exception as e:  # noqa: BLE001 - any failure of the kernel is a failed check
-        return Check("stream", label, False, f"{type(e).__name__}: {str(e).splitlines()[0][:300]}",
-                     seconds=time.perf_counter() - t0)
-    return Check("stream", label, True, f"same mask in {len(tilings(n_cols)) + 1} tilings",
+        return failed(f"{type(e).__name__}: {str(e).splitlines()[0][:300]}")
+    as_bits = f", stored as bits alike (output {', '.join(map(str, packed))})" if packed else ""
+    return Check("stream", label, True, f"same mask in {len(tilings(n_cols)) + 1} tilings{as_bits}",
                  seconds=time.perf_counter() - t0)
 
 

@@ -19,7 +19,7 @@ from miner.generate.lower import PatternSpec, Program, Value, signature_params
 TEMPLATES = Path(__file__).with_name("templates")
 # miner.runtime.jit's helpers (its __all__ but the fill_random kernel)
 JIT_HELPERS = ("tanh", "pow_rt", "pow_c", "load_masked", "load_full", "uniform", "normal", "uniform_tile4",
-               "uniform_at", "gather_masked", "gather_full")
+               "uniform_at", "gather_masked", "gather_full", "store_mask")
 
 
 # a reduction's per-row result from its [ROWS, BLOCK] accumulator (or masked operand) ``a``
@@ -138,7 +138,16 @@ class _Emitter:
             val = self.v[o]
             if val.kind != kinds:
                 continue
-            if kinds == "vec":
+            if kinds == "vec" and val.is_bool:  # bool, or bits where the launch asks for them (a saved mask)
+                # the bool store exactly as any output's; the bits' span (start, lo, hi) per byte (jit.store_mask)
+                if not aligned:
+                    span = "rows * n_cols + cols, {o}, mask, rows * n_cols, 0, tl.where(row_mask, n_cols, 0)"
+                elif masked:
+                    span = "abase + cols, {o}, mask, abase + chunk, lead - chunk, end - chunk"
+                else:
+                    span = "abase + cols, {o}, None, abase + chunk, None, None"
+                lines.append(f"store_mask(out{i}_ptr, {span.format(o=o)})")
+            elif kinds == "vec":
                 at = "abase + cols" if aligned else "rows * n_cols + cols"
                 m = ", mask=mask" if masked else ""
                 lines.append(f"tl.store(out{i}_ptr + {at}, {o}.to(out{i}_ptr.dtype.element_ty){m})")
@@ -218,7 +227,8 @@ class _Emitter:
         loads and stores start on 16-element boundaries (so Triton vectorizes them even when
         n_cols is odd, e.g. a 50257-word vocabulary), and a masked tail chunk.
         """
-        rand4 = self.p.rand4
+        # the chunk's first column: the four-per-call stream's group counter and a stored mask's start read it
+        rand4 = self.p.rand4 or any(self.v[o].kind == "vec" and self.v[o].is_bool for o in self.p.outputs)
         body = ["cols = tl.arange(0, BLOCK)[None, :]"] + (["chunk = 0"] if rand4 else []) + [
                 "mask = row_mask & (cols >= lead) & (cols < end)"] + lines(True)
         body += ["for start in range(BLOCK, n_main, BLOCK):",

@@ -141,3 +141,19 @@ def _squeeze_leading(shape: Sequence) -> tuple:
     while i < len(shape) and shape[i] == 1:
         i += 1
     return shape[i:]
+
+
+BITS_GROUP = 8  # mask elements per byte when a kernel stores a bool output as bits
+
+
+def bits_contract(shape: Sequence[int], dtype: str, kind: str) -> list[str]:
+    """Why a generated row kernel cannot store this output as bits (``miner.runtime.jit.store_mask``): an
+    empty list when it can. A byte's eight elements must lie in one row and in one tile of one program, so
+    rows hold a multiple of eight elements (the kernel's tiles and chunks then start at multiples of eight;
+    a reduction-free pattern re-cut into power-of-two rows keeps that)."""
+    reasons = []
+    if dtype != "bool" or kind != "vec":
+        reasons.append(f"a {dtype} {kind} output: only bool per-element outputs are stored as bits")
+    if not shape or shape[-1] % BITS_GROUP:
+        reasons.append(f"rows of {shape[-1] if shape else 0} elements: not a multiple of {BITS_GROUP}")
+    return reasons

@@ -26,7 +26,15 @@ PACK, BITS, UNPACK, UNPACKED = "pack", "bits", "unpack", "unpacked"
 # ``miner::philox4_keep_bits`` nodes (the ``philox4_dropout_bits`` knob), the dtype the draw they replace was cast
 # to before its comparison (meta key; None: none), and the nodes ``miner.runtime.drawn`` inserts
 KEEP_BITS, DRAW_CAST, DRAWN, REPACK = "keep_bits", "miner_draw_cast", "drawn", "repack"
+# meta key: the region taking this draw stores the saved bits in its own kernel (``miner.runtime.rewrite.pack_in_kernel``;
+# the ``philox4_dropout_bits_in_region`` knob sets it on its op's nodes, ``miner.runtime.drawn`` on the pack it inserts)
+IN_KERNEL = "miner_pack_in_kernel"
 PER_BYTE = 8  # mask elements per saved byte
+
+
+def packed_size(numel: int) -> int:
+    """Bytes :func:`pack` makes of ``numel`` elements."""
+    return -(-numel // PER_BYTE)
 
 
 def pack(mask: torch.Tensor) -> torch.Tensor:
@@ -78,7 +86,7 @@ def insert_traced(graph: torch.fx.Graph, fn, args: list, *, after: torch.fx.Node
     return out
 
 
-def _sources(node: torch.fx.Node, through: frozenset[str]) -> set[torch.fx.Node]:
+def sources(node: torch.fx.Node, through: frozenset[str]) -> set[torch.fx.Node]:
     """The nodes ``node`` reads, followed back through nodes tagged one of ``through``; constants'
     nodes (no tensor ``val``) left out."""
     out: set[torch.fx.Node] = set()
@@ -98,13 +106,13 @@ def _sources(node: torch.fx.Node, through: frozenset[str]) -> set[torch.fx.Node]
 def source_mask(unpacked: torch.fx.Node) -> torch.fx.Node | None:
     """The mask ``unpacked`` (a node tagged ``"unpacked"``) is ``unpack(pack(mask))`` of, when ``mask``
     is a node of this graph of the same shape and dtype; else None (the bits are a graph input)."""
-    bits = _sources(unpacked, frozenset({UNPACK}))
+    bits = sources(unpacked, frozenset({UNPACK}))
     if len(bits) != 1:
         return None
     (b,) = bits
     if b.meta.get(TAG) != BITS or b.op != "call_function":
         return None
-    masks = _sources(b, frozenset({PACK, BITS}))
+    masks = sources(b, frozenset({PACK, BITS}))
     if len(masks) != 1:
         return None
     (mask,) = masks

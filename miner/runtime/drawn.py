@@ -14,7 +14,9 @@ p)`` read by the forward's users, and ``pack(mask)`` where the graph returned ``
 knob's stream (``RNG == "philox4"``: ``u(L)`` word ``L % 4`` of the Philox call at counter ``L // 4``, kept where
 ``u > p`` in float32, the bf16 cast elided: the numbers ``philox4_keep_bits`` draws) may then take the draw: its
 mask output is what the backward's bits are packed from, so the forward and the backward read one mask
-whatever the region drew (``miner.runtime.rewrite.match_reasons`` declines a kernel drawing another stream).
+whatever the region drew (``miner.runtime.rewrite.match_reasons`` declines a kernel drawing another stream). Under the
+``philox4_dropout_bits_in_region`` knob (its op's node marked :data:`miner.runtime.bits.IN_KERNEL`) the pack is
+marked too, and ``miner.runtime.rewrite.pack_in_kernel`` has the region's kernel store the bits itself.
 :func:`settle`, after the patterns, puts back every draw no region took: ``bits`` drawn by the op, the forward
 reading ``unpack(bits)``, exactly the graph the knob made.
 
@@ -102,6 +104,8 @@ def fold(graph: torch.fx.Graph) -> list[Fold]:
         mask = bits.insert_traced(graph, lambda s: _draw(s, index, list(shape), cast, p), [seeds], after=unpacked,
                                   tags=(bits.DRAWN, bits.DRAWN))
         packed = bits.insert_traced(graph, bits.pack, [mask], after=mask, tags=(bits.REPACK, bits.REPACK))
+        if kb.meta.get(bits.IN_KERNEL):  # the knob asks the region's kernel to store these bits itself
+            packed.meta[bits.IN_KERNEL] = True
         unpacked.replace_all_uses_with(mask)
         kb.replace_all_uses_with(packed, delete_user_cb=lambda u: u.op == "output")
         bits.erase_unused(unpacked)

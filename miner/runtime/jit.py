@@ -26,6 +26,10 @@ They run under ``TRITON_INTERPRET=1`` as well (``tests/test_jit.py`` checks each
   tiles that do not cover whole groups). ``fill_uniform4`` (a kernel) writes ``u(L)`` for a
   whole tensor through either (the statistics' and tests' draw). ``fill_keep_bits`` (a kernel) writes the
   keep mask ``u(L) > p`` of a whole tensor as bits (``miner.runtime.keep_bits``'s op).
+- ``store_mask(out_ptr, at, v, mask, start, lo, hi)``: a generated kernel's bool output. Stored as bool, or, where
+  the launch gave it a uint8 output (``miner.runtime.launch.run``'s ``bits``: a dropout mask the backward
+  saves), packed as ``miner.runtime.bits.pack`` packs it: each eight consecutive elements one byte, so
+  the kernel writes an eighth of the bytes and no separate pass packs them.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ import triton
 import triton.language as tl
 
 __all__ = ["tanh", "pow_rt", "pow_c", "load_masked", "load_full", "uniform", "normal", "fill_random",
-           "philox_words", "uniform_tile4", "uniform_at", "fill_uniform4", "fill_keep_bits", "gather_masked", "gather_full"]
+           "philox_words", "uniform_tile4", "uniform_at", "fill_uniform4", "fill_keep_bits", "gather_masked", "gather_full",
+           "store_mask"]
 
 
 @triton.jit
@@ -198,3 +203,24 @@ def fill_keep_bits(seeds_ptr, index, out_ptr, numel, nbytes, p, BLOCK: tl.conste
     k = tl.arange(0, 8)[None, :]
     keep = (u > p) & (b[:, None] * 8 + k < numel)
     tl.store(out_ptr + b, tl.sum(keep.to(tl.int32) << k, axis=1).to(tl.uint8), mask=b < nbytes)
+
+
+@triton.jit
+def store_mask(out_ptr, at, v, mask, start, lo, hi):
+    """A bool tile ``v`` at element offsets ``at`` (``[R, B]``) under ``mask`` (None: every element), exactly as
+    a generated kernel stores any output. A uint8 ``out_ptr`` takes bits instead: element ``8 i + k`` in bit ``k``
+    of byte ``i``, where tile column ``j`` of row ``r`` is element ``start[r] + j`` and is stored where
+    ``lo <= j < hi`` (``lo`` None: every column). The launch's contract (rows of a multiple of eight elements)
+    makes ``start``, ``lo`` and ``hi`` multiples of eight, so each byte is stored whole by one program, at offsets
+    and under a mask computed per byte, never reduced from the elements'."""
+    if out_ptr.dtype.element_ty == tl.uint8:
+        k = tl.arange(0, 8)[None, None, :]
+        byte = tl.sum(tl.reshape(tl.broadcast_to(v.to(tl.int32), at.shape), (at.shape[0], at.shape[1] // 8, 8)) << k,
+                      axis=2)
+        j8 = tl.arange(0, at.shape[1] // 8)[None, :] * 8
+        if lo is None:
+            tl.store(out_ptr + (start >> 3) + (j8 >> 3), byte.to(tl.uint8))
+        else:
+            tl.store(out_ptr + (start >> 3) + (j8 >> 3), byte.to(tl.uint8), mask=(j8 >= lo) & (j8 < hi))
+    else:
+        tl.store(out_ptr + at, v.to(out_ptr.dtype.element_ty), mask=mask)

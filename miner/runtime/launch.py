@@ -40,7 +40,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from miner.rules.contract import row_shape, shape_contract
+from miner.rules.contract import BITS_GROUP, bits_contract, row_shape, shape_contract
 from miner.runtime import direct as _direct
 
 ONE_PASS_MAX = 8192  # longest row the one-pass kernel holds; longer rows take the looped kernel
@@ -277,18 +277,24 @@ class KernelSpec:
 
 
 def run(spec: KernelSpec, xs: Sequence, scalars: Sequence, *, variant: str | None = None,
-        config: tuple[int, int, int] | None = None) -> tuple:
+        config: tuple[int, int, int] | None = None, bits: Sequence[int] = ()) -> tuple:
     """Run a generated pattern (``spec``: its kernel.py's ``KERNEL``) on ``xs`` (tensors) and ``scalars``;
     returns fresh contiguous outputs.
 
-    ``variant`` forces ``one_pass`` or ``looped``; ``config`` forces (ROWS, BLOCK, num_warps).
+    ``variant`` forces ``one_pass`` or ``looped``; ``config`` forces (ROWS, BLOCK, num_warps); ``bits``: the
+    bool outputs the kernel stores as bits (uint8, ``miner.runtime.bits.pack``'s layout; what the backward
+    saves of a dropout mask), each within :func:`bits_contract` (else :class:`ContractError`).
     """
-    outs = _run(spec, xs, scalars, variant, config)
+    outs = _run(spec, xs, scalars, variant, config, tuple(bits))
     if RECORDERS and spec.seeds:
         import torch
 
+        from miner.runtime import bits as _bits
+
+        shapes = spec.out_meta(tuple(tuple(x.shape) for x in xs), tuple(x.dtype for x in xs), tuple(scalars))
         record(Drawn(spec.pattern_id, {k: xs[k].clone() for k in spec.seeds}, tuple(scalars),
-                     tuple(o.clone() if o.dtype == torch.bool else None for o in outs)))
+                     tuple(_bits.unpack(o, shapes[k][0]) if k in bits else o.clone() if o.dtype == torch.bool
+                           else None for k, o in enumerate(outs))))
     return outs
 
 
@@ -299,7 +305,7 @@ def record(drawn: "Drawn") -> None:
         calls.append(drawn)
 
 
-def _run(spec: KernelSpec, xs, scalars, variant, config) -> tuple:
+def _run(spec: KernelSpec, xs, scalars, variant, config, bits: tuple) -> tuple:
     """:func:`run` without the recording."""
     import torch
 
@@ -308,10 +314,10 @@ def _run(spec: KernelSpec, xs, scalars, variant, config) -> tuple:
         raise RuntimeError(f"{spec.pattern_id}: CPU tensors need TRITON_INTERPRET=1 set before triton is imported")
     key = (spec.pattern_id, id(spec.one_pass_kernel), variant, config, spec.levels, tuple(spec.seeds),
            tuple(spec.columns), spec.rand4, device, tuple((x.shape, x.stride(), x.dtype) for x in xs),
-           tuple(s for s in scalars if not isinstance(s, int)))
+           tuple(s for s in scalars if not isinstance(s, int)), bits)
     plan = PLANS.get(key)
     if plan is None:
-        outs, plan = _first_launch(spec, xs, scalars, variant, config)
+        outs, plan = _first_launch(spec, xs, scalars, variant, config, bits)
         _direct.LAUNCHES["triton"] += 1
         if not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
             PLANS[key] = plan  # a tile picked untimed inside a capture is not kept (see ``pick``)
@@ -363,7 +369,7 @@ class Plan:
 PLANS: dict[tuple, Plan] = {}
 
 
-def _first_launch(spec: KernelSpec, xs, scalars, variant, config) -> tuple[tuple, Plan]:
+def _first_launch(spec: KernelSpec, xs, scalars, variant, config, bits: tuple = ()) -> tuple[tuple, Plan]:
     """:func:`run` for shapes not seen before: check the contract, lay the rows out, pick the tile,
     launch; returns the outputs and the :class:`Plan` later calls reuse."""
     import torch
@@ -377,6 +383,7 @@ def _first_launch(spec: KernelSpec, xs, scalars, variant, config) -> tuple[tuple
     gathered = tuple((k, tuple(v.shape)) for k, (v, x) in enumerate(zip(viewed, xs)) if v is not x)
     check_contract(pattern_id, spec.reference, xs, scalars, spec.output_kinds, seeds, gathered)
     metas = spec.out_meta(tuple(tuple(x.shape) for x in xs), tuple(x.dtype for x in xs), tuple(scalars))
+    metas = _packed_metas(pattern_id, metas, spec.output_kinds, bits)
     xs = viewed
     outs = tuple(torch.empty(s, dtype=d, device=device) for s, d in metas)
     seed_idx = tuple(k for k in range(len(xs)) if k in set(seeds))
@@ -388,6 +395,8 @@ def _first_launch(spec: KernelSpec, xs, scalars, variant, config) -> tuple[tuple
     n_rows = math.prod(shape[:-1])
     if n_rows * n_cols == 0:
         return outs, Plan(tuple(metas), None)
+    if bits and n_cols % BITS_GROUP:  # the outputs' rows were checked; the kernel's rows are the inputs'
+        raise ContractError(f"{pattern_id}: bits asked for rows of {n_cols} elements (a multiple of {BITS_GROUP})")
     if levels == 0 and variant is None:
         flat = flat_rows(shape, xs, n_rows * n_cols)
         if flat is not None:
@@ -433,6 +442,22 @@ def _first_launch(spec: KernelSpec, xs, scalars, variant, config) -> tuple[tuple
     launch(cfg)
     return outs, Plan(tuple(metas), kernel, grid_of(cfg), seed_idx, row_idx, copy_shape, (n_rows, n_cols, d1, d2),
                       tuple(strides), constexprs(cfg), _direct.Direct() if device.type == "cuda" else None)
+
+
+def _packed_metas(pattern_id: str, metas: tuple, kinds: Sequence[str], bits: tuple) -> tuple:
+    """``metas`` with each output of ``bits`` a uint8 vector of its packed bytes (:func:`bits_contract`)."""
+    import torch
+
+    if not bits:
+        return metas
+    out = list(metas)
+    for k in bits:
+        shape, dtype = metas[k]
+        reasons = bits_contract(shape, str(dtype).removeprefix("torch."), kinds[k])
+        if reasons:
+            raise ContractError(f"{pattern_id}: output {k} cannot be stored as bits: " + "; ".join(reasons))
+        out[k] = ((-(-math.prod(shape) // BITS_GROUP),), torch.uint8)
+    return tuple(out)
 
 
 def rand4_flag(variant: str, n_cols: int, block: int) -> bool:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import operator
 import os
 import time
 from collections import Counter
@@ -82,7 +83,9 @@ def scalar_trace_values(n: int) -> dict[str, float]:
 
 
 def op_schema(n_inputs: int, n_scalars: int, n_outputs: int) -> str:
-    params = [f"Tensor x{k}" for k in range(n_inputs)] + [f"float c{c}" for c in range(n_scalars)]
+    """A generated row kernel's op: its tensors, its scalars, and ``packed``: the bool outputs it returns as bits
+    (``miner.runtime.bits.pack``'s layout, written by the kernel: :func:`pack_in_kernel`)."""
+    params = [f"Tensor x{k}" for k in range(n_inputs)] + [f"float c{c}" for c in range(n_scalars)] + ["int[] packed=[]"]
     ret = "Tensor" if n_outputs == 1 else "(" + ", ".join(["Tensor"] * n_outputs) + ")"
     return f"({', '.join(params)}) -> {ret}"
 
@@ -103,23 +106,30 @@ def define_op(qualname: str, n_inputs: int, n_scalars: int, n_outputs: int,
         _OPS[qualname] = getattr(getattr(torch.ops, ns), name).default
     if qualname in _OPS:
         have = _OPS[qualname]._schema
-        if (len(have.arguments), len(have.returns)) != (n_inputs + n_scalars, n_outputs):
+        if (len(have.arguments), len(have.returns)) != (n_inputs + n_scalars + 1, n_outputs):
             # two pattern modules of one pattern id with other outputs (a candidate is generated from one
             # occurrence's outputs): running one's op for the other's match would be wrong, so refuse
             raise MinerError(f"custom op {qualname} is already defined with {len(have.returns)} output(s) and "
                              f"{len(have.arguments)} argument(s); this module needs {n_outputs} and "
-                             f"{n_inputs + n_scalars}: load one of the two per process")
+                             f"{n_inputs + n_scalars + 1}: load one of the two per process")
         return _OPS[qualname]
+    n_args = n_inputs + n_scalars
 
     def fresh(outs):
         return outs[0] if n_outputs == 1 else tuple(outs)
 
-    def _impl(*args):
-        return fresh(tuple(impl(*args)))
+    def split(args, kwargs):  # the pattern's arguments, and the outputs asked for as bits
+        return args[:n_args], tuple(args[n_args] if len(args) > n_args else kwargs.get("packed", ()))
 
-    def _fake(*args):
-        outs = fake(*args)
-        return fresh(tuple(torch.empty_like(o, memory_format=torch.contiguous_format) for o in outs))
+    def _impl(*args, **kwargs):
+        args, packed = split(args, kwargs)
+        return fresh(tuple(impl(*args, bits=packed) if packed else impl(*args)))
+
+    def _fake(*args, **kwargs):
+        args, packed = split(args, kwargs)
+        outs = tuple(torch.empty_like(o, memory_format=torch.contiguous_format) for o in fake(*args))
+        return fresh(tuple(o.new_empty((bits.packed_size(o.numel()),), dtype=torch.uint8) if k in packed else o
+                           for k, o in enumerate(outs)))
 
     # a plain ``torch.library.Library`` registration, not ``torch.library.custom_op``: the op runs
     # on the host between Inductor's kernels on every call, and custom_op's Python wrapper costs ~30 us
@@ -133,6 +143,52 @@ def define_op(qualname: str, n_inputs: int, n_scalars: int, n_outputs: int,
     torch.library.register_fake(qualname, _fake, lib=lib)
     _OPS[qualname] = getattr(getattr(torch.ops, ns), name).default
     return _OPS[qualname]
+
+
+PACK_CHAIN = (bits.PACK, bits.BITS, bits.REPACK)  # the nodes of ``pack(mask)`` (a knob's, or drawn.fold's)
+
+
+def pack_in_kernel(graph: torch.fx.Graph) -> int:
+    """Each ``pack(mask)`` marked :data:`miner.runtime.bits.IN_KERNEL` whose ``mask`` is a bool output of a
+    generated kernel's op (:func:`define_op`) that nothing else reads: the kernel stores that output as bits itself
+    (the op's ``packed``), the pack's nodes gone. The mask the backward saves is then written once, at an eighth of
+    its bytes, by the kernel that drew it, where a pass of its own read it back (t5's step: 106 launches, 2.0 ms
+    on an H100). Only where a knob asks (``philox4_dropout_bits_in_region``): the first such kernel measured slower
+    in t5's step than the pass it replaced (H100, 2026-12-08). Declined, and left as it was, where
+    :func:`miner.rules.contract.bits_contract` refuses the output. Returns the outputs packed."""
+    from miner.rules.contract import bits_contract
+
+    ops = set(_OPS.values())
+    done = 0
+    for result in [n for n in graph.nodes if n.meta.get(bits.TAG) in PACK_CHAIN and n.meta.get(bits.IN_KERNEL)]:
+        sources = bits.sources(result, frozenset(PACK_CHAIN))
+        if len(sources) != 1:
+            continue
+        (mask,) = sources
+        op = mask.args[0] if mask.target is operator.getitem else None
+        if not (isinstance(op, torch.fx.Node) and op.target in ops and isinstance(mask.args[1], int)
+                and not op.kwargs.get("packed")):
+            continue
+        k = mask.args[1]
+        if any(u.meta.get(bits.TAG) not in PACK_CHAIN for u in mask.users) or any(
+                g is not mask and g.target is operator.getitem and g.args[1] == k and g.users for g in op.users):
+            continue  # the forward reads the mask too
+        val = mask.meta.get("val")
+        if not isinstance(val, torch.Tensor) or bits_contract(tuple(val.shape), str(val.dtype).removeprefix("torch."),
+                                                                "vec"):
+            continue
+        op.kwargs = {**op.kwargs, "packed": [k]}
+        if "eager_input_vals" in op.meta:  # Inductor constrains a custom op's arguments to these (a list by zip)
+            args, kwargs = op.meta["eager_input_vals"]
+            op.meta["eager_input_vals"] = (args, {**kwargs, "packed": [k]})
+        vals = list(op.meta["val"])
+        vals[k] = result.meta["val"]
+        op.meta["val"] = tuple(vals)
+        mask.meta["val"] = result.meta["val"]
+        result.replace_all_uses_with(mask)
+        bits.erase_unused(result, PACK_CHAIN)
+        done += 1
+    return done
 
 
 def match_ok(match, op_name: str, n_inputs: int, input_kinds: Sequence[str], random: bool = False,
@@ -461,6 +517,7 @@ class FusionPass(CustomGraphPass):
         self._passes: dict[str, Any] | None = None
         self._hits_at_start = _cache_hits()
         self.draws_taken = 0  # masks the philox4_dropout_bits knob drew that a region drew instead (miner.runtime.drawn)
+        self.masks_packed = 0  # saved masks a region's kernel stores as bits itself (:func:`pack_in_kernel`)
 
     @property
     def declined(self) -> dict[str, Counter[str]]:
@@ -521,7 +578,9 @@ class FusionPass(CustomGraphPass):
             if folds:  # the draws no region took: the knob's op draws them again, whatever happened above
                 self.draws_taken += drawn.settle(graph, folds)
                 stable_topological_sort(graph)
-                self._lap("(prepare)", t)
+                t = self._lap("(prepare)", t)
+        self.masks_packed += pack_in_kernel(graph)
+        self._lap("(prepare)", t)
 
     def _lap(self, what: str, since: float) -> float:
         """Adds the seconds since ``since`` to ``seconds[what]``; returns now."""
