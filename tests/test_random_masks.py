@@ -152,9 +152,8 @@ def test_fails_on_a_scale_of_one(tmp_path, floor):
 
 def test_fails_when_the_mask_output_is_another_draw(tmp_path, floor):
     # planted: the values use the mask of seed s, the mask output (what the backward reads) is drawn at s + 1
-    old = "tl.store(out0_ptr + rows * n_cols + cols, v3.to(out0_ptr.dtype.element_ty), mask=mask)"
-    new = ("tl.store(out0_ptr + rows * n_cols + cols, (uniform_at(v0 + 1, lin) > c1).to(out0_ptr.dtype.element_ty),"
-           " mask=mask)")
+    old = "store_mask(out0_ptr, rows * n_cols + cols, v3, mask,"
+    new = "store_mask(out0_ptr, rows * n_cols + cols, (uniform_at(v0 + 1, lin) > c1), mask,"
     bad = _candidate(tmp_path, "p010eaa2cbb_x4", "m1", {"kernel.py": [(old, new)]})
     r = _parity([bad], floor)
     assert r.ok is False, r
