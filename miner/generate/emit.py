@@ -228,14 +228,14 @@ class _Emitter:
         n_cols is odd, e.g. a 50257-word vocabulary), and a masked tail chunk.
         """
         # the chunk's first column: the four-per-call stream's group counter and a stored mask's start read it
-        rand4 = self.p.rand4 or any(self.v[o].kind == "vec" and self.v[o].is_bool for o in self.p.outputs)
-        body = ["cols = tl.arange(0, BLOCK)[None, :]"] + (["chunk = 0"] if rand4 else []) + [
+        chunk = self.p.rand4 or any(self.v[o].kind == "vec" and self.v[o].is_bool for o in self.p.outputs)
+        body = ["cols = tl.arange(0, BLOCK)[None, :]"] + (["chunk = 0"] if chunk else []) + [
                 "mask = row_mask & (cols >= lead) & (cols < end)"] + lines(True)
         body += ["for start in range(BLOCK, n_main, BLOCK):",
-                 "    cols = start + tl.arange(0, BLOCK)[None, :]"] + (["    chunk = start"] if rand4 else []) \
+                 "    cols = start + tl.arange(0, BLOCK)[None, :]"] + (["    chunk = start"] if chunk else []) \
             + ["    " + ln for ln in lines(False)]
         body += ["if tail < end:",
-                 "    cols = tail + tl.arange(0, BLOCK)[None, :]"] + (["    chunk = tail"] if rand4 else []) + [
+                 "    cols = tail + tl.arange(0, BLOCK)[None, :]"] + (["    chunk = tail"] if chunk else []) + [
                  "    mask = row_mask & (cols < end)"] + ["    " + ln for ln in lines(True)]
         return body
 

@@ -21,6 +21,8 @@ import math
 
 import torch
 
+from miner.rules.contract import BITS_GROUP
+
 TAG = "miner_mask_bits"
 PACK, BITS, UNPACK, UNPACKED = "pack", "bits", "unpack", "unpacked"
 # ``miner::philox4_keep_bits`` nodes (the ``philox4_dropout_bits`` knob), the dtype the draw they replace was cast
@@ -29,7 +31,7 @@ KEEP_BITS, DRAW_CAST, DRAWN, REPACK = "keep_bits", "miner_draw_cast", "drawn", "
 # meta key: the region taking this draw stores the saved bits in its own kernel (``miner.runtime.rewrite.pack_in_kernel``;
 # the ``philox4_dropout_bits_in_region`` knob sets it on its op's nodes, ``miner.runtime.drawn`` on the pack it inserts)
 IN_KERNEL = "miner_pack_in_kernel"
-PER_BYTE = 8  # mask elements per saved byte
+PER_BYTE = BITS_GROUP  # mask elements per saved byte (a kernel storing bits itself packs them alike)
 
 
 def packed_size(numel: int) -> int:

@@ -448,6 +448,8 @@ def _packed_metas(pattern_id: str, metas: tuple, kinds: Sequence[str], bits: tup
     """``metas`` with each output of ``bits`` a uint8 vector of its packed bytes (:func:`bits_contract`)."""
     import torch
 
+    from miner.runtime import bits as _bits
+
     if not bits:
         return metas
     out = list(metas)
@@ -456,7 +458,7 @@ def _packed_metas(pattern_id: str, metas: tuple, kinds: Sequence[str], bits: tup
         reasons = bits_contract(shape, str(dtype).removeprefix("torch."), kinds[k])
         if reasons:
             raise ContractError(f"{pattern_id}: output {k} cannot be stored as bits: " + "; ".join(reasons))
-        out[k] = ((-(-math.prod(shape) // BITS_GROUP),), torch.uint8)
+        out[k] = ((_bits.packed_size(math.prod(shape)),), torch.uint8)
     return tuple(out)
 
 
