@@ -227,6 +227,15 @@ def _region_step(joint_pass, fusion_pass, device="cpu"):
     return loss.detach(), [x.grad] + [p.grad for p in model.parameters()], sorted(saved, key=str), calls
 
 
+def _complement_bits(run):
+    """``launch.run`` with every output a kernel stored as bits complemented (a planted bug: the saved bits are not
+    the mask the kernel applied; the recording inside ``run`` still sees the right ones)."""
+    def inverted(spec, xs, scalars, **kw):
+        outs = run(spec, xs, scalars, **kw)
+        return tuple(~o if k in kw.get("bits", ()) else o for k, o in enumerate(outs))
+    return inverted
+
+
 def _relu_dropout():
     from pathlib import Path
 
@@ -282,13 +291,8 @@ def test_under_the_knob_a_dropout_region_draws_the_mask_and_the_backward_saves_i
     assert bad.draws_taken >= 1 and bad.masks_packed == 0 and torch.equal(p_loss, a_loss)
     assert not all(torch.allclose(g, h) for g, h in zip(p_grads, a_grads))
 
-    real_run = launch.run  # planted: the region's kernel stores the complement of its mask as the saved bits
-
-    def inverted(spec, xs, scalars, **kw):
-        outs = real_run(spec, xs, scalars, **kw)
-        return tuple(~o if k in kw.get("bits", ()) else o for k, o in enumerate(outs))
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(launch, "run", inverted)
+    with pytest.MonkeyPatch.context() as m:  # planted: the region's kernel stores the complement of its mask as bits
+        m.setattr(launch, "run", _complement_bits(launch.run))
         wrong = _relu_dropout()
         w_loss, w_grads, _, _ = _region_step(mask_bits.DrawDropoutBitsInRegion(), wrong, device)
     assert wrong.masks_packed >= 1 and torch.equal(w_loss, a_loss)
@@ -360,13 +364,8 @@ def test_the_ab_judges_the_knob_with_a_region_taking_its_draw():
     p = judge(default, stored, before)
     assert p.judged == masks.METHOD and p.ok is True, p
 
-    real_run = launch.run  # planted: the backward's bits, stored by the region's kernel, the complement of its mask
-
-    def inverted(spec, xs, scalars, **kw):
-        outs = real_run(spec, xs, scalars, **kw)
-        return tuple(~o if k in kw.get("bits", ()) else o for k, o in enumerate(outs))
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(launch, "run", inverted)
+    with pytest.MonkeyPatch.context() as m:  # planted: the backward's bits, stored by the kernel, the complement's
+        m.setattr(launch, "run", _complement_bits(launch.run))
         bad = live("knob:philox4_dropout_bits_in_region+fusions", in_region, _relu_dropout(), ("relu_dropout",))
         assert bad.res.matches.get("relu_dropout")
         worse = judge(default, bad, before)
